@@ -1,0 +1,428 @@
+"""Backend Abstraction Layer: the Protocols, their result types, and the
+argument checks every implementation shares.
+
+Read side (the seed contract): :class:`TextBackend`, :class:`VectorBackend`,
+:class:`GraphBackend`.  Every query takes a *scope*, a ``frozenset`` of
+resource ULIDs, and nothing outside it may come back.  ``get_triples`` and
+``traverse`` have no scope in the seed; here they take an optional keyword
+``scope`` (``None`` = unrestricted, for maintenance only) and
+:class:`~cleveragents.domain.models.acms.scope.ScopedView` always passes one.
+
+Write side (used by the indexer): :class:`TextIndex`, :class:`VectorIndex`,
+:class:`GraphIndex` add ``upsert`` and ``delete`` per resource.  Each call is
+atomic, visible to the next search when it returns, and durable when the
+backend has a path.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from cleveragents.domain.models.acms.uko import resource_id_of
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+__all__ = [
+    "GraphBackend",
+    "GraphIndex",
+    "GraphResult",
+    "IndexUnit",
+    "Literal",
+    "TextBackend",
+    "TextIndex",
+    "TextResult",
+    "Triple",
+    "VectorBackend",
+    "VectorIndex",
+    "VectorResult",
+    "WriteTriple",
+    "validate_depth",
+    "validate_embedding",
+    "validate_non_empty",
+    "validate_positive_int",
+]
+
+Triple = tuple[str, str, str]
+
+
+def _check_score(score: object) -> None:
+    if isinstance(score, bool) or not isinstance(score, int | float):
+        raise TypeError(f"score must be a float, not {type(score).__name__}")
+    if not 0.0 <= score <= 1.0:  # also rejects NaN
+        raise ValueError(f"score must lie in 0.0..1.0, got {score!r}")
+
+
+def _check_metadata(metadata: object) -> None:
+    if not isinstance(metadata, dict):
+        raise TypeError("metadata must be a dict[str, str]")
+    for key, value in metadata.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise TypeError("metadata keys and values must be str")
+
+
+@dataclass(frozen=True, slots=True)
+class TextResult:
+    """One full-text match: a unit, its content and a 0..1 relevance score."""
+
+    uko_uri: str
+    content: str
+    score: float
+    metadata: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.uko_uri, str) or not self.uko_uri:
+            raise ValueError("uko_uri must be a non-empty string")
+        if not isinstance(self.content, str):
+            raise TypeError("content must be a str")
+        _check_score(self.score)
+        _check_metadata(self.metadata)
+
+
+@dataclass(frozen=True, slots=True)
+class VectorResult:
+    """One similarity match: a chunk, its content and its cosine similarity."""
+
+    uko_uri: str
+    content: str
+    score: float
+    metadata: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.uko_uri, str) or not self.uko_uri:
+            raise ValueError("uko_uri must be a non-empty string")
+        if not isinstance(self.content, str):
+            raise TypeError("content must be a str")
+        _check_score(self.score)
+        _check_metadata(self.metadata)
+
+
+@dataclass(frozen=True, slots=True)
+class GraphResult:
+    """Triples from a graph query.
+
+    IRIs are plain strings, literals their lexical form, blank nodes ``_:id``.
+    ``metadata["boolean"]`` carries the answer of an ASK query.
+    """
+
+    triples: list[Triple] = field(default_factory=list)
+    metadata: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.triples, list):
+            raise TypeError("triples must be a list of (subject, predicate, object)")
+        for triple in self.triples:
+            if (
+                not isinstance(triple, tuple)
+                or len(triple) != 3
+                or not all(isinstance(term, str) for term in triple)
+            ):
+                raise TypeError("each triple must be a tuple of three str")
+        _check_metadata(self.metadata)
+
+
+# ---------------------------------------------------------------- argument checks
+
+
+def validate_non_empty(value: object, name: str) -> str:
+    """A non-empty ``str`` argument (query, subject, start)."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, not {type(value).__name__}")
+    if not value.strip():
+        raise ValueError(f"{name} must be a non-empty string")
+    return value
+
+
+def validate_positive_int(value: object, name: str) -> int:
+    """A positive ``int`` argument; ``bool`` is not an int here."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if value <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {value}")
+    return value
+
+
+def validate_depth(value: object) -> int:
+    """A non-negative ``int`` traversal depth; ``bool`` is not an int here."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"depth must be an int, not {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"depth must be a non-negative integer, got {value}")
+    return value
+
+
+def validate_embedding(embedding: object, dimension: int | None = None) -> list[float]:
+    """A non-empty list of finite floats, of ``dimension`` entries when given.
+
+    Accepts a ``list`` or ``tuple`` of real numbers (not ``bool``), or a 1-D
+    numpy array; returns a plain list of floats.
+    """
+    values: list[object]
+    if isinstance(embedding, list | tuple):
+        values = list(embedding)
+    elif hasattr(embedding, "ndim") and hasattr(embedding, "tolist"):
+        if embedding.ndim != 1:
+            raise ValueError(f"embedding must be one-dimensional, got ndim={embedding.ndim}")
+        values = embedding.tolist()
+    else:
+        raise TypeError(f"embedding must be a list of floats, not {type(embedding).__name__}")
+    if not values:
+        raise ValueError("embedding must be a non-empty list of floats")
+    out: list[float] = []
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise TypeError(f"embedding values must be floats, not {type(v).__name__}")
+        f = float(v)
+        if not math.isfinite(f):
+            raise ValueError("embedding must not contain NaN or infinity")
+        out.append(f)
+    if dimension is not None and len(out) != dimension:
+        raise ValueError(f"embedding has dimension {len(out)}, the index expects {dimension}")
+    return out
+
+
+# ---------------------------------------------------------------- read side
+
+
+@runtime_checkable
+class TextBackend(Protocol):
+    """Full-text search over indexed resource content."""
+
+    def search(
+        self, query: str, *, scope: frozenset[str], max_results: int = 20
+    ) -> list[TextResult]:
+        """Search units of the resources in ``scope``.
+
+        Args:
+            query: non-empty query text (engine query syntax).
+            scope: frozenset of resource ULIDs; empty selects nothing.
+            max_results: positive cap on the number of results.
+
+        Returns:
+            Results by descending ``score``, each of a resource in ``scope``.
+
+        Raises:
+            TypeError: an argument has the wrong type (``scope`` not a frozenset).
+            ValueError: empty query, non-positive ``max_results``, a scope member
+                that is not a ULID, or a query the engine cannot parse
+                (:class:`QueryError`).
+            IndexUnavailableError: the index cannot be read.
+        """
+        ...
+
+
+@runtime_checkable
+class VectorBackend(Protocol):
+    """Embedding similarity search over chunked resource content."""
+
+    def similarity_search(
+        self, embedding: list[float], *, scope: frozenset[str], top_k: int = 20
+    ) -> list[VectorResult]:
+        """Return the ``top_k`` chunks in ``scope`` most similar to ``embedding``.
+
+        Args:
+            embedding: non-empty list of finite floats of the index dimension.
+            scope: frozenset of resource ULIDs; empty selects nothing.
+            top_k: positive cap on the number of results.
+
+        Returns:
+            Results by descending cosine similarity (clamped to 0..1).
+
+        Raises:
+            TypeError: an argument has the wrong type.
+            ValueError: empty, non-finite or wrong-dimension embedding,
+                non-positive ``top_k``, or a scope member that is not a ULID.
+            IndexUnavailableError: the index cannot be read.
+        """
+        ...
+
+
+@runtime_checkable
+class GraphBackend(Protocol):
+    """Knowledge-graph queries and traversals over UKO triples."""
+
+    def sparql_query(self, query: str, *, scope: frozenset[str]) -> GraphResult:
+        """Evaluate a SPARQL query over the union of the in-scope graphs only.
+
+        CONSTRUCT/DESCRIBE give their triples; SELECT must project exactly three
+        variables, read as (s, p, o) rows; ASK gives no triples and
+        ``metadata["boolean"]``.
+
+        Raises:
+            TypeError: an argument has the wrong type.
+            ValueError: empty query, a scope member that is not a ULID, or a query
+                that is malformed, an update, or uses a forbidden form
+                (``SERVICE``, ``FROM``, ``FROM NAMED``, ``GRAPH``): :class:`QueryError`.
+            QueryLimitError: the query ran into its time limit or row cap.
+        """
+        ...
+
+    def get_triples(self, subject: str, *, scope: frozenset[str] | None = None) -> GraphResult:
+        """Triples whose subject is ``subject``, from in-scope graphs only.
+
+        ``scope=None`` means unrestricted (maintenance use only).
+
+        Raises:
+            TypeError / ValueError: empty subject or an invalid scope.
+        """
+        ...
+
+    def traverse(
+        self, start: str, *, depth: int = 2, scope: frozenset[str] | None = None
+    ) -> GraphResult:
+        """Breadth-first walk along outgoing edges from ``start``.
+
+        Returns the triples found within ``depth`` hops (depth 0 = none),
+        following only triples of in-scope graphs.
+
+        Raises:
+            TypeError / ValueError: empty start, negative depth, invalid scope.
+        """
+        ...
+
+
+# ---------------------------------------------------------------- write side
+
+
+@dataclass(frozen=True, slots=True)
+class IndexUnit:
+    """One unit to index: a chunk (or file) with its URI, text and metadata.
+
+    The owning resource is the one its ``uko_uri`` names.
+    """
+
+    uko_uri: str
+    content: str
+    metadata: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if resource_id_of(self.uko_uri) is None:
+            raise ValueError(f"not a UKO unit URI: {self.uko_uri[:80]!r}")
+        if not isinstance(self.content, str):
+            raise TypeError("content must be a str")
+        for key, value in self.metadata.items():
+            if not isinstance(key, str) or not isinstance(value, str):
+                raise TypeError("metadata keys and values must be str")
+
+    @property
+    def resource_id(self) -> str:
+        """Canonical ULID of the resource that owns this unit."""
+        rid = resource_id_of(self.uko_uri)
+        assert rid is not None  # checked in __post_init__
+        return rid
+
+
+@dataclass(frozen=True, slots=True)
+class Literal:
+    """A literal object in a triple written to the graph (IRIs are plain str)."""
+
+    value: str
+    datatype: str | None = None
+
+
+WriteTriple = tuple[str, str, "str | Literal"]
+
+
+@runtime_checkable
+class TextIndex(TextBackend, Protocol):
+    """A :class:`TextBackend` the indexer can write to."""
+
+    def upsert(
+        self, resource_id: str, units: Sequence[IndexUnit], *, delete_uris: Iterable[str] = ()
+    ) -> None:
+        """Atomically delete ``delete_uris`` and add or replace ``units``.
+
+        A unit whose URI is already indexed replaces it.  Every URI must name
+        ``resource_id``.
+
+        Raises:
+            ValueError: a unit or URI of another resource, or an invalid ULID.
+            IndexUnavailableError: the change could not be written.
+        """
+        ...
+
+    def delete(self, resource_id: str, uris: Iterable[str] | None = None) -> None:
+        """Delete the given units of a resource, or all of them when ``uris`` is None."""
+        ...
+
+    def unit_uris(self, resource_id: str) -> set[str]:
+        """URIs of the units indexed for a resource."""
+        ...
+
+    def resource_ids(self) -> set[str]:
+        """ULIDs of the resources that have at least one unit."""
+        ...
+
+
+@runtime_checkable
+class VectorIndex(VectorBackend, Protocol):
+    """A :class:`VectorBackend` the indexer can write to."""
+
+    @property
+    def dimension(self) -> int:
+        """Embedding dimension of the index."""
+        ...
+
+    def upsert(
+        self,
+        resource_id: str,
+        units: Sequence[IndexUnit],
+        embeddings: npt.NDArray[np.float32],
+        *,
+        delete_uris: Iterable[str] = (),
+    ) -> None:
+        """Atomically delete ``delete_uris`` and add or replace ``units``.
+
+        ``embeddings`` has one row per unit, shape ``(len(units), dimension)``;
+        rows are L2-normalised by the index.
+
+        Raises:
+            ValueError: wrong shape, non-finite or zero rows, or a unit of
+                another resource.
+            IndexUnavailableError: the change could not be written.
+        """
+        ...
+
+    def delete(self, resource_id: str, uris: Iterable[str] | None = None) -> None:
+        """Delete the given units of a resource, or all of them when ``uris`` is None."""
+        ...
+
+    def unit_uris(self, resource_id: str) -> set[str]:
+        """URIs of the units indexed for a resource."""
+        ...
+
+    def resource_ids(self) -> set[str]:
+        """ULIDs of the resources that have at least one unit."""
+        ...
+
+
+@runtime_checkable
+class GraphIndex(GraphBackend, Protocol):
+    """A :class:`GraphBackend` the indexer can write to (one graph per resource)."""
+
+    def upsert(
+        self,
+        resource_id: str,
+        triples: Iterable[WriteTriple],
+        *,
+        delete_subjects: Iterable[str] = (),
+    ) -> None:
+        """Atomically remove every triple whose subject is in ``delete_subjects``
+        from the resource's graph, then add ``triples`` to it."""
+        ...
+
+    def delete(self, resource_id: str, subjects: Iterable[str] | None = None) -> None:
+        """Remove the triples of the given subjects, or the whole resource graph."""
+        ...
+
+    def subjects(self, resource_id: str) -> set[str]:
+        """Distinct subjects in a resource's graph."""
+        ...
+
+    def resource_ids(self) -> set[str]:
+        """ULIDs of the resources that have a non-empty graph."""
+        ...

@@ -1,0 +1,47 @@
+"""Errors raised by the ACMS backend layer.
+
+Caller misuse raises the built-in ``ValueError`` / ``TypeError`` the seed
+contract names.  Failures inside an engine are translated into this tree, so
+no engine exception type ever leaks out of an adapter::
+
+    AcmsError                      root of everything this package raises itself
+    ├── QueryError (ValueError)    a query the engine cannot accept (bad syntax,
+    │                              forbidden SPARQL form, over a limit)
+    │   └── QueryLimitError        a query stopped by a time or row limit
+    ├── IndexUnavailableError      an index cannot be opened, read or written
+    └── ScopeViolationError        a result outside the scope reached a check
+                                   that must never see one (a bug, never input)
+
+``QueryError`` derives from ``ValueError`` because the seed contract promises a
+``ValueError`` for bad query arguments; callers may catch either.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AcmsError",
+    "IndexUnavailableError",
+    "QueryError",
+    "QueryLimitError",
+    "ScopeViolationError",
+]
+
+
+class AcmsError(Exception):
+    """Root of the errors raised by this package."""
+
+
+class QueryError(AcmsError, ValueError):
+    """The query was rejected: bad syntax, a forbidden form, or over a limit."""
+
+
+class QueryLimitError(QueryError):
+    """The query ran into its time limit or row cap and was stopped."""
+
+
+class IndexUnavailableError(AcmsError):
+    """An index could not be opened, read or written."""
+
+
+class ScopeViolationError(AcmsError):
+    """A result outside the scope reached a place that must never see one."""

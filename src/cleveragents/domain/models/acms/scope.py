@@ -1,0 +1,121 @@
+"""``ScopedView``: the three backends seen through one scope.
+
+Strategies receive a view, never a backend: the view passes its scope to
+every call (including ``get_triples`` and ``traverse``, which take it as an
+optional keyword), and as a last line of defence drops and logs any result
+whose resource lies outside the scope.  The backends enforce scope inside the
+engine; the view's filter only ever fires if one of them has a bug.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import TypeVar
+
+import structlog
+
+from cleveragents.domain.models.acms.backends import (
+    GraphBackend,
+    GraphResult,
+    TextBackend,
+    TextResult,
+    Triple,
+    VectorBackend,
+    VectorResult,
+)
+from cleveragents.domain.models.acms.uko import resource_id_of
+from cleveragents.domain.models.acms.ulids import validate_scope
+
+__all__ = ["ScopedView", "make_resource_filter"]
+
+_log = structlog.get_logger("cleveragents.acms.scope")
+
+_R = TypeVar("_R", TextResult, VectorResult)
+
+
+def make_resource_filter(scope: frozenset[str]) -> Callable[[str], bool]:
+    """Predicate over URIs: True when the URI names a resource in ``scope``."""
+    canonical = validate_scope(scope)
+
+    def resource_filter(uri: str) -> bool:
+        return resource_id_of(uri) in canonical
+
+    return resource_filter
+
+
+def _triple_in_scope(triple: Triple, scope: frozenset[str]) -> bool:
+    # Any term that names a resource must name an in-scope one; module URIs and
+    # literals name none.
+    for term in triple:
+        rid = resource_id_of(term)
+        if rid is not None and rid not in scope:
+            return False
+    return True
+
+
+class ScopedView:
+    """The text, vector and graph backends restricted to one scope."""
+
+    __slots__ = ("_graph", "_scope", "_text", "_vector", "resource_filter")
+
+    def __init__(
+        self,
+        text: TextBackend,
+        vector: VectorBackend,
+        graph: GraphBackend,
+        scope: frozenset[str],
+    ) -> None:
+        self._scope = validate_scope(scope)
+        self._text = text
+        self._vector = vector
+        self._graph = graph
+        self.resource_filter: Callable[[str], bool] = make_resource_filter(self._scope)
+
+    @property
+    def scope(self) -> frozenset[str]:
+        """The canonical scope of this view."""
+        return self._scope
+
+    def search(self, query: str, *, max_results: int = 20) -> list[TextResult]:
+        """Full-text search restricted to the view's scope."""
+        results = self._text.search(query, scope=self._scope, max_results=max_results)
+        return self._keep(results, "text")
+
+    def similarity_search(self, embedding: list[float], *, top_k: int = 20) -> list[VectorResult]:
+        """Similarity search restricted to the view's scope."""
+        results = self._vector.similarity_search(embedding, scope=self._scope, top_k=top_k)
+        return self._keep(results, "vector")
+
+    def sparql_query(self, query: str) -> GraphResult:
+        """SPARQL over the in-scope graphs only."""
+        return self._keep_triples(self._graph.sparql_query(query, scope=self._scope))
+
+    def get_triples(self, subject: str) -> GraphResult:
+        """Triples of ``subject`` from in-scope graphs."""
+        return self._keep_triples(self._graph.get_triples(subject, scope=self._scope))
+
+    def traverse(self, start: str, *, depth: int = 2) -> GraphResult:
+        """Breadth-first traversal over in-scope triples."""
+        return self._keep_triples(self._graph.traverse(start, depth=depth, scope=self._scope))
+
+    def _keep(self, results: list[_R], backend: str) -> list[_R]:
+        kept = [r for r in results if self.resource_filter(r.uko_uri)]
+        if len(kept) != len(results):
+            _log.error(
+                "acms.scope.dropped_out_of_scope",
+                backend=backend,
+                dropped=len(results) - len(kept),
+            )
+        return kept
+
+    def _keep_triples(self, result: GraphResult) -> GraphResult:
+        kept = [t for t in result.triples if _triple_in_scope(t, self._scope)]
+        if len(kept) == len(result.triples):
+            return result
+        _log.error(
+            "acms.scope.dropped_out_of_scope",
+            backend="graph",
+            dropped=len(result.triples) - len(kept),
+        )
+        return dataclasses.replace(result, triples=kept)

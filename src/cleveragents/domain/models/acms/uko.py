@@ -1,0 +1,99 @@
+"""UKO URIs and the graph vocabulary.
+
+Every information unit is named by a URI that names its resource::
+
+    uko://<RESOURCE_ULID>                      the resource itself
+    uko://<RESOURCE_ULID>/<posix path>         a file inside it
+    uko://<RESOURCE_ULID>/<posix path>#L10-L42 a chunk (line range, 1-based, inclusive)
+    uko://<RESOURCE_ULID>/<posix path>#sym=Foo.bar   a symbol defined in the file
+
+The authority is the canonical (upper-case) resource ULID, so the owning
+resource of any unit can be read from its URI without a lookup.  Path
+segments are percent-encoded (RFC 3986) so any file name, including
+non-UTF-8 ones decoded with ``surrogateescape``, round-trips.
+
+Graph vocabulary (namespace ``UKO``), one named graph per resource ULID:
+
+    <resource> uko:contains   <file>       resource contains file
+    <file>     uko:inResource <resource>   inverse, so a file's triples carry it
+    <file>     uko:path       "a/b.py"     relative posix path (literal)
+    <file>     uko:language   "python"     (literal)
+    <file>     uko:hasChunk   <chunk>
+    <chunk>    uko:startLine  "10" / uko:endLine "42"  (literals)
+    <file>     uko:defines    <symbol>
+    <symbol>   uko:name       "Foo.bar" / uko:kind "class" | "function" | ...
+    <file>     uko:imports    <file> (same resource) or <module:NAME>
+"""
+
+from __future__ import annotations
+
+from urllib.parse import quote, unquote
+
+from cleveragents.domain.models.acms.ulids import canonical_ulid, is_ulid
+
+__all__ = [
+    "SCHEME",
+    "UKO",
+    "file_uri",
+    "module_uri",
+    "path_of",
+    "resource_id_of",
+    "resource_uri",
+    "unit_uri",
+]
+
+SCHEME = "uko://"
+UKO = "https://cleveragents.dev/ns/uko#"
+_MODULE_PREFIX = "urn:uko:module:"
+
+
+def resource_uri(resource_id: str) -> str:
+    """URI of the resource itself."""
+    return SCHEME + canonical_ulid(resource_id)
+
+
+def file_uri(resource_id: str, path: str) -> str:
+    """URI of the file at relative posix ``path`` inside the resource."""
+    clean = path.strip("/")
+    if not clean:
+        raise ValueError("a file path must not be empty")
+    encoded = quote(clean.encode("utf-8", "surrogateescape"), safe="/-._~")
+    return f"{resource_uri(resource_id)}/{encoded}"
+
+
+def unit_uri(resource_id: str, path: str, fragment: str) -> str:
+    """URI of a chunk or symbol of a file, e.g. fragment ``L10-L42``."""
+    if not fragment:
+        raise ValueError("a unit fragment must not be empty")
+    return f"{file_uri(resource_id, path)}#{quote(fragment, safe='-._~=,:')}"
+
+
+def module_uri(module: str) -> str:
+    """URI of an imported module that is not a file of the same resource."""
+    return _MODULE_PREFIX + quote(module, safe="._")
+
+
+def path_of(uri: str) -> str | None:
+    """Relative posix path named by a file, chunk or symbol URI, else None."""
+    if resource_id_of(uri) is None:
+        return None
+    rest = uri[len(SCHEME) + 26 :]
+    if not rest.startswith("/"):
+        return None
+    path = rest[1:].split("#", 1)[0]
+    return unquote(path, encoding="utf-8", errors="surrogateescape") or None
+
+
+def resource_id_of(uri: str) -> str | None:
+    """Return the canonical resource ULID a UKO URI names, or None.
+
+    None means the URI is not a ``uko://`` URI naming a resource (for
+    instance a module URI or a plain IRI).
+    """
+    if not isinstance(uri, str) or uri[: len(SCHEME)].lower() != SCHEME:
+        return None
+    authority = uri[len(SCHEME) : len(SCHEME) + 26]
+    tail = uri[len(SCHEME) + 26 : len(SCHEME) + 27]
+    if tail not in ("", "/", "#") or not is_ulid(authority):
+        return None
+    return authority.upper()
