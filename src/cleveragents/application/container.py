@@ -1,0 +1,182 @@
+"""Dependency-injection container: the composition root of the ACMS backends.
+
+``Container`` registers ``text_backend``, ``vector_backend`` and
+``graph_backend`` as Singletons defaulting to the in-memory stubs, as the seed
+says.  The profile switch selects real engines:
+
+- ``ACMS_PROFILE=stub`` (default): the stubs.
+- ``ACMS_PROFILE=local``: Tantivy, FAISS and rdflib on disk under
+  ``ACMS_DATA_DIR`` (default ``./data``): ``text/``, ``vectors/``, ``graph/``.
+
+Engine modules are imported only when a real backend is first built, so
+importing the container (or the stub profile) loads no engine.  Only this
+module reads configuration from the environment; adapters take explicit
+arguments.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+from dependency_injector import containers, providers
+
+from cleveragents.domain.models.acms.backends import GraphIndex, TextIndex, VectorIndex
+from cleveragents.domain.models.acms.stubs import (
+    InMemoryGraphBackend,
+    InMemoryTextBackend,
+    InMemoryVectorBackend,
+)
+
+__all__ = [
+    "DEFAULT_EMBEDDING_DIMENSION",
+    "PROFILES",
+    "Container",
+    "build_container",
+    "get_container",
+    "override_providers",
+    "reset_container",
+    "reset_overrides",
+]
+
+PROFILES = ("stub", "local")
+DEFAULT_EMBEDDING_DIMENSION = 384
+
+
+def _tantivy_text(data_dir: str) -> TextIndex:
+    from cleveragents.infrastructure.acms.tantivy_text import TantivyTextBackend
+
+    return TantivyTextBackend(Path(data_dir) / "text")
+
+
+def _faiss_vector(data_dir: str, dimension: int) -> VectorIndex:
+    from cleveragents.infrastructure.acms.faiss_vector import FaissVectorBackend
+
+    return FaissVectorBackend(Path(data_dir) / "vectors", dimension=int(dimension))
+
+
+def _rdflib_graph(data_dir: str) -> GraphIndex:
+    from cleveragents.infrastructure.acms.rdflib_graph import RdflibGraphBackend
+
+    return RdflibGraphBackend(Path(data_dir) / "graph")
+
+
+class Container(containers.DeclarativeContainer):
+    """The ACMS providers.  Stubs by default; see :func:`build_container`."""
+
+    config = providers.Configuration()
+
+    text_backend = providers.Singleton(InMemoryTextBackend)
+    # The stub checks the configured dimension when one is set (else any length).
+    vector_backend = providers.Singleton(
+        InMemoryVectorBackend, dimension=config.embedding_dimension
+    )
+    graph_backend = providers.Singleton(InMemoryGraphBackend)
+
+
+def build_container(
+    profile: str | None = None,
+    data_dir: str | os.PathLike[str] | None = None,
+    *,
+    embedding_dimension: int | None = None,
+) -> Container:
+    """Build a container for a profile; arguments default to the environment.
+
+    Raises:
+        ValueError: unknown profile or a non-positive embedding dimension.
+    """
+    profile = profile or os.environ.get("ACMS_PROFILE", "stub")
+    if profile not in PROFILES:
+        raise ValueError(f"unknown ACMS_PROFILE {profile!r}; expected one of {', '.join(PROFILES)}")
+    data_dir = data_dir or os.environ.get("ACMS_DATA_DIR", "data")
+    if embedding_dimension is None:
+        raw = os.environ.get("ACMS_EMBEDDING_DIM", str(DEFAULT_EMBEDDING_DIMENSION))
+        try:
+            embedding_dimension = int(raw)
+        except ValueError:
+            raise ValueError(f"ACMS_EMBEDDING_DIM must be an integer, got {raw!r}") from None
+    if embedding_dimension <= 0:
+        raise ValueError("the embedding dimension must be positive")
+
+    container = Container()
+    container.config.from_dict(
+        {
+            "profile": profile,
+            "data_dir": str(Path(data_dir).resolve()),
+            "embedding_dimension": embedding_dimension,
+        }
+    )
+    if profile == "local":
+        cfg = container.config
+        container.text_backend.override(providers.Singleton(_tantivy_text, cfg.data_dir))
+        container.vector_backend.override(
+            providers.Singleton(_faiss_vector, cfg.data_dir, cfg.embedding_dimension)
+        )
+        container.graph_backend.override(providers.Singleton(_rdflib_graph, cfg.data_dir))
+    return container
+
+
+_lock = threading.Lock()
+_container: Container | None = None
+
+
+def get_container() -> Container:
+    """The process-wide container, built from the environment on first use."""
+    global _container
+    with _lock:
+        if _container is None:
+            _container = build_container()
+        return _container
+
+
+def reset_container() -> None:
+    """Forget the process-wide container; the next ``get_container`` rebuilds it."""
+    global _container
+    with _lock:
+        _container = None
+
+
+_BACKEND_NAMES = ("text_backend", "vector_backend", "graph_backend")
+
+
+def override_providers(**overrides: object) -> None:
+    """Override providers of the process-wide container by name.
+
+    Each value is a provider, or an instance (wrapped in ``providers.Object``).
+    Overrides stack; :func:`reset_overrides` removes them all.
+
+    Raises:
+        ValueError: a name that is not a provider of the container.
+    """
+    container = get_container()
+    unknown = sorted(name for name in overrides if name not in container.providers)
+    if unknown:
+        known = ", ".join(sorted(container.providers))
+        raise ValueError(f"unknown provider(s) {', '.join(unknown)}; known: {known}")
+    for name, value in overrides.items():
+        replacement = value if isinstance(value, providers.Provider) else providers.Object(value)
+        container.providers[name].override(replacement)
+
+
+def reset_overrides() -> None:
+    """Remove every override made with :func:`override_providers`.
+
+    The profile's own wiring (``ACMS_PROFILE=local``) is kept.
+    """
+    container = get_container()
+    for name in _override_names(container):
+        provider = container.providers[name]
+        while len(provider.overridden) > _profile_depth(container, name):
+            provider.reset_last_overriding()
+
+
+def _override_names(container: Container) -> list[str]:
+    """Names of the container's providers that can be overridden."""
+    return [n for n in container.providers if n != "config"]
+
+
+def _profile_depth(container: Container, name: str) -> int:
+    # The local profile overrides each backend exactly once; stub overrides none.
+    local = container.config.profile() == "local"
+    return 1 if local and name in _BACKEND_NAMES else 0

@@ -1,0 +1,47 @@
+"""ACMS_PROFILE=local wires the real engines on disk under ACMS_DATA_DIR."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cleveragents.application.container import build_container
+from cleveragents.domain.models.acms.backends import (
+    GraphIndex,
+    IndexUnit,
+    Literal,
+    TextIndex,
+    VectorIndex,
+)
+from cleveragents.domain.models.acms.scope import ScopedView
+from cleveragents.domain.models.acms.uko import UKO, file_uri, unit_uri
+from cleveragents.testing.backend_contracts import new_ulid
+
+
+def test_local_profile_round_trip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ACMS_PROFILE", "local")
+    monkeypatch.setenv("ACMS_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("ACMS_EMBEDDING_DIM", "4")
+    c = build_container()
+    text, vector, graph = c.text_backend(), c.vector_backend(), c.graph_backend()
+    assert isinstance(text, TextIndex)
+    assert isinstance(vector, VectorIndex)
+    assert isinstance(graph, GraphIndex)
+    assert vector.dimension == 4
+
+    rid, other = new_ulid(), new_ulid()
+    for r, word in ((rid, "mine"), (other, "theirs")):
+        unit = IndexUnit(unit_uri(r, "a.py", "L1-L3"), f"shared {word}", {"path": "a.py"})
+        text.upsert(r, [unit])
+        vector.upsert(r, [unit], np.ones((1, 4), dtype=np.float32))
+        graph.upsert(r, [(file_uri(r, "a.py"), UKO + "path", Literal("a.py"))])
+
+    view = ScopedView(text, vector, graph, frozenset({rid}))
+    assert [r.content for r in view.search("shared")] == ["shared mine"]
+    assert [r.content for r in view.similarity_search([1.0, 1.0, 1.0, 1.0])] == ["shared mine"]
+    rows = view.sparql_query("SELECT ?s ?p ?o WHERE { ?s ?p ?o }").triples
+    assert rows == [(file_uri(rid, "a.py"), UKO + "path", "a.py")]
+    for sub in ("text", "vectors", "graph"):
+        assert (tmp_path / "data" / sub).is_dir()

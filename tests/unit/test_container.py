@@ -1,0 +1,112 @@
+"""The DI container: stub defaults, overrides by name, profile switch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+from dependency_injector import providers
+
+from cleveragents.application.container import (
+    Container,
+    build_container,
+    get_container,
+    override_providers,
+    reset_container,
+    reset_overrides,
+)
+from cleveragents.domain.models.acms.stubs import (
+    InMemoryGraphBackend,
+    InMemoryTextBackend,
+    InMemoryVectorBackend,
+)
+
+
+@pytest.fixture(autouse=True)
+def fresh_container(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.delenv("ACMS_PROFILE", raising=False)
+    monkeypatch.delenv("ACMS_DATA_DIR", raising=False)
+    monkeypatch.delenv("ACMS_EMBEDDING_DIM", raising=False)
+    reset_container()
+    yield
+    reset_container()
+
+
+def test_stub_profile_is_the_default() -> None:
+    c = get_container()
+    assert c.config.profile() == "stub"
+    assert isinstance(c.text_backend(), InMemoryTextBackend)
+    assert isinstance(c.vector_backend(), InMemoryVectorBackend)
+    assert isinstance(c.graph_backend(), InMemoryGraphBackend)
+
+
+def test_backends_are_singletons_and_container_is_process_wide() -> None:
+    c = get_container()
+    assert c.text_backend() is c.text_backend()
+    assert get_container() is c
+
+
+def test_declared_providers_are_singletons_of_the_stubs() -> None:
+    assert isinstance(Container.text_backend, providers.Singleton)
+    assert Container.text_backend.provides is InMemoryTextBackend
+    assert Container.vector_backend.provides is InMemoryVectorBackend
+    assert Container.graph_backend.provides is InMemoryGraphBackend
+
+
+def test_stub_vector_backend_checks_the_configured_dimension(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("ACMS_EMBEDDING_DIM", "4")
+    backend = get_container().vector_backend()
+    assert backend.similarity_search([0.1] * 4, scope=frozenset()) == []
+    with pytest.raises(ValueError, match="dimension"):
+        backend.similarity_search([0.1] * 5, scope=frozenset())
+
+
+def test_override_with_instance_and_provider_then_reset() -> None:
+    mine = InMemoryTextBackend()
+    override_providers(text_backend=mine, graph_backend=providers.Singleton(InMemoryGraphBackend))
+    c = get_container()
+    assert c.text_backend() is mine
+    graph = c.graph_backend()
+    assert isinstance(graph, InMemoryGraphBackend)
+    reset_overrides()
+    assert c.text_backend() is not mine
+    assert isinstance(c.text_backend(), InMemoryTextBackend)
+
+
+def test_unknown_provider_name_is_rejected_and_nothing_changes() -> None:
+    mine = InMemoryTextBackend()
+    with pytest.raises(ValueError, match="unknown provider"):
+        override_providers(text_backend=mine, txet_backend=mine)
+    assert get_container().text_backend() is not mine
+
+
+@pytest.mark.parametrize(
+    ("env", "value", "message"),
+    [
+        ("ACMS_PROFILE", "production", "ACMS_PROFILE"),
+        ("ACMS_EMBEDDING_DIM", "many", "ACMS_EMBEDDING_DIM"),
+        ("ACMS_EMBEDDING_DIM", "0", "positive"),
+    ],
+)
+def test_bad_configuration_is_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch, env: str, value: str, message: str
+) -> None:
+    monkeypatch.setenv(env, value)
+    with pytest.raises(ValueError, match=message):
+        build_container()
+
+
+def test_importing_the_container_loads_no_engine() -> None:
+    code = (
+        "import sys, cleveragents.application.container as c\n"
+        "c.get_container().text_backend()\n"
+        "print(sorted(m for m in ('tantivy', 'faiss', 'rdflib') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True
+    ).stdout
+    assert out.strip() == "[]"

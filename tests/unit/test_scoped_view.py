@@ -1,0 +1,120 @@
+"""ScopedView passes its scope everywhere and drops what a buggy backend leaks."""
+
+from __future__ import annotations
+
+import pytest
+from structlog.testing import capture_logs
+
+from cleveragents.domain.models.acms.backends import GraphResult, TextResult, VectorResult
+from cleveragents.domain.models.acms.scope import ScopedView
+from cleveragents.domain.models.acms.stubs import (
+    InMemoryGraphBackend,
+    InMemoryTextBackend,
+    InMemoryVectorBackend,
+)
+from cleveragents.domain.models.acms.uko import file_uri, module_uri, unit_uri
+from cleveragents.testing.backend_contracts import new_ulid
+
+IN, OUT = new_ulid(), new_ulid()
+
+
+class LeakyBackend:
+    """Returns one in-scope and one out-of-scope item, and records the scope."""
+
+    def __init__(self) -> None:
+        self.scopes: list[object] = []
+
+    def search(
+        self, query: str, *, scope: frozenset[str], max_results: int = 20
+    ) -> list[TextResult]:
+        self.scopes.append(scope)
+        return [
+            TextResult(unit_uri(IN, "a.py", "L1-L2"), "in", 0.9),
+            TextResult(unit_uri(OUT, "b.py", "L1-L2"), "out", 0.8),
+        ]
+
+    def similarity_search(
+        self, embedding: list[float], *, scope: frozenset[str], top_k: int = 20
+    ) -> list[VectorResult]:
+        self.scopes.append(scope)
+        return [
+            VectorResult(unit_uri(OUT, "b.py", "L1-L2"), "out", 0.9),
+            VectorResult(unit_uri(IN, "a.py", "L1-L2"), "in", 0.5),
+        ]
+
+    def _triples(self) -> GraphResult:
+        a, b = file_uri(IN, "a.py"), file_uri(OUT, "b.py")
+        return GraphResult(
+            [(a, "urn:imports", module_uri("os")), (a, "urn:imports", b), (b, "urn:p", "lit")],
+            {"rows": "3"},
+        )
+
+    def sparql_query(self, query: str, *, scope: frozenset[str]) -> GraphResult:
+        self.scopes.append(scope)
+        return self._triples()
+
+    def get_triples(self, subject: str, *, scope: frozenset[str] | None = None) -> GraphResult:
+        self.scopes.append(scope)
+        return self._triples()
+
+    def traverse(
+        self, start: str, *, depth: int = 2, scope: frozenset[str] | None = None
+    ) -> GraphResult:
+        self.scopes.append(scope)
+        return self._triples()
+
+
+@pytest.fixture
+def leaky() -> LeakyBackend:
+    return LeakyBackend()
+
+
+@pytest.fixture
+def view(leaky: LeakyBackend) -> ScopedView:
+    return ScopedView(leaky, leaky, leaky, frozenset({IN.lower()}))
+
+
+def test_scope_is_canonical_and_passed_to_every_call(view: ScopedView, leaky: LeakyBackend) -> None:
+    view.search("q")
+    view.similarity_search([1.0])
+    view.sparql_query("ASK {}")
+    view.get_triples("urn:s")
+    view.traverse("urn:s", depth=1)
+    assert leaky.scopes == [frozenset({IN})] * 5
+    assert view.scope == frozenset({IN})
+
+
+def test_out_of_scope_results_are_dropped_and_logged(view: ScopedView) -> None:
+    with capture_logs() as logs:
+        text = view.search("q")
+        vec = view.similarity_search([1.0])
+        graph = view.traverse("urn:s")
+    assert [r.content for r in text] == ["in"]
+    assert [r.content for r in vec] == ["in"]
+    assert graph.triples == [(file_uri(IN, "a.py"), "urn:imports", module_uri("os"))]
+    assert graph.metadata == {"rows": "3"}
+    events = [e for e in logs if e["event"] == "acms.scope.dropped_out_of_scope"]
+    assert [(e["backend"], e["dropped"], e["log_level"]) for e in events] == [
+        ("text", 1, "error"),
+        ("vector", 1, "error"),
+        ("graph", 2, "error"),
+    ]
+
+
+def test_resource_filter_predicate(view: ScopedView) -> None:
+    assert view.resource_filter(unit_uri(IN, "x.py", "L1-L1"))
+    assert not view.resource_filter(unit_uri(OUT, "x.py", "L1-L1"))
+    assert not view.resource_filter(module_uri("os"))
+
+
+def test_view_over_stubs_validates_arguments() -> None:
+    view = ScopedView(
+        InMemoryTextBackend(), InMemoryVectorBackend(), InMemoryGraphBackend(), frozenset()
+    )
+    assert view.search("x") == []
+    with pytest.raises(ValueError):
+        view.search("")
+    with pytest.raises(ValueError):
+        view.traverse("urn:x", depth=-1)
+    with pytest.raises(TypeError):
+        ScopedView(InMemoryTextBackend(), InMemoryVectorBackend(), InMemoryGraphBackend(), set())  # type: ignore[arg-type]
