@@ -9,6 +9,8 @@ no engine exception type ever leaks out of an adapter::
     │                              forbidden SPARQL form, over a limit)
     │   └── QueryLimitError        a query stopped by a time or row limit
     ├── IndexUnavailableError      an index cannot be opened, read or written
+    ├── NotFoundError (LookupError)   an unknown project or resource
+    ├── ConflictError (ValueError)    a project or link that already exists
     └── ScopeViolationError        a result outside the scope reached a check
                                    that must never see one (a bug, never input)
 
@@ -20,7 +22,9 @@ from __future__ import annotations
 
 __all__ = [
     "AcmsError",
+    "ConflictError",
     "IndexUnavailableError",
+    "NotFoundError",
     "QueryError",
     "QueryLimitError",
     "ScopeViolationError",
@@ -45,3 +49,11 @@ class IndexUnavailableError(AcmsError):
 
 class ScopeViolationError(AcmsError):
     """A result outside the scope reached a place that must never see one."""
+
+
+class NotFoundError(AcmsError, LookupError):
+    """A project or resource that the registry does not know."""
+
+
+class ConflictError(AcmsError, ValueError):
+    """A project or link that already exists."""

@@ -1,0 +1,57 @@
+"""Projects and resources: the records the hydrator reads.
+
+A *project* has a namespaced name (``local/my-project``) and links to
+resources.  A *resource* is a directory or git checkout on disk, identified
+by a ULID assigned when it is registered.  The hydrator duck-types its
+collaborators: ``project_repository.get(name)`` returns a :class:`Project`
+or None, ``resource_registry.get(resource_id)`` a :class:`Resource` or None.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["RESOURCE_TYPES", "Project", "Resource", "validate_project_name"]
+
+RESOURCE_TYPES = ("git-checkout", "git", "directory")
+
+# namespace/name: lower-case letters, digits, '.', '_', '-'; each part starts
+# with a letter or digit.
+_NAME_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}/[a-z0-9][a-z0-9._-]{0,126}")
+
+
+def validate_project_name(name: object) -> str:
+    """Check a namespaced project name such as ``local/my-project``.
+
+    Raises:
+        TypeError: ``name`` is not a str.
+        ValueError: it is not ``namespace/name`` in lower case letters, digits,
+            ``.``, ``_`` and ``-``.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"a project name must be a str, not {type(name).__name__}")
+    if _NAME_RE.fullmatch(name) is None:
+        raise ValueError(
+            f"invalid project name {name[:80]!r}: expected 'namespace/name' "
+            "(lower-case letters, digits, '.', '_', '-'), e.g. 'local/my-project'"
+        )
+    return name
+
+
+@dataclass(frozen=True, slots=True)
+class Project:
+    """A namespaced project and the ULIDs of its linked resources."""
+
+    name: str
+    resource_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """A registered resource: where it lives and how to list its files."""
+
+    resource_id: str
+    location: str
+    resource_type: str
+    last_indexed_at: str | None = None

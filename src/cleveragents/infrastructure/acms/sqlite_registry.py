@@ -1,0 +1,241 @@
+"""Projects and resources persisted in one SQLite database.
+
+``NamespacedProjectRepository`` and ``ResourceRegistryService`` share the file
+``<data_dir>/registry.sqlite3``.  Each operation opens a short connection
+(WAL, a busy timeout), so several processes (agent hosts, ``reindex``) can use
+the same database safely.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+
+from ulid import ULID
+
+from cleveragents.domain.models.acms.errors import (
+    ConflictError,
+    IndexUnavailableError,
+    NotFoundError,
+)
+from cleveragents.domain.models.acms.registry import (
+    RESOURCE_TYPES,
+    Project,
+    Resource,
+    validate_project_name,
+)
+from cleveragents.domain.models.acms.ulids import canonical_ulid
+
+__all__ = ["NamespacedProjectRepository", "ResourceRegistryService", "open_registry"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS projects (
+    name TEXT PRIMARY KEY,
+    created_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS resources (
+    resource_id TEXT PRIMARY KEY,
+    location TEXT NOT NULL,
+    resource_type TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    last_indexed_at TEXT
+);
+CREATE TABLE IF NOT EXISTS project_resources (
+    project TEXT NOT NULL REFERENCES projects(name) ON DELETE CASCADE,
+    resource_id TEXT NOT NULL REFERENCES resources(resource_id) ON DELETE CASCADE,
+    PRIMARY KEY (project, resource_id)
+);
+"""
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+class _Database:
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.executescript(_SCHEMA)
+            finally:
+                conn.close()
+        except (OSError, sqlite3.Error) as exc:
+            raise IndexUnavailableError(
+                f"cannot create the registry at {self.path}: {exc}"
+            ) from exc
+
+    @contextmanager
+    def connect(self) -> Iterator[sqlite3.Connection]:
+        try:
+            conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise IndexUnavailableError(f"cannot open the registry {self.path}: {exc}") from exc
+        try:
+            conn.execute("PRAGMA foreign_keys=ON")
+            conn.execute("BEGIN IMMEDIATE")
+            yield conn
+            conn.execute("COMMIT")
+        except BaseException as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.Error) and not isinstance(exc, sqlite3.IntegrityError):
+                raise IndexUnavailableError(f"registry {self.path}: {exc}") from exc
+            raise
+        finally:
+            conn.close()
+
+
+def open_registry(
+    db_path: str | os.PathLike[str],
+) -> tuple[NamespacedProjectRepository, ResourceRegistryService]:
+    """The project repository and resource registry over one database file."""
+    return NamespacedProjectRepository(db_path), ResourceRegistryService(db_path)
+
+
+class NamespacedProjectRepository:
+    """Projects with namespaced names (``local/my-project``) and their links."""
+
+    def __init__(self, db_path: str | os.PathLike[str]) -> None:
+        self._db = _Database(db_path)
+
+    def add(self, name: str) -> Project:
+        """Create a project.
+
+        Raises:
+            ValueError: invalid name; :class:`ConflictError` if it exists.
+        """
+        validate_project_name(name)
+        with self._db.connect() as conn:
+            try:
+                conn.execute("INSERT INTO projects VALUES (?, ?)", (name, _now()))
+            except sqlite3.IntegrityError:
+                raise ConflictError(f"project {name!r} already exists") from None
+        return Project(name)
+
+    def get(self, name: str) -> Project | None:
+        """The project called ``name`` with its resource ULIDs, or None."""
+        if not isinstance(name, str):
+            return None
+        with self._db.connect() as conn:
+            if conn.execute("SELECT 1 FROM projects WHERE name = ?", (name,)).fetchone() is None:
+                return None
+            rows = conn.execute(
+                "SELECT resource_id FROM project_resources WHERE project = ? ORDER BY resource_id",
+                (name,),
+            ).fetchall()
+        return Project(name, tuple(r[0] for r in rows))
+
+    def list(self) -> list[Project]:
+        """Every project, by name."""
+        with self._db.connect() as conn:
+            names = [r[0] for r in conn.execute("SELECT name FROM projects ORDER BY name")]
+            links = conn.execute(
+                "SELECT project, resource_id FROM project_resources ORDER BY resource_id"
+            ).fetchall()
+        by_name: dict[str, list[str]] = {n: [] for n in names}
+        for project, rid in links:
+            by_name[project].append(rid)
+        return [Project(n, tuple(by_name[n])) for n in names]
+
+    def remove(self, name: str) -> None:
+        """Delete a project and its links (the resources stay registered).
+
+        Raises:
+            NotFoundError: no such project.
+        """
+        with self._db.connect() as conn:
+            if conn.execute("DELETE FROM projects WHERE name = ?", (name,)).rowcount == 0:
+                raise NotFoundError(f"no project named {name!r}")
+
+    def link(self, name: str, resource_id: str) -> None:
+        """Link a registered resource to a project (idempotent).
+
+        Raises:
+            NotFoundError: unknown project or resource.
+        """
+        rid = canonical_ulid(resource_id)
+        with self._db.connect() as conn:
+            if conn.execute("SELECT 1 FROM projects WHERE name = ?", (name,)).fetchone() is None:
+                raise NotFoundError(f"no project named {name!r}")
+            known = conn.execute("SELECT 1 FROM resources WHERE resource_id = ?", (rid,))
+            if known.fetchone() is None:
+                raise NotFoundError(f"no resource {rid}")
+            conn.execute("INSERT OR IGNORE INTO project_resources VALUES (?, ?)", (name, rid))
+
+
+class ResourceRegistryService:
+    """Registered resources: location on disk and type, under a fresh ULID."""
+
+    def __init__(self, db_path: str | os.PathLike[str]) -> None:
+        self._db = _Database(db_path)
+
+    def register(self, location: str | os.PathLike[str], resource_type: str) -> Resource:
+        """Register a directory and return it with its new ULID.
+
+        Raises:
+            ValueError: unknown resource type, or ``location`` is not a directory.
+        """
+        if resource_type not in RESOURCE_TYPES:
+            known = ", ".join(RESOURCE_TYPES)
+            raise ValueError(f"unknown resource type {resource_type!r}; expected one of {known}")
+        path = Path(location).expanduser().resolve()
+        if not path.is_dir():
+            raise ValueError(f"not a directory: {path}")
+        resource = Resource(str(ULID()), str(path), resource_type)
+        with self._db.connect() as conn:
+            conn.execute(
+                "INSERT INTO resources VALUES (?, ?, ?, ?, NULL)",
+                (resource.resource_id, resource.location, resource_type, _now()),
+            )
+        return resource
+
+    def get(self, resource_id: str) -> Resource | None:
+        """The resource with this ULID (any case), or None if unknown or malformed."""
+        try:
+            rid = canonical_ulid(resource_id)
+        except (TypeError, ValueError):
+            return None
+        with self._db.connect() as conn:
+            row = conn.execute(
+                "SELECT resource_id, location, resource_type, last_indexed_at "
+                "FROM resources WHERE resource_id = ?",
+                (rid,),
+            ).fetchone()
+        return None if row is None else Resource(*row)
+
+    def list(self) -> list[Resource]:
+        """Every registered resource, by ULID (so by registration time)."""
+        with self._db.connect() as conn:
+            rows = conn.execute(
+                "SELECT resource_id, location, resource_type, last_indexed_at "
+                "FROM resources ORDER BY resource_id"
+            ).fetchall()
+        return [Resource(*r) for r in rows]
+
+    def remove(self, resource_id: str) -> None:
+        """Forget a resource and its project links.
+
+        Raises:
+            ValueError: malformed ULID; :class:`NotFoundError`: unknown resource.
+        """
+        rid = canonical_ulid(resource_id)
+        with self._db.connect() as conn:
+            if conn.execute("DELETE FROM resources WHERE resource_id = ?", (rid,)).rowcount == 0:
+                raise NotFoundError(f"no resource {rid}")
+
+    def mark_indexed(self, resource_id: str, when: str | None = None) -> None:
+        """Record when a resource was last indexed (ISO 8601, UTC)."""
+        rid = canonical_ulid(resource_id)
+        with self._db.connect() as conn:
+            conn.execute(
+                "UPDATE resources SET last_indexed_at = ? WHERE resource_id = ?",
+                (when or _now(), rid),
+            )
