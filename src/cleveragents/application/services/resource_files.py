@@ -1,0 +1,419 @@
+"""List and read a resource's files without trusting the tree.
+
+A resource is a directory or a git checkout that somebody else controls. Its
+files are read into an LLM context tier and into search indexes, so this module
+assumes the tree is hostile:
+
+* committed symlinks (to ``/etc/passwd``, ``/dev/zero``, a directory outside the
+  root, or themselves) are never followed, neither at listing nor at reading;
+* FIFOs, sockets and device nodes are never read, and opening them never blocks;
+* a file or a directory component swapped for a symlink between listing and
+  reading is refused: reading walks from the root's descriptor with
+  ``openat``-style ``dir_fd`` calls, every component opened ``O_NOFOLLOW``;
+* sizes are enforced on bytes actually read, never on ``st_size`` alone;
+* non-UTF-8 names survive as surrogate escapes (``os.fsdecode``).
+
+Listing uses ``git ls-files`` for git resources (so ``.gitignore`` applies) and
+``os.walk`` otherwise, or when git is missing, fails or times out. Every file
+that is left out is logged at DEBUG as ``context_hydrator.file_skipped`` with
+``path`` and ``reason``.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import subprocess
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import structlog
+
+__all__ = [
+    "BINARY_EXTENSIONS",
+    "GIT_TIMEOUT_SECONDS",
+    "MAX_FILE_BYTES",
+    "MAX_TOTAL_BYTES",
+    "SKIP_DIRS",
+    "ListedFile",
+    "ReadFile",
+    "decode_text",
+    "is_binary",
+    "list_files",
+    "read_file",
+]
+
+_log = structlog.get_logger("cleveragents.acms.hydrator")
+
+MAX_FILE_BYTES = 256 * 1024
+"""Files larger than this are not read."""
+
+MAX_TOTAL_BYTES = 10 * 1024 * 1024
+"""Hydration budget across one resource; enforced by the caller."""
+
+GIT_TIMEOUT_SECONDS = 30.0
+"""How long ``git ls-files`` may run before listing falls back to ``os.walk``."""
+
+_SNIFF_BYTES = 8192
+
+BINARY_EXTENSIONS: frozenset[str] = frozenset(
+    {
+        # compiled code and libraries
+        ".pyc", ".pyo", ".pyd", ".so", ".dll", ".dylib", ".exe", ".bin", ".o", ".a",
+        ".obj", ".lib", ".class", ".jar", ".war", ".wasm",
+        # images
+        ".png", ".jpg", ".jpeg", ".gif", ".bmp", ".ico", ".webp", ".tiff", ".tif",
+        ".psd", ".icns",
+        # documents
+        ".pdf", ".doc", ".docx", ".xls", ".xlsx", ".ppt", ".pptx", ".odt",
+        # archives and packages
+        ".zip", ".gz", ".tgz", ".bz2", ".xz", ".7z", ".tar", ".rar", ".zst", ".lz4",
+        ".whl", ".egg", ".deb", ".rpm", ".dmg", ".iso", ".apk",
+        # media
+        ".mp3", ".mp4", ".wav", ".avi", ".mov", ".mkv", ".flac", ".ogg", ".webm",
+        # fonts
+        ".woff", ".woff2", ".ttf", ".otf", ".eot",
+        # data stores and serialised arrays
+        ".sqlite", ".sqlite3", ".db", ".pkl", ".pickle", ".npy", ".npz", ".parquet",
+        ".h5", ".hdf5", ".onnx", ".pt", ".pth", ".safetensors",
+    }
+)  # fmt: skip
+"""Lower-case extensions (with the dot) that are never read as text."""
+
+SKIP_DIRS: frozenset[str] = frozenset(
+    {
+        ".git", ".hg", ".svn",
+        "__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".hypothesis",
+        ".tox", ".eggs", "site-packages",
+        "node_modules",
+        ".venv", "venv", "env", ".env",
+        "dist", "build", "target",
+        ".idea", ".vscode",
+    }
+)  # fmt: skip
+"""Directory names that are never descended into, wherever they appear."""
+
+_GIT_TYPES = frozenset({"git-checkout", "git"})
+
+# Variables that would point git at another repository than ``-C root``
+# (set, for instance, while a git hook runs).
+_GIT_REDIRECT_VARS = (
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_COMMON_DIR",
+    "GIT_NAMESPACE",
+)
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
+_READ_CHUNK = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ListedFile:
+    """A regular file found under a resource root (from ``lstat``; nothing read).
+
+    Attributes:
+        rel_path: POSIX path relative to the root; undecodable bytes are kept
+            as surrogate escapes (``os.fsdecode``).
+        size: Size in bytes at listing time.
+        mtime_ns: Modification time at listing time, in nanoseconds.
+    """
+
+    rel_path: str
+    size: int
+    mtime_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadFile:
+    """The bytes of one file, with the size and mtime of what was read."""
+
+    rel_path: str
+    data: bytes
+    size: int
+    mtime_ns: int
+
+
+def _skip(path: str, reason: str, **fields: object) -> None:
+    _log.debug("context_hydrator.file_skipped", path=path, reason=reason, **fields)
+
+
+def _split_safe(rel_path: str) -> list[str] | None:
+    """Return the components of a relative path, or None if it could leave the root."""
+    if not rel_path or rel_path.startswith("/") or "\0" in rel_path:
+        return None
+    parts = rel_path.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        return None
+    return parts
+
+
+def _extension(rel_path: str) -> str:
+    name = rel_path.rsplit("/", 1)[-1].lower()
+    dot = name.rfind(".")
+    return name[dot:] if dot >= 0 else ""
+
+
+def is_binary(rel_path: str, head: bytes) -> bool:
+    """Tell whether a file should be treated as binary.
+
+    Args:
+        rel_path: The file's path; its extension is compared case-insensitively
+            with ``BINARY_EXTENSIONS``.
+        head: The file's first bytes (any length; only the first 8192 are looked at).
+
+    Returns:
+        True if the extension is a binary one or ``head`` holds a NUL byte.
+    """
+    return _extension(rel_path) in BINARY_EXTENSIONS or b"\0" in head[:_SNIFF_BYTES]
+
+
+def decode_text(data: bytes) -> str:
+    """Decode file bytes as UTF-8, dropping a leading BOM and replacing bad bytes."""
+    return data.decode("utf-8-sig", errors="replace")
+
+
+def _git_paths(root: str) -> list[str] | None:
+    """Return the paths ``git ls-files`` lists under ``root``, or None if git cannot."""
+    env = {k: v for k, v in os.environ.items() if k not in _GIT_REDIRECT_VARS}
+    env["GIT_OPTIONAL_LOCKS"] = "0"
+    command = [
+        "git",
+        # A checkout's own config could name an fsmonitor command for git to run.
+        "-c",
+        "core.fsmonitor=false",
+        "-C",
+        root,
+        "ls-files",
+        "-z",
+        "--cached",
+        "--others",
+        "--exclude-standard",
+    ]
+    try:
+        completed = subprocess.run(  # fixed argv, no shell
+            command,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            env=env,
+            timeout=GIT_TIMEOUT_SECONDS,
+            check=False,
+        )
+    except FileNotFoundError:
+        _log.debug("context_hydrator.git_fallback", root=root, reason="git_missing")
+        return None
+    except subprocess.TimeoutExpired:
+        _log.debug("context_hydrator.git_fallback", root=root, reason="timeout")
+        return None
+    except OSError as exc:
+        _log.debug("context_hydrator.git_fallback", root=root, reason="os_error", error=str(exc))
+        return None
+    if completed.returncode != 0:
+        _log.debug(
+            "context_hydrator.git_fallback",
+            root=root,
+            reason="git_failed",
+            returncode=completed.returncode,
+            stderr=completed.stderr.decode("utf-8", errors="replace").strip()[:500],
+        )
+        return None
+    # An untracked nested repository is listed as "name/"; lstat rejects it later.
+    return [
+        os.fsdecode(raw).rstrip("/") for raw in completed.stdout.split(b"\0") if raw.strip(b"/")
+    ]
+
+
+def _walk_paths(root: str) -> list[str]:
+    """Return every non-directory entry under ``root``, never entering SKIP_DIRS or symlinks."""
+
+    def on_error(exc: OSError) -> None:
+        where = exc.filename if isinstance(exc.filename, str) else root
+        _skip(os.path.relpath(where, root).replace(os.sep, "/"), "unreadable", error=str(exc))
+
+    paths: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root, onerror=on_error, followlinks=False):
+        dirnames[:] = [name for name in dirnames if name not in SKIP_DIRS]
+        rel_dir = os.path.relpath(dirpath, root)
+        prefix = "" if rel_dir == os.curdir else rel_dir.replace(os.sep, "/") + "/"
+        paths.extend(prefix + name for name in filenames)
+        # Symlinks to directories land in dirnames and are not descended; report them.
+        for name in dirnames:
+            if os.path.islink(os.path.join(dirpath, name)):
+                _skip(prefix + name, "symlink")
+    return paths
+
+
+def _parent_is_safe(root: str, parts: list[str], cache: dict[str, bool]) -> bool:
+    """Tell whether every directory component of ``parts`` is a real directory (no symlink).
+
+    ``lstat`` only refuses a symlink as the last component; a symlinked parent
+    would silently lead it outside the root.
+    """
+    prefix = ""
+    for part in parts[:-1]:
+        prefix = f"{prefix}/{part}" if prefix else part
+        known = cache.get(prefix)
+        if known is None:
+            try:
+                known = stat.S_ISDIR(os.lstat(os.path.join(root, prefix)).st_mode)
+            except OSError:
+                known = False
+            cache[prefix] = known
+        if not known:
+            return False
+    return True
+
+
+def _listed(root: str, candidates: Iterable[str]) -> Iterator[ListedFile]:
+    parent_cache: dict[str, bool] = {}
+    for rel_path in sorted(set(candidates)):
+        parts = _split_safe(rel_path)
+        if parts is None:
+            _skip(rel_path, "outside_root")
+            continue
+        if any(part in SKIP_DIRS for part in parts[:-1]):
+            _skip(rel_path, "skip_dir")
+            continue
+        if _extension(rel_path) in BINARY_EXTENSIONS:
+            _skip(rel_path, "binary")
+            continue
+        if not _parent_is_safe(root, parts, parent_cache):
+            _skip(rel_path, "symlink")
+            continue
+        try:
+            st = os.lstat(os.path.join(root, *parts))
+        except FileNotFoundError:
+            _log.debug("context_hydrator.vanished", path=rel_path)
+            _skip(rel_path, "vanished")
+            continue
+        except OSError as exc:
+            _skip(rel_path, "unreadable", error=str(exc))
+            continue
+        if stat.S_ISLNK(st.st_mode):
+            _skip(rel_path, "symlink")
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            _skip(rel_path, "not_regular")
+            continue
+        yield ListedFile(rel_path=rel_path, size=st.st_size, mtime_ns=st.st_mtime_ns)
+
+
+def list_files(
+    root: str | os.PathLike[str], resource_type: str = "git-checkout"
+) -> Iterator[ListedFile]:
+    """List the regular files of a resource, sorted by path, each once.
+
+    Args:
+        root: The resource's root directory.
+        resource_type: ``"git-checkout"`` or ``"git"`` lists with
+            ``git ls-files --cached --others --exclude-standard`` (so ignored
+            files are left out), falling back to ``os.walk`` when git is
+            missing, fails or times out; any other type walks the tree.
+
+    Yields:
+        One ``ListedFile`` per regular file (per ``lstat``) that is not under a
+        ``SKIP_DIRS`` directory and has no ``BINARY_EXTENSIONS`` extension.
+        Symlinks, FIFOs, sockets, devices, directories and paths that could
+        leave the root are skipped and logged, never followed.
+    """
+    root_str = os.fspath(root)
+    candidates: list[str] | None = None
+    if resource_type in _GIT_TYPES:
+        candidates = _git_paths(root_str)
+    if candidates is None:
+        candidates = _walk_paths(root_str)
+    yield from _listed(root_str, candidates)
+
+
+def _open_beneath(root: str, parts: list[str]) -> int:
+    """Open ``parts`` under ``root`` without following any symlink on the way.
+
+    Each directory component is opened ``O_DIRECTORY | O_NOFOLLOW`` relative to
+    the previous one, so a component swapped for a symlink after listing fails
+    with ``ELOOP``/``ENOTDIR`` instead of leading outside the root.
+    """
+    dir_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in parts[:-1]:
+            next_fd = os.open(part, _DIR_FLAGS, dir_fd=dir_fd)
+            os.close(dir_fd)
+            dir_fd = next_fd
+        return os.open(parts[-1], _FILE_FLAGS, dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+_ERRNO_REASONS = {
+    errno.ENOENT: "vanished",
+    errno.ELOOP: "symlink",
+    errno.ENOTDIR: "symlink",
+    errno.EMLINK: "symlink",  # what FreeBSD returns for O_NOFOLLOW on a symlink
+    errno.ENXIO: "not_regular",  # a unix socket
+}
+
+
+def read_file(
+    root: str | os.PathLike[str], listed: ListedFile, *, max_bytes: int = MAX_FILE_BYTES
+) -> ReadFile | None:
+    """Read a listed file's bytes, refusing anything that is no longer a safe regular file.
+
+    Args:
+        root: The root the file was listed under.
+        listed: The file, as ``list_files`` yielded it.
+        max_bytes: Largest number of bytes accepted; counted on what is read,
+            so a file that grew since listing is still caught.
+
+    Returns:
+        The file's bytes with the size and mtime of the open descriptor, or
+        None (logged as ``context_hydrator.file_skipped``) if the file vanished,
+        became a symlink or a non-regular file, sits under a component that
+        became a symlink, is larger than ``max_bytes``, or cannot be read.
+
+    Raises:
+        ValueError: If ``max_bytes`` is negative.
+    """
+    if max_bytes < 0:
+        raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
+    rel_path = listed.rel_path
+    parts = _split_safe(rel_path)
+    if parts is None:
+        _skip(rel_path, "outside_root")
+        return None
+    try:
+        fd = _open_beneath(os.fspath(root), parts)
+    except OSError as exc:
+        reason = _ERRNO_REASONS.get(exc.errno or 0, "unreadable")
+        if reason == "vanished":
+            _log.debug("context_hydrator.vanished", path=rel_path)
+        _skip(rel_path, reason, error=exc.strerror)
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            _skip(rel_path, "not_regular")
+            return None
+        if st.st_size > max_bytes:
+            _skip(rel_path, "too_large", size=st.st_size, max_bytes=max_bytes)
+            return None
+        chunks: list[bytes] = []
+        remaining = max_bytes + 1
+        while remaining > 0:
+            chunk = os.read(fd, min(remaining, _READ_CHUNK))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            remaining -= len(chunk)
+    except OSError as exc:
+        _skip(rel_path, "unreadable", error=exc.strerror)
+        return None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > max_bytes:
+        _skip(rel_path, "too_large", size=len(data), max_bytes=max_bytes)
+        return None
+    return ReadFile(rel_path=rel_path, data=data, size=len(data), mtime_ns=st.st_mtime_ns)
