@@ -1,0 +1,545 @@
+"""FaissVectorBackend against real FAISS indexes, on disk (tmp_path) and in memory.
+
+The oracle is numpy brute force: cosine over the L2-normalised in-scope rows.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sqlite3
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from ulid import ULID
+
+from cleveragents.domain.models.acms.backends import IndexUnit, VectorIndex, VectorResult
+from cleveragents.domain.models.acms.errors import IndexUnavailableError
+from cleveragents.domain.models.acms.uko import unit_uri
+from cleveragents.infrastructure.acms.faiss_vector import DB_FILENAME, FaissVectorBackend
+
+TOL = 1e-5
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def units_for(rid: str, count: int, path: str = "src/mod.py", start: int = 1) -> list[IndexUnit]:
+    return [
+        IndexUnit(unit_uri(rid, path, f"L{i}-L{i + 1}"), f"chunk {i} of {rid}", {"path": path})
+        for i in range(start, start + count)
+    ]
+
+
+def oracle(
+    corpus: dict[str, tuple[str, np.ndarray]],
+    query: np.ndarray,
+    scope: frozenset[str],
+    top_k: int,
+) -> tuple[list[tuple[str, float]], dict[str, float], bool]:
+    """Brute-force ranking of the in-scope rows.
+
+    Returns the expected (uri, clamped score) list, the clamped score of every
+    in-scope uri, and whether the ranking is free of near-ties (so the exact
+    order is well defined).
+    """
+    scope = frozenset(s.upper() for s in scope)
+    uris = sorted(uri for uri, (rid, _) in corpus.items() if rid in scope)
+    if not uris:
+        return [], {}, True
+    rows = np.array([corpus[uri][1] for uri in uris], dtype=np.float64)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    q = np.asarray(query, dtype=np.float64)
+    q = q / np.linalg.norm(q)
+    cosine = rows @ q
+    raw = dict(zip(uris, (float(c) for c in cosine), strict=True))
+    clamp = {uri: max(0.0, min(1.0, c)) for uri, c in raw.items()}
+    # Selected by raw cosine (as the engine ranks); ordered by the clamped
+    # score the API reports, ties by URI.
+    selected = sorted(uris, key=lambda u: (-raw[u], u))
+    boundary_clear = len(selected) <= top_k or raw[selected[top_k - 1]] - raw[selected[top_k]] > TOL
+    expected = sorted(((u, clamp[u]) for u in selected[:top_k]), key=lambda e: (-e[1], e[0]))
+
+    def clearly_ordered(a: str, b: str) -> bool:
+        # Rows clearly below zero all report exactly 0.0 and fall back to URI order.
+        return clamp[a] - clamp[b] > TOL or (raw[a] < -TOL and raw[b] < -TOL)
+
+    separated = boundary_clear and all(
+        clearly_ordered(a, b) for (a, _), (b, _) in itertools.pairwise(expected)
+    )
+    return expected, clamp, separated
+
+
+def assert_matches_oracle(
+    results: list[VectorResult],
+    expected: list[tuple[str, float]],
+    scores: dict[str, float],
+    separated: bool,
+) -> None:
+    assert len(results) == len(expected)
+    got = [r.uko_uri for r in results]
+    assert len(set(got)) == len(got)
+    for result, (_, want) in zip(results, expected, strict=True):
+        assert result.uko_uri in scores, "an out-of-scope (or unknown) unit surfaced"
+        assert abs(result.score - want) <= TOL
+        assert abs(result.score - scores[result.uko_uri]) <= TOL
+    for a, b in itertools.pairwise(results):
+        assert (a.score, b.uko_uri) >= (b.score, a.uko_uri)  # desc score, ties by uri
+    # Same URIs in the same order up to ties: a different URI at a position
+    # must be a near-tie of the expected one.
+    for uri, (want_uri, want) in zip(got, expected, strict=True):
+        assert uri == want_uri or abs(scores[uri] - want) <= TOL
+    if separated:
+        assert got == [uri for uri, _ in expected]
+
+
+def load(backend: FaissVectorBackend, corpus: dict[str, tuple[str, np.ndarray]]) -> None:
+    by_rid: dict[str, list[str]] = {}
+    for uri, (rid, _) in corpus.items():
+        by_rid.setdefault(rid, []).append(uri)
+    for rid, uris in by_rid.items():
+        units = [IndexUnit(uri, f"content of {uri}") for uri in uris]
+        backend.upsert(rid, units, np.array([corpus[u][1] for u in uris], dtype=np.float32))
+
+
+def sqlite_ids(path: Path) -> dict[str, int]:
+    conn = sqlite3.connect(path / DB_FILENAME)
+    try:
+        return dict(conn.execute("SELECT uri, id FROM units").fetchall())
+    finally:
+        conn.close()
+
+
+@pytest.fixture(params=["disk", "memory"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path):
+    path = tmp_path / "vectors" if request.param == "disk" else None
+    b = FaissVectorBackend(path, dimension=8)
+    yield b
+    b.close()
+
+
+def rid() -> str:
+    return str(ULID())
+
+
+# ---------------------------------------------------------------- oracle
+
+
+@pytest.mark.parametrize("where", ["disk", "memory"])
+def test_scoped_search_equals_numpy_even_when_out_of_scope_rows_are_closer(
+    tmp_path: Path, where: str
+) -> None:
+    rng = np.random.default_rng(7)
+    dim = 32
+    near, far_a, far_b = rid(), rid(), rid()
+    query = rng.normal(size=dim)
+    corpus: dict[str, tuple[str, np.ndarray]] = {}
+    for owner in (near, far_a, far_b):
+        for unit in units_for(owner, 150):
+            noise = rng.normal(size=dim)
+            # The `near` resource is almost the query itself: it would win every slot.
+            vec = query + 0.05 * noise if owner == near else noise
+            corpus[unit.uko_uri] = (owner, vec)
+    with FaissVectorBackend(tmp_path if where == "disk" else None, dimension=dim) as backend:
+        load(backend, corpus)
+        for scope, top_k in [
+            (frozenset({far_a}), 10),
+            (frozenset({far_a, far_b}), 25),
+            (frozenset({far_b.lower()}), 150),
+            (frozenset({far_b}), 10**9),
+            (frozenset({near, far_a, far_b}), 40),
+            (frozenset({far_a, rid()}), 7),
+        ]:
+            results = backend.similarity_search(list(query), scope=scope, top_k=top_k)
+            expected, scores, separated = oracle(corpus, query, scope, top_k)
+            in_scope = 150 * len({s.upper() for s in scope} & {near, far_a, far_b})
+            assert len(results) == min(top_k, in_scope)
+            assert all(r.metadata["resource_id"] in {s.upper() for s in scope} for r in results)
+            assert_matches_oracle(results, expected, scores, separated)
+
+
+RIDS = sorted(str(ULID()) for _ in range(4))
+components = st.one_of(
+    st.integers(-2, 2).map(float),
+    st.floats(-1.0, 1.0, allow_nan=False, width=32),
+)
+
+
+@st.composite
+def vectors(draw: st.DrawFn, dim: int) -> list[float]:
+    vec = draw(st.lists(components, min_size=dim, max_size=dim))
+    if not any(vec):
+        vec[draw(st.integers(0, dim - 1))] = 1.0
+    return vec
+
+
+@st.composite
+def scenarios(draw: st.DrawFn):
+    dim = draw(st.integers(2, 6))
+    corpus: dict[str, tuple[str, np.ndarray]] = {}
+    for owner in draw(st.lists(st.sampled_from(RIDS), min_size=1, max_size=4, unique=True)):
+        count = draw(st.integers(1, 12))
+        for unit in units_for(owner, count):
+            corpus[unit.uko_uri] = (owner, np.array(draw(vectors(dim))))
+    doomed = draw(st.lists(st.sampled_from(sorted(corpus)), unique=True, max_size=len(corpus)))
+    scope = frozenset(draw(st.lists(st.sampled_from(RIDS), unique=True, max_size=4)))
+    top_k = draw(st.one_of(st.integers(1, 60), st.just(10**9)))
+    query = np.array(draw(vectors(dim)))
+    return dim, corpus, doomed, scope, top_k, query
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_property_scoped_search_matches_numpy(scenario) -> None:
+    dim, corpus, doomed, scope, top_k, query = scenario
+    with FaissVectorBackend(dimension=dim) as backend:
+        load(backend, corpus)
+        for uri in doomed:
+            backend.delete(corpus[uri][0], [uri])
+        alive = {uri: v for uri, v in corpus.items() if uri not in set(doomed)}
+        results = backend.similarity_search(list(query), scope=scope, top_k=top_k)
+        expected, scores, separated = oracle(alive, query, scope, top_k)
+        in_scope = sum(1 for owner, _ in alive.values() if owner in scope)
+        assert len(results) == min(top_k, in_scope)
+        assert all(r.metadata["resource_id"] in scope for r in results)
+        assert all(r.uko_uri in alive for r in results)  # no -1 ever maps to a unit
+        assert_matches_oracle(results, expected, scores, separated)
+
+
+# ---------------------------------------------------------------- protocol and basics
+
+
+def test_is_a_vector_index(backend: FaissVectorBackend) -> None:
+    assert isinstance(backend, VectorIndex)
+    assert backend.dimension == 8
+
+
+def test_empty_scope_unknown_resource_and_empty_index(backend: FaissVectorBackend) -> None:
+    q = [1.0] * 8
+    assert backend.similarity_search(q, scope=frozenset({rid()})) == []
+    r = rid()
+    backend.upsert(r, units_for(r, 2), np.ones((2, 8), dtype=np.float32))
+    assert backend.similarity_search(q, scope=frozenset()) == []
+    assert backend.similarity_search(q, scope=frozenset({rid()})) == []
+    assert len(backend.similarity_search(q, scope=frozenset({r}), top_k=10**9)) == 2
+
+
+def test_results_carry_content_metadata_and_clamped_scores(backend: FaissVectorBackend) -> None:
+    r = rid()
+    units = [
+        IndexUnit(unit_uri(r, "a.py", "L1-L2"), "same", {"lang": "py", "resource_id": "lie"}),
+        IndexUnit(unit_uri(r, "a.py", "L3-L4"), "opposite"),
+    ]
+    emb = np.zeros((2, 8), dtype=np.float32)
+    emb[0, 0], emb[1, 0] = 3.0, -2.0
+    backend.upsert(r, units, emb)
+    same, opposite = backend.similarity_search([1.0] + [0.0] * 7, scope=frozenset({r}))
+    assert (same.uko_uri, same.content, same.score) == (units[0].uko_uri, "same", 1.0)
+    assert same.metadata == {"lang": "py", "resource_id": r}
+    assert (opposite.content, opposite.score) == ("opposite", 0.0)
+    assert opposite.metadata == {"resource_id": r}
+
+
+def test_ties_are_broken_by_uri(backend: FaissVectorBackend) -> None:
+    r = rid()
+    units = units_for(r, 12)
+    backend.upsert(r, units[::-1], np.ones((12, 8), dtype=np.float32))
+    results = backend.similarity_search([1.0] * 8, scope=frozenset({r}), top_k=12)
+    assert [x.uko_uri for x in results] == sorted(u.uko_uri for u in units)
+
+
+def test_accepts_any_real_dtype_and_normalises(backend: FaissVectorBackend) -> None:
+    r = rid()
+    units = units_for(r, 3)
+    emb = np.array([[1e-30] * 8, [1e300] * 8, [2] * 8], dtype=np.float64)
+    emb_int = np.array([[2] * 8], dtype=np.int64)
+    backend.upsert(r, units, emb)
+    r2 = rid()
+    backend.upsert(r2, units_for(r2, 1), emb_int)
+    results = backend.similarity_search([5.0] * 8, scope=frozenset({r, r2}))
+    assert len(results) == 4
+    assert all(abs(x.score - 1.0) <= TOL for x in results)
+
+
+# ---------------------------------------------------------------- writes
+
+
+def test_upsert_replace_delete_uris_and_delete_all(backend: FaissVectorBackend) -> None:
+    r, other = rid(), rid()
+    first = units_for(r, 3)
+    backend.upsert(r, first, np.eye(8, dtype=np.float32)[:3])
+    backend.upsert(other, units_for(other, 1), np.ones((1, 8), dtype=np.float32))
+    assert backend.unit_uris(r) == {u.uko_uri for u in first}
+    assert backend.resource_ids() == {r, other}
+
+    # Replace unit 0 (new content and vector), delete unit 1, add unit 4.
+    new = [IndexUnit(first[0].uko_uri, "replaced"), *units_for(r, 1, start=4)]
+    emb = np.zeros((2, 8), dtype=np.float32)
+    emb[0, 7], emb[1, 6] = 1.0, 1.0
+    backend.upsert(r, new, emb, delete_uris=[first[1].uko_uri])
+    assert backend.unit_uris(r) == {first[0].uko_uri, first[2].uko_uri, new[1].uko_uri}
+    top = backend.similarity_search([0.0] * 7 + [1.0], scope=frozenset({r}), top_k=1)
+    assert (top[0].uko_uri, top[0].content, top[0].score) == (first[0].uko_uri, "replaced", 1.0)
+    all_hits = backend.similarity_search([1.0] * 8, scope=frozenset({r}), top_k=100)
+    assert {x.uko_uri for x in all_hits} == backend.unit_uris(r)
+
+    backend.upsert(r, [], np.empty((0, 8), dtype=np.float32), delete_uris=[first[2].uko_uri])
+    assert first[2].uko_uri not in backend.unit_uris(r)
+    backend.delete(r, [first[2].uko_uri])  # already gone: a no-op
+    backend.delete(r, [])
+    assert backend.unit_uris(r) == {first[0].uko_uri, new[1].uko_uri}
+    backend.delete(r.lower())
+    assert backend.unit_uris(r) == set()
+    assert backend.resource_ids() == {other}
+    assert backend.similarity_search([1.0] * 8, scope=frozenset({r})) == []
+    assert len(backend.similarity_search([1.0] * 8, scope=frozenset({r, other}))) == 1
+
+
+def test_duplicate_uris_in_one_upsert_last_wins(backend: FaissVectorBackend) -> None:
+    r = rid()
+    uri = unit_uri(r, "a.py", "L1-L1")
+    emb = np.eye(8, dtype=np.float32)[:2]
+    backend.upsert(r, [IndexUnit(uri, "old"), IndexUnit(uri, "new")], emb)
+    (hit,) = backend.similarity_search([0.0, 1.0] + [0.0] * 6, scope=frozenset({r}))
+    assert (hit.content, hit.score) == ("new", 1.0)
+
+
+def test_writes_reject_units_and_uris_of_another_resource(backend: FaissVectorBackend) -> None:
+    r, other = rid(), rid()
+    backend.upsert(r, units_for(r, 1), np.ones((1, 8), dtype=np.float32))
+    with pytest.raises(ValueError, match="does not belong"):
+        backend.upsert(r, units_for(other, 1), np.ones((1, 8), dtype=np.float32))
+    with pytest.raises(ValueError, match="does not name"):
+        backend.upsert(
+            r,
+            units_for(r, 1, start=9),
+            np.ones((1, 8), dtype=np.float32),
+            delete_uris=[unit_uri(other, "x.py", "L1-L1")],
+        )
+    with pytest.raises(ValueError, match="does not name"):
+        backend.delete(r, ["https://example.com/x"])
+    with pytest.raises(TypeError):
+        backend.delete(r, unit_uri(r, "a.py", "L1-L1"))  # a str, not a list of URIs
+    with pytest.raises(ValueError):
+        backend.upsert("not-a-ulid", [], np.empty((0, 8), dtype=np.float32))
+    with pytest.raises(TypeError):
+        backend.upsert(r, ["uko://nope"], np.ones((1, 8), dtype=np.float32))  # type: ignore[list-item]
+    # Nothing was written by the rejected calls.
+    assert backend.resource_ids() == {r}
+    assert backend.unit_uris(r) == {units_for(r, 1)[0].uko_uri}
+
+
+@pytest.mark.parametrize(
+    ("embeddings", "error"),
+    [
+        (np.ones((2, 8), dtype=np.float32), ValueError),  # too many rows
+        (np.ones((1, 7), dtype=np.float32), ValueError),  # wrong dimension
+        (np.ones(8, dtype=np.float32), ValueError),  # 1-D
+        (np.ones((1, 1, 8), dtype=np.float32), ValueError),  # 3-D
+        (np.zeros((1, 8), dtype=np.float32), ValueError),  # zero row
+        (np.full((1, 8), np.nan, dtype=np.float32), ValueError),
+        (np.full((1, 8), np.inf, dtype=np.float64), ValueError),
+        (np.ones((1, 8), dtype=bool), TypeError),
+        (np.ones((1, 8), dtype=np.complex64), TypeError),
+        (np.array([["a"] * 8]), TypeError),
+    ],
+)
+def test_upsert_rejects_bad_embeddings(
+    backend: FaissVectorBackend, embeddings: np.ndarray, error: type[Exception]
+) -> None:
+    r = rid()
+    with pytest.raises(error):
+        backend.upsert(r, units_for(r, 1), embeddings)
+    assert backend.resource_ids() == set()
+
+
+@pytest.mark.parametrize(
+    ("query", "error"),
+    [
+        ([float("nan")] + [1.0] * 7, ValueError),
+        ([float("inf")] + [1.0] * 7, ValueError),
+        ([1.0] * 7, ValueError),
+        ([1.0] * 9, ValueError),
+        ([], ValueError),
+        ([0.0] * 8, ValueError),
+        (np.ones((1, 8)), ValueError),
+        ([True] * 8, TypeError),
+        (np.ones(8, dtype=bool), TypeError),
+        ("1" * 8, TypeError),
+    ],
+)
+def test_search_rejects_bad_queries(
+    backend: FaissVectorBackend, query: object, error: type[Exception]
+) -> None:
+    r = rid()
+    backend.upsert(r, units_for(r, 1), np.ones((1, 8), dtype=np.float32))
+    with pytest.raises(error):
+        backend.similarity_search(query, scope=frozenset({r}))  # type: ignore[arg-type]
+
+
+def test_search_rejects_bad_scope_and_top_k(backend: FaissVectorBackend) -> None:
+    q = [1.0] * 8
+    with pytest.raises(TypeError):
+        backend.similarity_search(q, scope={rid()})  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        backend.similarity_search(q, scope=frozenset({"nope"}))
+    with pytest.raises(ValueError):
+        backend.similarity_search(q, scope=frozenset({rid()}), top_k=0)
+    with pytest.raises(TypeError):
+        backend.similarity_search(q, scope=frozenset({rid()}), top_k=True)
+
+
+def test_numpy_query_is_accepted(backend: FaissVectorBackend) -> None:
+    r = rid()
+    backend.upsert(r, units_for(r, 1), np.ones((1, 8), dtype=np.float32))
+    (hit,) = backend.similarity_search(np.ones(8, dtype=np.float32), scope=frozenset({r}))  # type: ignore[arg-type]
+    assert abs(hit.score - 1.0) <= TOL
+
+
+# ---------------------------------------------------------------- durability and ids
+
+
+def test_ids_are_never_reused_after_delete_and_across_reopen(tmp_path: Path) -> None:
+    r = rid()
+    units = units_for(r, 3)
+    emb = np.ones((3, 8), dtype=np.float32)
+    with FaissVectorBackend(tmp_path, dimension=8) as backend:
+        backend.upsert(r, units, emb)
+        first = sqlite_ids(tmp_path)
+        backend.delete(r)  # deletes the highest ids too
+        backend.upsert(r, units, emb)
+        second = sqlite_ids(tmp_path)
+        assert min(second.values()) > max(first.values())
+        backend.upsert(r, units[:1], emb[:1])  # replace: a fresh id
+        third = sqlite_ids(tmp_path)
+        assert third[units[0].uko_uri] > max(second.values())
+        highest = max(third.values())
+        backend.delete(r, [units[0].uko_uri])
+    with FaissVectorBackend(tmp_path, dimension=8) as backend:
+        backend.upsert(r, units[:1], emb[:1])
+        assert sqlite_ids(tmp_path)[units[0].uko_uri] > highest
+        hits = backend.similarity_search([1.0] * 8, scope=frozenset({r}), top_k=10)
+        assert sorted(h.uko_uri for h in hits) == sorted(u.uko_uri for u in units)
+
+
+def test_persistence_across_reopen(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    r1, r2 = rid(), rid()
+    query = list(rng.normal(size=8))
+    with FaissVectorBackend(tmp_path / "idx", dimension=8) as backend:
+        backend.upsert(r1, units_for(r1, 20), rng.normal(size=(20, 8)).astype(np.float32))
+        backend.upsert(r2, units_for(r2, 5), rng.normal(size=(5, 8)).astype(np.float32))
+        backend.delete(r2, [units_for(r2, 1)[0].uko_uri])
+        before = backend.similarity_search(query, scope=frozenset({r1, r2}), top_k=50)
+    with FaissVectorBackend(str(tmp_path / "idx"), dimension=8) as reopened:
+        assert reopened.resource_ids() == {r1, r2}
+        assert len(reopened.unit_uris(r2)) == 4
+        after = reopened.similarity_search(query, scope=frozenset({r1, r2}), top_k=50)
+    assert after == before
+    assert len(after) == 24
+
+
+def test_reopen_with_another_dimension_is_rejected(tmp_path: Path) -> None:
+    FaissVectorBackend(tmp_path, dimension=8).close()
+    with pytest.raises(ValueError, match="dimension 8"):
+        FaissVectorBackend(tmp_path, dimension=16)
+    with pytest.raises(ValueError):
+        FaissVectorBackend(tmp_path, dimension=0)
+    with pytest.raises(TypeError):
+        FaissVectorBackend(tmp_path, dimension=8.0)  # type: ignore[arg-type]
+
+
+def test_another_instance_sees_writes_on_its_next_search(tmp_path: Path) -> None:
+    r1, r2 = rid(), rid()
+    q = [1.0] * 8
+    scope = frozenset({r1, r2})
+    with (
+        FaissVectorBackend(tmp_path, dimension=8) as a,
+        FaissVectorBackend(tmp_path, dimension=8) as b,
+    ):
+        assert b.similarity_search(q, scope=scope) == []
+        a.upsert(r1, units_for(r1, 2), np.ones((2, 8), dtype=np.float32))
+        assert len(b.similarity_search(q, scope=scope)) == 2
+        # b writes on top of a stale mirror: b must end up with both writes.
+        a.upsert(r1, units_for(r1, 1, start=10), np.ones((1, 8), dtype=np.float32))
+        b.upsert(r2, units_for(r2, 4), np.ones((4, 8), dtype=np.float32))
+        assert len(b.similarity_search(q, scope=scope, top_k=100)) == 7
+        assert len(a.similarity_search(q, scope=scope, top_k=100)) == 7
+        b.delete(r1)
+        assert {h.metadata["resource_id"] for h in a.similarity_search(q, scope=scope)} == {r2}
+        assert a.resource_ids() == {r2}
+
+
+def test_open_failures_are_index_unavailable(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("not a directory")
+    with pytest.raises(IndexUnavailableError):
+        FaissVectorBackend(tmp_path / "file", dimension=8)
+    corrupt = tmp_path / "corrupt"
+    corrupt.mkdir()
+    (corrupt / DB_FILENAME).write_bytes(b"this is not a sqlite database" * 100)
+    with pytest.raises(IndexUnavailableError) as info:
+        FaissVectorBackend(corrupt, dimension=8)
+    assert isinstance(info.value.__cause__, sqlite3.DatabaseError)
+
+
+def test_a_corrupt_embedding_row_is_index_unavailable(tmp_path: Path) -> None:
+    r = rid()
+    with FaissVectorBackend(tmp_path, dimension=8) as backend:
+        backend.upsert(r, units_for(r, 1), np.ones((1, 8), dtype=np.float32))
+    conn = sqlite3.connect(tmp_path / DB_FILENAME)
+    with conn:
+        conn.execute("UPDATE units SET embedding = x'00'")
+    conn.close()
+    with pytest.raises(IndexUnavailableError):
+        FaissVectorBackend(tmp_path, dimension=8)
+
+
+def test_closed_backend_is_index_unavailable(backend: FaissVectorBackend) -> None:
+    backend.close()
+    backend.close()  # idempotent
+    r = rid()
+    with pytest.raises(IndexUnavailableError):
+        backend.similarity_search([1.0] * 8, scope=frozenset({r}))
+    with pytest.raises(IndexUnavailableError):
+        backend.upsert(r, units_for(r, 1), np.ones((1, 8), dtype=np.float32))
+    with pytest.raises(IndexUnavailableError):
+        backend.resource_ids()
+
+
+def test_concurrent_searches_and_writes_in_process(backend: FaissVectorBackend) -> None:
+    rng = np.random.default_rng(11)
+    owners = [rid() for _ in range(4)]
+    for owner in owners:
+        backend.upsert(owner, units_for(owner, 50), rng.normal(size=(50, 8)).astype(np.float32))
+    errors: list[BaseException] = []
+
+    def searcher() -> None:
+        try:
+            for _ in range(200):
+                hits = backend.similarity_search(
+                    list(rng.normal(size=8)), scope=frozenset(owners[:2]), top_k=30
+                )
+                assert len(hits) == 30
+                assert {h.metadata["resource_id"] for h in hits} <= set(owners[:2])
+        except BaseException as exc:  # collected for the main thread
+            errors.append(exc)
+
+    def writer() -> None:
+        try:
+            for i in range(100):
+                owner = owners[2 + i % 2]
+                backend.upsert(owner, units_for(owner, 5), np.ones((5, 8), dtype=np.float32))
+                backend.delete(owner, [units_for(owner, 1)[0].uko_uri])
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=searcher) for _ in range(2)]
+    threads.append(threading.Thread(target=writer))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
