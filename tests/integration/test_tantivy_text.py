@@ -1,0 +1,555 @@
+"""TantivyTextBackend against real Tantivy indexes, on disk and in RAM.
+
+The central property is scope exactness: a scoped search returns exactly what
+a separate index holding only the in-scope units returns (URIs, order and
+scores), so nothing outside the scope can crowd out or influence a result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from ulid import ULID
+
+from cleveragents.domain.models.acms.backends import IndexUnit, TextIndex, TextResult
+from cleveragents.domain.models.acms.errors import IndexUnavailableError, QueryError
+from cleveragents.domain.models.acms.uko import resource_id_of, unit_uri
+from cleveragents.infrastructure.acms.tantivy_text import TantivyTextBackend
+
+
+def new_ulid() -> str:
+    return str(ULID())
+
+
+def unit(rid: str, path: str, content: str, line: int = 1, **extra: str) -> IndexUnit:
+    return IndexUnit(unit_uri(rid, path, f"L{line}-L{line + 4}"), content, {"path": path, **extra})
+
+
+def uris(results: list[TextResult]) -> list[str]:
+    return [r.uko_uri for r in results]
+
+
+def oracle_of(units: list[IndexUnit]) -> TantivyTextBackend:
+    """A fresh in-RAM index holding only ``units``, one upsert per resource."""
+    oracle = TantivyTextBackend()
+    by_rid: dict[str, list[IndexUnit]] = {}
+    for u in units:
+        by_rid.setdefault(u.resource_id, []).append(u)
+    for rid, group in by_rid.items():
+        oracle.upsert(rid, group)
+    return oracle
+
+
+def assert_same_results(got: list[TextResult], want: list[TextResult]) -> None:
+    assert uris(got) == uris(want)
+    for g, w in zip(got, want, strict=True):
+        assert math.isclose(g.score, w.score, abs_tol=1e-6), (g, w)
+        assert g.content == w.content
+        assert g.metadata == w.metadata
+
+
+@pytest.fixture(params=["disk", "ram"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[TantivyTextBackend]:
+    b = TantivyTextBackend(tmp_path / "text" if request.param == "disk" else None)
+    yield b
+    b.close()
+
+
+def test_satisfies_text_index_protocol(backend: TantivyTextBackend) -> None:
+    assert isinstance(backend, TextIndex)
+
+
+# ---------------------------------------------------------------- analysis
+
+
+IDENTIFIERS = {
+    "def parseJsonV2(data): return data": [
+        "parse",
+        "json",
+        "JSON",
+        "v2",
+        "2",
+        "parseJsonV2",
+        "ParseJsonV2",
+        "parse_json_v2",
+    ],
+    "snake_case_name = 1": ["snake", "case", "name", "snake_case_name", "SNAKE", "snakeCaseName"],
+    "raise HTTPServerError()": ["http", "server", "error", "HTTPServer", "ServerError"],
+    "req = XMLHttpRequest2()": ["xml", "http", "request", "XMLHttp", "xml_http_request"],
+    "class IOError2Handler: pass": ["io", "error", "handler", "IOError"],
+}
+
+
+@pytest.mark.parametrize(
+    ("content", "query"),
+    [(content, query) for content, queries in IDENTIFIERS.items() for query in queries],
+)
+def test_identifiers_are_found_by_their_parts(
+    backend: TantivyTextBackend, content: str, query: str
+) -> None:
+    rid = new_ulid()
+    target = unit(rid, "src/target.py", content)
+    backend.upsert(rid, [target, unit(rid, "src/other.py", "nothing relevant here", 10)])
+    assert uris(backend.search(query, scope=frozenset({rid}))) == [target.uko_uri]
+
+
+def test_parts_do_not_match_unrelated_words(backend: TantivyTextBackend) -> None:
+    rid = new_ulid()
+    backend.upsert(rid, [unit(rid, "a.py", "def parseJsonV2(): pass")])
+    for query in ("pars", "jsonv", "parsejsonv2", "xml"):
+        assert backend.search(query, scope=frozenset({rid})) == [], query
+
+
+def test_path_metadata_is_searchable(backend: TantivyTextBackend) -> None:
+    rid = new_ulid()
+    target = unit(rid, "src/configLoader/yaml_reader.py", "x = 1")
+    backend.upsert(rid, [target, unit(rid, "src/main.py", "y = 2", 5)])
+    scope = frozenset({rid})
+    for query in ("loader", "yaml", "path:reader", "configLoader"):
+        assert uris(backend.search(query, scope=scope)) == [target.uko_uri], query
+
+
+def test_non_ascii_and_surrogates_round_trip(backend: TantivyTextBackend) -> None:
+    rid = new_ulid()
+    content = "über café naïve 日本語 broken\udcff bytes"
+    u = unit(rid, "docs/é.md", content, note="ünï\udcfe")
+    backend.upsert(rid, [u])
+    for query in ("über", "CAFÉ", "日本語", "broken"):
+        (hit,) = backend.search(query, scope=frozenset({rid}))
+        assert hit.content == content
+        assert hit.metadata == {"path": "docs/é.md", "note": "ünï\udcfe", "resource_id": rid}
+
+
+# ---------------------------------------------------------------- scope exactness
+
+
+def test_out_of_scope_better_matches_do_not_crowd_out(backend: TantivyTextBackend) -> None:
+    quiet, loud = new_ulid(), new_ulid()
+    quiet_units = [unit(quiet, f"q/{i}.py", f"needle once {'pad ' * i}") for i in range(6)]
+    loud_units = [unit(loud, f"l/{i}.py", "needle " * 30 + str(i)) for i in range(50)]
+    backend.upsert(quiet, quiet_units)
+    backend.upsert(loud, loud_units)
+
+    got = backend.search("needle", scope=frozenset({quiet}), max_results=4)
+    assert len(got) == 4
+    assert all(resource_id_of(r.uko_uri) == quiet for r in got)
+    assert_same_results(
+        got, oracle_of(quiet_units).search("needle", scope=frozenset({quiet}), max_results=4)
+    )
+
+
+def test_out_of_scope_documents_do_not_change_scores(backend: TantivyTextBackend) -> None:
+    # "rare" is rare in scope but common outside: a leaked IDF would lower it.
+    a, b = new_ulid(), new_ulid()
+    a_units = [unit(a, "a/1.py", "rare common"), unit(a, "a/2.py", "common common")]
+    b_units = [unit(b, f"b/{i}.py", "rare rare filler words") for i in range(30)]
+    backend.upsert(a, a_units)
+    backend.upsert(b, b_units)
+    scope = frozenset({a})
+    oracle = oracle_of(a_units)
+    for query in ("rare", "common", "rare OR common", "filler OR rare", "*"):
+        assert_same_results(backend.search(query, scope=scope), oracle.search(query, scope=scope))
+
+
+def test_full_scope_with_deleted_documents_matches_a_fresh_index(
+    backend: TantivyTextBackend,
+) -> None:
+    a, b = new_ulid(), new_ulid()
+    backend.upsert(a, [unit(a, f"a/{i}.py", "needle " * (i + 1)) for i in range(5)])
+    backend.upsert(b, [unit(b, f"b/{i}.py", "needle haystack") for i in range(5)])
+    # Replace and delete: the old versions linger as deleted documents.
+    final_a = [unit(a, f"a/{i}.py", "haystack only") for i in range(3)]
+    backend.upsert(a, final_a)
+    backend.delete(a, [unit(a, "a/4.py", "").uko_uri])
+    final_a.append(unit(a, "a/3.py", "needle " * 4))
+    final_b = [unit(b, f"b/{i}.py", "needle haystack") for i in range(5)]
+    scope = frozenset({a, b})
+    oracle = oracle_of(final_a + final_b)
+    for query in ("needle", "haystack", "needle OR haystack"):
+        assert_same_results(
+            backend.search(query, scope=scope, max_results=50),
+            oracle.search(query, scope=scope, max_results=50),
+        )
+
+
+def test_ties_are_ordered_by_uri_and_cut_exactly(backend: TantivyTextBackend) -> None:
+    rid = new_ulid()
+    same = [unit(rid, f"t/{name}.py", "twin text") for name in "qwertyuiopasdfgh"]
+    backend.upsert(rid, same)
+    for k in (1, 3, 7, 16, 40):
+        got = backend.search("twin", scope=frozenset({rid}), max_results=k)
+        assert uris(got) == sorted(u.uko_uri for u in same)[:k]
+        assert len({r.score for r in got}) == 1
+
+
+def test_unknown_and_lower_case_scope_members(backend: TantivyTextBackend) -> None:
+    rid = new_ulid()
+    backend.upsert(rid, [unit(rid, "a.py", "needle")])
+    assert backend.search("needle", scope=frozenset({new_ulid()})) == []
+    assert len(backend.search("needle", scope=frozenset({rid.lower(), new_ulid()}))) == 1
+
+
+VOCAB = ["alpha", "beta", "gammaDelta", "HTTPServer", "x2", "snake_case", "needle", "zeta"]
+RIDS = [f"01ARZ3NDEKTSV4RRFFQ69G5F{i:02d}" for i in range(6)]
+
+documents = st.lists(st.sampled_from(VOCAB), min_size=1, max_size=10).map(" ".join)
+corpora = st.dictionaries(
+    st.sampled_from(RIDS),
+    st.lists(documents, min_size=1, max_size=4),
+    min_size=1,
+    max_size=5,
+)
+queries = st.one_of(
+    st.sampled_from(VOCAB),
+    st.tuples(st.sampled_from(VOCAB), st.sampled_from(VOCAB)).map(" OR ".join),
+    st.tuples(st.sampled_from(VOCAB), st.sampled_from(VOCAB)).map(" ".join),
+    st.just("*"),
+)
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    corpus=corpora,
+    rewrites=st.lists(st.tuples(st.sampled_from(RIDS), documents), max_size=3),
+    scope=st.frozensets(st.sampled_from([*RIDS, "01ARZ3NDEKTSV4RRFFQ69G5FZZ"])),
+    query=queries,
+    k=st.integers(min_value=1, max_value=6),
+)
+def test_scoped_search_equals_an_index_of_only_the_scope(
+    corpus: dict[str, list[str]],
+    rewrites: list[tuple[str, str]],
+    scope: frozenset[str],
+    query: str,
+    k: int,
+) -> None:
+    main = TantivyTextBackend(view_cache_size=2)
+    final: dict[str, IndexUnit] = {}
+    for rid, texts in corpus.items():
+        units = [unit(rid, f"f{i}.py", text) for i, text in enumerate(texts)]
+        main.upsert(rid, units)
+        final.update((u.uko_uri, u) for u in units)
+    for rid, text in rewrites:  # replacements leave deleted documents behind
+        if rid in corpus:
+            u = unit(rid, "f0.py", text)
+            main.upsert(rid, [u])
+            final[u.uko_uri] = u
+
+    got = main.search(query, scope=scope, max_results=k)
+    assert all(resource_id_of(r.uko_uri) in scope for r in got)
+    in_scope = [u for u in final.values() if u.resource_id in scope]
+    want = oracle_of(in_scope).search(query, scope=scope, max_results=k) if scope else []
+    assert_same_results(got, want)
+    # A second search is served from the cached view and must not differ.
+    assert_same_results(main.search(query, scope=scope, max_results=k), want)
+
+
+# ---------------------------------------------------------------- hostile queries
+
+
+@pytest.fixture
+def two_resources(backend: TantivyTextBackend) -> tuple[str, str]:
+    mine, other = new_ulid(), new_ulid()
+    backend.upsert(mine, [unit(mine, "m.py", "mine shared")])
+    backend.upsert(other, [unit(other, "o.py", "secret shared " * 5)])
+    return mine, other
+
+
+def test_field_queries_cannot_reach_other_resources(
+    backend: TantivyTextBackend, two_resources: tuple[str, str]
+) -> None:
+    mine, other = two_resources
+    other_uri = unit(other, "o.py", "").uko_uri
+    scope = frozenset({mine})
+    for query in (
+        f"resource_id:{other} OR *",
+        f"resource_id:{other}",
+        f'uko_uri:"{other_uri}"',
+        f'uko_uri:"{other_uri}" OR mine',
+        "secret OR shared OR *",
+        "resource_id:*",
+        "resource_id:[0 TO Z]",
+    ):
+        results = backend.search(query, scope=scope, max_results=50)
+        assert all(resource_id_of(r.uko_uri) == mine for r in results), query
+
+
+@pytest.mark.parametrize(
+    "query",
+    ['"unbalanced', "(open", "close)", "a AND", "NOT", "foo:bar", "body:x", "a^-1", "content:*"],
+)
+def test_bad_queries_raise_query_error(
+    backend: TantivyTextBackend, two_resources: tuple[str, str], query: str
+) -> None:
+    with pytest.raises(QueryError) as caught:
+        backend.search(query, scope=frozenset(two_resources))
+    assert isinstance(caught.value, ValueError)
+    assert str(caught.value)
+
+
+class _EnginePanic(BaseException):
+    """Stands in for pyo3's PanicException, which derives from BaseException."""
+
+
+class _PanickingIndex:
+    def __init__(self, inner: object, exc: BaseException) -> None:
+        self._inner = inner
+        self._exc = exc
+
+    def parse_query(self, *args: object, **kwargs: object) -> None:
+        raise self._exc
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._inner, name)
+
+
+def test_engine_panic_becomes_query_error(
+    backend: TantivyTextBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(backend, "_index", _PanickingIndex(backend._index, _EnginePanic("boom")))
+    with pytest.raises(QueryError, match="boom"):
+        backend.search("x", scope=frozenset({new_ulid()}))
+
+
+def test_keyboard_interrupt_is_not_swallowed(
+    backend: TantivyTextBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(backend, "_index", _PanickingIndex(backend._index, KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        backend.search("x", scope=frozenset({new_ulid()}))
+
+
+def test_huge_boost_keeps_scores_in_range(
+    backend: TantivyTextBackend, two_resources: tuple[str, str]
+) -> None:
+    results = backend.search("shared^99999999999999999999999", scope=frozenset(two_resources))
+    assert results
+    assert all(0.0 <= r.score <= 1.0 for r in results)
+
+
+# ---------------------------------------------------------------- scores
+
+
+def test_scores_are_normalised_bm25(backend: TantivyTextBackend) -> None:
+    rid = new_ulid()
+    backend.upsert(rid, [unit(rid, f"{i}.py", "word " * (i + 1) + "pad " * 5) for i in range(8)])
+    results = backend.search("word", scope=frozenset({rid}), max_results=8)
+    scores = [r.score for r in results]
+    assert len(scores) == 8
+    assert scores == sorted(scores, reverse=True)
+    assert all(0.0 < s < 1.0 for s in scores)
+    # raw / (raw + 8) is invertible: the raw BM25 scores are positive and finite.
+    raws = [8.0 * s / (1.0 - s) for s in scores]
+    assert all(math.isfinite(r) and r > 0 for r in raws)
+
+
+# ---------------------------------------------------------------- write side
+
+
+def test_upsert_replace_delete_and_listing(backend: TantivyTextBackend) -> None:
+    a, b = new_ulid(), new_ulid()
+    a1, a2, a3 = (unit(a, f"a{i}.py", f"alpha v1 n{i}") for i in range(3))
+    backend.upsert(a, [a1, a2, a3])
+    backend.upsert(b, [unit(b, "b.py", "bravo")])
+    assert backend.resource_ids() == {a, b}
+    assert backend.unit_uris(a) == {a1.uko_uri, a2.uko_uri, a3.uko_uri}
+
+    # Read-after-write: the replacement is visible as soon as upsert returns.
+    backend.upsert(a, [IndexUnit(a1.uko_uri, "alpha v2", {"path": "a0.py"})])
+    (hit,) = backend.search("v2", scope=frozenset({a}))
+    assert (hit.uko_uri, hit.content) == (a1.uko_uri, "alpha v2")
+    assert len(backend.search("alpha", scope=frozenset({a}))) == 3
+
+    a4 = unit(a, "a4.py", "alpha new")
+    backend.upsert(a, [a4], delete_uris=[a2.uko_uri])
+    assert backend.unit_uris(a) == {a1.uko_uri, a3.uko_uri, a4.uko_uri}
+
+    backend.delete(a, [a3.uko_uri])
+    assert backend.unit_uris(a) == {a1.uko_uri, a4.uko_uri}
+
+    backend.delete(a)
+    assert backend.unit_uris(a) == set()
+    assert backend.resource_ids() == {b}
+    assert backend.search("alpha", scope=frozenset({a, b})) == []
+    assert len(backend.search("bravo", scope=frozenset({a, b}))) == 1
+
+
+def test_repeated_uri_in_one_upsert_keeps_the_last(backend: TantivyTextBackend) -> None:
+    rid = new_ulid()
+    first = unit(rid, "a.py", "first")
+    backend.upsert(rid, [first, IndexUnit(first.uko_uri, "second", {})])
+    (hit,) = backend.search("first OR second", scope=frozenset({rid}))
+    assert hit.content == "second"
+
+
+def test_lower_case_resource_id_is_canonicalised(backend: TantivyTextBackend) -> None:
+    rid = new_ulid()
+    u = unit(rid, "a.py", "x")
+    backend.upsert(rid.lower(), [u])
+    assert backend.unit_uris(rid.lower()) == {u.uko_uri}
+    assert backend.resource_ids() == {rid}
+    backend.delete(rid.lower())
+    assert backend.resource_ids() == set()
+
+
+def test_write_side_validation(backend: TantivyTextBackend) -> None:
+    a, b = new_ulid(), new_ulid()
+    a_unit, b_unit = unit(a, "a.py", "alpha"), unit(b, "b.py", "bravo")
+    backend.upsert(a, [a_unit])
+    with pytest.raises(ValueError, match="does not belong"):
+        backend.upsert(a, [b_unit])
+    with pytest.raises(ValueError):
+        backend.upsert(a, [], delete_uris=[b_unit.uko_uri])
+    with pytest.raises(ValueError):
+        backend.upsert(a, [], delete_uris=["https://example.com/x"])
+    with pytest.raises(ValueError):
+        backend.delete(a, [b_unit.uko_uri])
+    with pytest.raises(ValueError, match="ULID"):
+        backend.upsert("not-a-ulid", [])
+    with pytest.raises(ValueError, match="ULID"):
+        backend.delete("not-a-ulid")
+    with pytest.raises(ValueError, match="ULID"):
+        backend.unit_uris("nope")
+    with pytest.raises(TypeError):
+        backend.upsert(a, [{"uko_uri": a_unit.uko_uri}])  # type: ignore[list-item]
+    with pytest.raises(TypeError):
+        backend.upsert(a, [], delete_uris=a_unit.uko_uri)
+    with pytest.raises(TypeError):
+        backend.delete(a, a_unit.uko_uri)
+    # A rejected call changes nothing.
+    assert backend.unit_uris(a) == {a_unit.uko_uri}
+    assert backend.resource_ids() == {a}
+
+
+def test_constructor_validation(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="view_cache_size"):
+        TantivyTextBackend(view_cache_size=0)
+    with pytest.raises(TypeError):
+        TantivyTextBackend(lock_timeout="1")  # type: ignore[arg-type]
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("x")
+    with pytest.raises(IndexUnavailableError):
+        TantivyTextBackend(not_a_dir)
+
+
+def test_closed_backend_is_unavailable(backend: TantivyTextBackend) -> None:
+    backend.close()
+    rid = new_ulid()
+    with pytest.raises(IndexUnavailableError):
+        backend.search("x", scope=frozenset({rid}))
+    with pytest.raises(IndexUnavailableError):
+        backend.upsert(rid, [unit(rid, "a.py", "x")])
+    with pytest.raises(IndexUnavailableError):
+        backend.resource_ids()
+
+
+# ---------------------------------------------------------------- persistence and processes
+
+
+def test_reopen_sees_committed_data(tmp_path: Path) -> None:
+    path = tmp_path / "text"
+    rid = new_ulid()
+    u = unit(rid, "src/parserCore.py", "def parseJsonV2(): pass", owner="me")
+    first = TantivyTextBackend(path)
+    first.upsert(rid, [u])
+    first.close()
+
+    again = TantivyTextBackend(str(path))
+    assert again.resource_ids() == {rid}
+    assert again.unit_uris(rid) == {u.uko_uri}
+    (hit,) = again.search("json", scope=frozenset({rid}))  # analyzer registered again
+    assert hit.metadata == {"path": "src/parserCore.py", "owner": "me", "resource_id": rid}
+    assert again.search("parser", scope=frozenset({rid}))
+    again.close()
+
+
+def test_commit_by_another_instance_invalidates_views(tmp_path: Path) -> None:
+    path = tmp_path / "text"
+    writer, reader = TantivyTextBackend(path), TantivyTextBackend(path)
+    a, b = new_ulid(), new_ulid()
+    writer.upsert(a, [unit(a, "a.py", "needle")])
+    writer.upsert(b, [unit(b, "b.py", "needle needle")])
+    assert len(reader.search("needle", scope=frozenset({a}))) == 1  # builds a view
+    extra = unit(a, "a2.py", "needle again")
+    writer.upsert(a, [extra])
+    assert extra.uko_uri in uris(reader.search("needle", scope=frozenset({a})))
+    assert reader.unit_uris(a) == writer.unit_uris(a)
+    writer.close()
+    reader.close()
+
+
+def test_view_cache_eviction_keeps_results_right(tmp_path: Path) -> None:
+    b = TantivyTextBackend(tmp_path / "text", view_cache_size=1)
+    rids = [new_ulid() for _ in range(3)]
+    for i, rid in enumerate(rids):
+        b.upsert(rid, [unit(rid, f"{j}.py", f"needle r{i}") for j in range(i + 1)])
+    for _ in range(2):
+        for i, rid in enumerate(rids):
+            assert len(b.search("needle", scope=frozenset({rid}))) == i + 1
+    b.close()
+
+
+HOLD_WRITER = textwrap.dedent(
+    """
+    import pathlib, sys, time
+    import tantivy
+    index = tantivy.Index.open(sys.argv[1])
+    writer = index.writer(heap_size=20_000_000, num_threads=1)
+    print("locked", flush=True)
+    time.sleep(float(sys.argv[2]))
+    pathlib.Path(sys.argv[3]).write_text("released")
+    del writer
+    time.sleep(0.2)
+    """
+)
+
+
+@contextlib.contextmanager
+def _hold_writer(path: Path, seconds: float, marker: Path) -> Iterator[None]:
+    """Another process holds the index's writer lock for ``seconds``."""
+    with subprocess.Popen(
+        [sys.executable, "-c", HOLD_WRITER, str(path), str(seconds), str(marker)],
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as proc:
+        assert proc.stdout is not None
+        try:
+            assert proc.stdout.readline().strip() == "locked"
+            yield
+        finally:
+            proc.kill()
+
+
+def test_upsert_waits_for_another_process_writer(tmp_path: Path) -> None:
+    path, marker = tmp_path / "text", tmp_path / "released"
+    b = TantivyTextBackend(path)
+    rid = new_ulid()
+    with _hold_writer(path, 0.8, marker):
+        b.upsert(rid, [unit(rid, "a.py", "waited")])
+        # The lock was only ours after the other process let it go.
+        assert marker.exists()
+    assert len(b.search("waited", scope=frozenset({rid}))) == 1
+    b.close()
+
+
+def test_upsert_gives_up_after_lock_timeout(tmp_path: Path) -> None:
+    path, marker = tmp_path / "text", tmp_path / "released"
+    b = TantivyTextBackend(path, lock_timeout=0.3)
+    rid = new_ulid()
+    with _hold_writer(path, 20.0, marker), pytest.raises(IndexUnavailableError, match="locked"):
+        b.upsert(rid, [unit(rid, "a.py", "never")])
+    assert not marker.exists()
+    assert b.resource_ids() == set()
+    b.close()
