@@ -1,0 +1,572 @@
+"""Facts about a source file (symbols, imports) and the graph triples that record them.
+
+Python is read with :mod:`ast`; other languages, and Python that does not
+parse, with line-oriented regular expressions (best effort).  Nothing here
+raises on bad input: a file that cannot be understood yields fewer facts.
+
+Import names are the language's own: dotted modules for Python and Java
+(``a.b.c``), paths for Rust (``std::io``), strings as written for
+JavaScript/TypeScript, Go, C/C++ and Ruby (``./util``, ``net/http``,
+``stdio.h``).  Only Python imports are resolved to files of the resource.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+
+from cleveragents.application.services.chunking import Chunk
+from cleveragents.domain.models.acms.backends import Literal, WriteTriple
+from cleveragents.domain.models.acms.uko import (
+    UKO,
+    file_uri,
+    module_uri,
+    resource_uri,
+    unit_uri,
+)
+from cleveragents.domain.models.acms.ulids import canonical_ulid
+
+__all__ = [
+    "FileFacts",
+    "extract_facts",
+    "file_triples",
+    "module_index",
+    "python_module_name",
+]
+
+_XSD_INTEGER = "http://www.w3.org/2001/XMLSchema#integer"
+
+# ast builds a Python object per node; past this size a file is read with the
+# regex fallback, whose memory use is linear and small.
+_MAX_AST_CHARS = 2_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class FileFacts:
+    """What a file defines and imports.
+
+    Attributes:
+        symbols: ``(qualified name, kind, line)`` per definition, in source
+            order; kind is ``"class"``, ``"function"``, ``"method"`` or
+            ``"variable"`` (types such as structs, interfaces and enums count
+            as ``"class"``).  Names may repeat (a function defined in both
+            branches of an ``if``).
+        imports: imported names, without duplicates, in first-seen order.
+            For Python, ``from a import b`` yields both ``"a"`` and the
+            candidate ``"a.b"``, because ``b`` may be a submodule or just a
+            name defined in ``a``; relative imports are made absolute from
+            the file's package.
+        candidates: the members of ``imports`` that are only such ``a.b``
+            candidates: :func:`file_triples` links them when they resolve
+            to a file of the resource and otherwise drops them (``"a"`` is
+            linked anyway), so ``from typing import Any`` does not invent a
+            module ``typing.Any``.
+    """
+
+    symbols: list[tuple[str, str, int]] = field(default_factory=list)
+    imports: list[str] = field(default_factory=list)
+    candidates: frozenset[str] = frozenset()
+
+
+# ---------------------------------------------------------------- Python modules
+
+
+def python_module_name(rel_path: str) -> str | None:
+    """Dotted module name of a Python file inside a resource, or None.
+
+    ``pkg/mod.py`` -> ``pkg.mod``, ``pkg/__init__.py`` -> ``pkg``; a leading
+    ``src/`` is dropped (``src/pkg/x.py`` -> ``pkg.x``).  None for non-Python
+    files and paths that are not importable names (``my-dir/x.py``).
+    """
+    path = PurePosixPath(rel_path.strip("/"))
+    if path.suffix not in (".py", ".pyi"):
+        return None
+    parts = [*path.parent.parts, path.stem]
+    if parts and parts[0] == "src" and len(parts) > 1:
+        parts = parts[1:]
+    if parts[-1] == "__init__":
+        parts.pop()
+    if not parts or not all(part.isidentifier() for part in parts):
+        return None
+    return ".".join(parts)
+
+
+def module_index(rel_paths: Iterable[str]) -> dict[str, str]:
+    """Map the dotted names of a resource's Python files to their relative paths.
+
+    When two files claim one name, the one that ``import`` from the resource
+    root would find wins: a path without the ``src/`` prefix over one with
+    it, ``.py`` over ``.pyi``, then the lexically smaller path.
+    """
+    best: dict[str, tuple[bool, bool, str]] = {}
+    for rel in rel_paths:
+        name = python_module_name(rel)
+        if name is None:
+            continue
+        clean = rel.strip("/")
+        rank = (clean.startswith("src/"), clean.endswith(".pyi"), rel)
+        if name not in best or rank < best[name]:
+            best[name] = rank
+    return {name: rank[2] for name, rank in best.items()}
+
+
+def _package_of(rel_path: str) -> list[str] | None:
+    """The package a Python file's relative imports start from, as parts."""
+    path = PurePosixPath(rel_path.strip("/"))
+    parts = list(path.parent.parts)
+    if parts and parts[0] == "src":
+        parts = parts[1:]
+    if not all(part.isidentifier() for part in parts):
+        return None
+    return parts
+
+
+# ---------------------------------------------------------------- extraction
+
+
+def extract_facts(rel_path: str, text: str, language: str) -> FileFacts:
+    """Symbols and imports of a file; never raises on any text.
+
+    Python is parsed with :mod:`ast` (warnings silenced); when that fails
+    (syntax errors, null bytes, nesting too deep, files over 2 MB) the regex
+    reader is used instead.  Other languages use regexes: JS/TS ``import``,
+    ``export ... from``, ``require()``, functions, classes and top-level
+    consts; Go imports, ``func`` (methods as ``Type.Name``) and ``type``;
+    Rust ``use``, ``extern crate``, ``fn`` (methods in ``impl`` blocks as
+    ``Type.name``), ``struct``/``enum``/``trait``; Java/Kotlin/C#/Scala
+    imports/usings and classes; C/C++ ``#include``; Ruby ``require``,
+    ``def``, ``class``, ``module``.
+    """
+    try:
+        if language == "python":
+            return _python_facts(rel_path, text)
+        reader = _READERS.get(language)
+        return reader(text) if reader is not None else FileFacts()
+    except (RecursionError, MemoryError, ValueError, re.error):
+        return FileFacts()
+
+
+class _Collector:
+    def __init__(self) -> None:
+        self.symbols: list[tuple[str, str, int]] = []
+        self.imports: dict[str, None] = {}
+        self.candidates: set[str] = set()
+
+    def add_import(self, name: str, *, candidate: bool = False) -> None:
+        if not name or name in self.imports:
+            return
+        self.imports[name] = None
+        if candidate:
+            self.candidates.add(name)
+
+    def facts(self) -> FileFacts:
+        explicit = {name for name in self.imports if name not in self.candidates}
+        return FileFacts(
+            symbols=self.symbols,
+            imports=list(self.imports),
+            candidates=frozenset(self.candidates - explicit),
+        )
+
+
+def _python_facts(rel_path: str, text: str) -> FileFacts:
+    if len(text) <= _MAX_AST_CHARS:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                tree = ast.parse(text)
+        except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+            pass
+        else:
+            return _python_ast_facts(rel_path, tree)
+    return _python_regex_facts(rel_path, text)
+
+
+def _absolute(rel_path: str, level: int, module: str | None) -> str | None:
+    """The absolute module a relative import names, or None if it escapes."""
+    if level == 0:
+        return module
+    package = _package_of(rel_path)
+    if package is None or level - 1 > len(package):
+        return None
+    base = package[: len(package) - (level - 1)]
+    if module:
+        base = [*base, *module.split(".")]
+    return ".".join(base)
+
+
+def _add_from_import(
+    out: _Collector, rel_path: str, level: int, module: str | None, names: Iterable[str]
+) -> None:
+    base = _absolute(rel_path, level, module)
+    if base is None:
+        return
+    out.add_import(base)
+    for name in names:
+        if name != "*":
+            out.add_import(f"{base}.{name}" if base else name, candidate=True)
+
+
+def _python_ast_facts(rel_path: str, tree: ast.Module) -> FileFacts:
+    out = _Collector()
+    _python_defs(tree.body, "", in_class=False, out=out.symbols)
+    for node in ast.walk(tree):  # iterative: safe on deep trees
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                out.add_import(alias.name)
+        elif isinstance(node, ast.ImportFrom):
+            names = [alias.name for alias in node.names]
+            _add_from_import(out, rel_path, node.level, node.module, names)
+    return out.facts()
+
+
+def _python_defs(
+    body: list[ast.stmt], prefix: str, *, in_class: bool, out: list[tuple[str, str, int]]
+) -> None:
+    # Statement nesting is bounded by the parser (100 indentation levels),
+    # so this recursion is shallow.
+    for node in body:
+        if isinstance(node, ast.ClassDef):
+            name = prefix + node.name
+            out.append((name, "class", node.lineno))
+            _python_defs(node.body, name + ".", in_class=True, out=out)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            out.append((prefix + node.name, "method" if in_class else "function", node.lineno))
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                for name_node in _assigned_names(target):
+                    out.append((prefix + name_node.id, "variable", name_node.lineno))
+        elif isinstance(node, ast.If | ast.Try | ast.With | ast.AsyncWith):
+            # Definitions under `if TYPE_CHECKING:`, `try: ... except ImportError:`.
+            for block in _sub_bodies(node):
+                _python_defs(block, prefix, in_class=in_class, out=out)
+
+
+def _assigned_names(target: ast.expr) -> list[ast.Name]:
+    if isinstance(target, ast.Name):
+        return [target]
+    if isinstance(target, ast.Tuple | ast.List):
+        return [elt for elt in target.elts if isinstance(elt, ast.Name)]
+    return []
+
+
+def _sub_bodies(node: ast.stmt) -> list[list[ast.stmt]]:
+    if isinstance(node, ast.If):
+        return [node.body, node.orelse]
+    if isinstance(node, ast.Try):
+        return [node.body, *(h.body for h in node.handlers), node.orelse, node.finalbody]
+    if isinstance(node, ast.With | ast.AsyncWith):
+        return [node.body]
+    return []
+
+
+_PY_DEF = re.compile(r"^([ \t]*)(?:async[ \t]+)?(def|class)[ \t]+([^\W\d]\w*)", re.M)
+_PY_IMPORT = re.compile(r"^[ \t]*import[ \t]+([\w. \t,]+)", re.M)
+_PY_FROM = re.compile(r"^[ \t]*from[ \t]+(\.*)([\w.]*)[ \t]+import[ \t]+\(?([\w \t,]+|\*)", re.M)
+_AS = re.compile(r"[ \t]+as[ \t]+\w+")
+
+
+def _python_regex_facts(rel_path: str, text: str) -> FileFacts:
+    out = _Collector()
+    classes: list[tuple[int, str]] = []  # (indent, qualified name) of enclosing classes
+    in_function: list[int] = []  # indents of enclosing functions
+    for m in _PY_DEF.finditer(text):
+        indent = len(m.group(1).expandtabs())
+        while classes and classes[-1][0] >= indent:
+            classes.pop()
+        while in_function and in_function[-1] >= indent:
+            in_function.pop()
+        if in_function:
+            continue  # locals of a function are not the file's symbols
+        line = text.count("\n", 0, m.start()) + 1
+        keyword, name = m.group(2), m.group(3)
+        qualified = f"{classes[-1][1]}.{name}" if classes else name
+        if keyword == "class":
+            out.symbols.append((qualified, "class", line))
+            classes.append((indent, qualified))
+        else:
+            out.symbols.append((qualified, "method" if classes else "function", line))
+            in_function.append(indent)
+    for m in _PY_IMPORT.finditer(text):
+        for part in _AS.sub("", m.group(1)).split(","):
+            name = part.strip()
+            if _is_dotted(name):
+                out.add_import(name)
+    for m in _PY_FROM.finditer(text):
+        level, module = len(m.group(1)), m.group(2) or None
+        if module is not None and not _is_dotted(module):
+            continue
+        names = [n.strip() for n in _AS.sub("", m.group(3)).split(",")]
+        valid = [n for n in names if n == "*" or n.isidentifier()]
+        _add_from_import(out, rel_path, level, module, valid)
+    return out.facts()
+
+
+def _is_dotted(name: str) -> bool:
+    return bool(name) and all(part.isidentifier() for part in name.split("."))
+
+
+def _line_of(text: str, pos: int) -> int:
+    return text.count("\n", 0, pos) + 1
+
+
+# ---------------------------------------------------------------- other languages
+
+_JS_IMPORT = re.compile(
+    r"""(?:^|[;\s])(?:import|export)\s+(?:type\s+)?(?:[\w$*{}\s,]+?\s+from\s+)?['"]([^'"\n]+)['"]"""
+)
+_JS_DYNAMIC = re.compile(r"""\b(?:require|import)\s*\(\s*['"]([^'"\n]+)['"]\s*\)""")
+_JS_FUNCTION = re.compile(
+    r"^(?:export\s+)?(?:default\s+)?(?:async\s+)?function\s*\*?\s*([\w$]+)", re.M
+)
+_JS_CLASS = re.compile(
+    r"^(?:export\s+)?(?:default\s+)?(?:declare\s+)?(?:abstract\s+)?"
+    r"(class|interface|enum)\s+([\w$]+)",
+    re.M,
+)
+_JS_CONST = re.compile(
+    r"^(?:export\s+)?(?:const|let|var)\s+([\w$]+)\s*(?::[^=\n]*)?=\s*(async\s+)?"
+    r"(function\b|\([^)\n]*\)\s*=>|[\w$]+\s*=>)?",
+    re.M,
+)
+
+
+def _js_facts(text: str) -> FileFacts:
+    out = _Collector()
+    found: list[tuple[int, str, str]] = []
+    for m in _JS_FUNCTION.finditer(text):
+        found.append((m.start(), m.group(1), "function"))
+    for m in _JS_CLASS.finditer(text):
+        found.append((m.start(), m.group(2), "class"))
+    for m in _JS_CONST.finditer(text):
+        found.append((m.start(), m.group(1), "function" if m.group(3) else "variable"))
+    out.symbols.extend((name, kind, _line_of(text, pos)) for pos, name, kind in sorted(found))
+    imports = [(m.start(), m.group(1)) for m in _JS_IMPORT.finditer(text)]
+    imports += [(m.start(), m.group(1)) for m in _JS_DYNAMIC.finditer(text)]
+    for _, name in sorted(imports):
+        out.add_import(name)
+    return out.facts()
+
+
+_GO_IMPORT_ONE = re.compile(r"""^import\s+(?:[\w.]+\s+)?"([^"\n]+)\"""", re.M)
+_GO_IMPORT_BLOCK = re.compile(r"^import\s*\(([^)]*)\)", re.M)
+_GO_QUOTED = re.compile(r'"([^"\n]+)"')
+_GO_FUNC = re.compile(r"^func\s+(?:\(\s*\w*\s*\*?\s*([\w]+)(?:\[[^\]]*\])?\s*\)\s*)?(\w+)", re.M)
+_GO_TYPE = re.compile(r"^type\s+(\w+)", re.M)
+_GO_TYPE_GROUP = re.compile(r"^type\s*\(([^)]*)\)", re.M)
+_GO_GROUP_NAME = re.compile(r"^\s+(\w+)\s", re.M)
+
+
+def _go_facts(text: str) -> FileFacts:
+    out = _Collector()
+    imports = [(m.start(), m.group(1)) for m in _GO_IMPORT_ONE.finditer(text)]
+    for block in _GO_IMPORT_BLOCK.finditer(text):
+        imports += [(block.start(1) + m.start(), m.group(1)) for m in _GO_QUOTED.finditer(block[1])]
+    for _, name in sorted(imports):
+        out.add_import(name)
+    found: list[tuple[int, str, str]] = []
+    for m in _GO_FUNC.finditer(text):
+        receiver, name = m.group(1), m.group(2)
+        if receiver:
+            found.append((m.start(), f"{receiver}.{name}", "method"))
+        else:
+            found.append((m.start(), name, "function"))
+    for m in _GO_TYPE.finditer(text):
+        found.append((m.start(), m.group(1), "class"))
+    for group in _GO_TYPE_GROUP.finditer(text):
+        for m in _GO_GROUP_NAME.finditer(group[1]):
+            found.append((group.start(1) + m.start(1), m.group(1), "class"))
+    out.symbols.extend((name, kind, _line_of(text, pos)) for pos, name, kind in sorted(found))
+    return out.facts()
+
+
+_RUST_USE = re.compile(r"^\s*(?:pub(?:\([^)]*\))?\s+)?use\s+((?:::)?[\w:]+)", re.M)
+_RUST_CRATE = re.compile(r"^\s*extern\s+crate\s+(\w+)", re.M)
+_RUST_ITEM = re.compile(
+    r"^([ \t]*)(?:pub(?:\([^)]*\))?\s+)?"
+    r"(?:(?:async|unsafe|const|default|extern(?:\s+\"[^\"]*\")?)\s+)*"
+    r"(fn|struct|enum|trait|union|type|impl)\b(?:\s*<[^>\n]*>)?\s*([\w:]+)?"
+    r"(?:\s*<[^>\n]*>)?(?:\s+for\s+([\w:]+))?",
+    re.M,
+)
+
+
+def _rust_facts(text: str) -> FileFacts:
+    out = _Collector()
+    imports = [(m.start(), m.group(1).rstrip(":")) for m in _RUST_USE.finditer(text)]
+    imports += [(m.start(), m.group(1)) for m in _RUST_CRATE.finditer(text)]
+    for _, name in sorted(imports):
+        out.add_import(name)
+    impl_for: str | None = None
+    for m in _RUST_ITEM.finditer(text):
+        indent, keyword, name, target = m.group(1), m.group(2), m.group(3), m.group(4)
+        line = _line_of(text, m.start())
+        if keyword == "impl":
+            impl_for = (target or name or "").rsplit("::", 1)[-1] or None
+            continue
+        if not name:
+            continue
+        if not indent:
+            impl_for = None
+        if keyword == "fn":
+            if impl_for is not None:
+                out.symbols.append((f"{impl_for}.{name}", "method", line))
+            elif not indent:
+                out.symbols.append((name, "function", line))
+        elif not indent:
+            out.symbols.append((name, "class", line))
+    return out.facts()
+
+
+_JAVA_IMPORT = re.compile(r"^\s*import\s+(?:static\s+)?(\w+(?:\.\w+)*)(?:\.\*)?\s*;?", re.M)
+_CSHARP_USING = re.compile(
+    r"^\s*(?:global\s+)?using\s+(?:static\s+)?(?:\w+\s*=\s*)?([\w.]+)\s*;", re.M
+)
+_JAVA_CLASS = re.compile(
+    r"^\s*(?:(?:public|private|protected|internal|abstract|final|static|sealed|partial|"
+    r"open|data|inner|non-sealed|readonly)\s+)*(class|interface|enum|record|struct|object)\s+(\w+)",
+    re.M,
+)
+
+
+def _java_facts(text: str) -> FileFacts:
+    out = _Collector()
+    for m in _JAVA_IMPORT.finditer(text):
+        out.add_import(m.group(1))
+    for m in _CSHARP_USING.finditer(text):
+        out.add_import(m.group(1))
+    for m in _JAVA_CLASS.finditer(text):
+        out.symbols.append((m.group(2), "class", _line_of(text, m.start(2))))
+    return out.facts()
+
+
+_C_INCLUDE = re.compile(r"^\s*#\s*include\s*[<\"]([^>\"\n]+)[>\"]", re.M)
+
+
+def _c_facts(text: str) -> FileFacts:
+    out = _Collector()
+    for m in _C_INCLUDE.finditer(text):
+        out.add_import(m.group(1))
+    for m in _JAVA_CLASS.finditer(text):
+        if m.group(1) in ("class", "struct", "enum"):
+            out.symbols.append((m.group(2), "class", _line_of(text, m.start(2))))
+    return out.facts()
+
+
+_RUBY_REQUIRE = re.compile(r"""^\s*require(?:_relative)?\s*\(?\s*['"]([^'"\n]+)['"]""", re.M)
+_RUBY_DEF = re.compile(r"^([ \t]*)(def|class|module)\s+(?:self\.)?([\w:.?!=]+)", re.M)
+
+
+def _ruby_facts(text: str) -> FileFacts:
+    out = _Collector()
+    for m in _RUBY_REQUIRE.finditer(text):
+        out.add_import(m.group(1))
+    for m in _RUBY_DEF.finditer(text):
+        kind = "function" if m.group(2) == "def" else "class"
+        if kind == "function" and m.group(1):
+            kind = "method"
+        out.symbols.append((m.group(3), kind, _line_of(text, m.start())))
+    return out.facts()
+
+
+_READERS = {
+    "javascript": _js_facts,
+    "typescript": _js_facts,
+    "go": _go_facts,
+    "rust": _rust_facts,
+    "java": _java_facts,
+    "kotlin": _java_facts,
+    "scala": _java_facts,
+    "csharp": _java_facts,
+    "c": _c_facts,
+    "cpp": _c_facts,
+    "ruby": _ruby_facts,
+}
+
+
+# ---------------------------------------------------------------- triples
+
+
+def _resolve(name: str, modules: Mapping[str, str]) -> str | None:
+    """Path of the file ``name`` or its longest importable prefix names, or None."""
+    parts = name.split(".")
+    for end in range(len(parts), 0, -1):
+        path = modules.get(".".join(parts[:end]))
+        if path is not None:
+            return path
+    return None
+
+
+def file_triples(
+    resource_id: str,
+    rel_path: str,
+    language: str,
+    chunks: Sequence[Chunk],
+    facts: FileFacts,
+    modules: Mapping[str, str],
+) -> list[WriteTriple]:
+    """The graph triples that describe one file of a resource.
+
+    The first triple is ``<resource> uko:contains <file>``; the subject of
+    every other triple is the file URI, a chunk URI (``<file>#L1-L40``, the
+    URIs :func:`~cleveragents.application.services.chunking.make_units`
+    gives) or a symbol URI (``<file>#sym=Foo.bar``).  So the indexer replaces
+    a file by deleting the subjects ``{file} | chunk URIs | symbol URIs``
+    (the previous call's subjects) and the one ``contains`` triple.
+
+    Written: ``contains``, ``inResource``, ``path`` and ``language``
+    literals, ``hasChunk`` per chunk with ``startLine``/``endLine``
+    (``xsd:integer`` literals), ``defines`` per distinct symbol name (first
+    occurrence wins) with ``name`` and ``kind`` literals, and ``imports``.
+
+    A Python import links to the file it resolves to in ``modules`` (see
+    :func:`module_index`), trying the whole dotted name then ever shorter
+    prefixes; an import that resolves to this file itself is left out.  An
+    import that resolves to no file links to ``module_uri(name)``, except
+    ``from a import b`` candidates (:attr:`FileFacts.candidates`), which are
+    dropped.  Other languages' imports always link to ``module_uri(name)``.
+
+    Raises:
+        TypeError / ValueError: ``resource_id`` is not a ULID or ``rel_path`` is empty.
+    """
+    rid = canonical_ulid(resource_id)
+    resource = resource_uri(rid)
+    file = file_uri(rid, rel_path)
+    triples: list[WriteTriple] = [
+        (resource, UKO + "contains", file),
+        (file, UKO + "inResource", resource),
+        (file, UKO + "path", Literal(rel_path)),
+        (file, UKO + "language", Literal(language)),
+    ]
+    for chunk in chunks:
+        chunk_uri = unit_uri(rid, rel_path, f"L{chunk.start_line}-L{chunk.end_line}")
+        triples += [
+            (file, UKO + "hasChunk", chunk_uri),
+            (chunk_uri, UKO + "startLine", Literal(str(chunk.start_line), _XSD_INTEGER)),
+            (chunk_uri, UKO + "endLine", Literal(str(chunk.end_line), _XSD_INTEGER)),
+        ]
+    seen: set[str] = set()
+    for name, kind, _line in facts.symbols:
+        if name in seen:
+            continue
+        seen.add(name)
+        symbol = unit_uri(rid, rel_path, f"sym={name}")
+        triples += [
+            (file, UKO + "defines", symbol),
+            (symbol, UKO + "name", Literal(name)),
+            (symbol, UKO + "kind", Literal(kind)),
+        ]
+    targets: dict[str, None] = {}
+    for name in facts.imports:
+        path = _resolve(name, modules) if language == "python" else None
+        if path is not None:
+            if path != rel_path:
+                targets[file_uri(rid, path)] = None
+        elif name not in facts.candidates:
+            targets[module_uri(name)] = None
+    triples += [(file, UKO + "imports", target) for target in targets]
+    return triples

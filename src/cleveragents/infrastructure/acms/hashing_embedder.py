@@ -1,0 +1,150 @@
+"""A model-free, lexical embedder: hashed identifier features, no semantics.
+
+:class:`HashingEmbedder` needs no model files and gives the same vectors in
+every process and on every machine.  It captures *lexical* overlap of code
+identifiers only: ``parseJsonV2`` lands near ``parse_json`` because they
+share the parts ``parse`` and ``json`` and most character 3-grams, but
+``fetch`` is no nearer to ``download`` than to ``banana``.  Use it as the
+offline default or in tests; a neural embedder is a drop-in replacement
+behind the :class:`~cleveragents.domain.models.acms.embedding.Embedder` port.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Sequence
+from hashlib import blake2b
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["HashingEmbedder"]
+
+_TOKEN = re.compile(r"\w+")
+# camelCase, PascalCase, ACRONYMWord, digits, and runs of non-ASCII letters.
+_PART = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+|[^\W\d_A-Za-z]+")
+
+_WHOLE, _PART_KIND, _GRAM, _EMPTY = 0, 1, 2, 3
+# Parts carry the meaning of an identifier; 3-grams only smooth spelling
+# variants, and there are many of them per identifier.
+_KIND_WEIGHTS = np.array([1.0, 1.0, 0.35, 1.0])
+_MAX_GRAMS = 32
+_CACHE_LIMIT = 200_000
+
+
+def _feature(kind: int, value: str) -> int:
+    digest = blake2b(value.encode("utf-8", "surrogatepass"), digest_size=8, person=b"uko-hash")
+    return (int.from_bytes(digest.digest(), "little") & ~3) | kind
+
+
+def _token_features(token: str) -> tuple[int, ...]:
+    parts = [p.lower() for p in _PART.findall(token)]
+    if not parts:
+        return ()
+    features = [_feature(_PART_KIND, p) for p in parts]
+    joined = "".join(parts)
+    if len(parts) > 1:
+        features.append(_feature(_WHOLE, joined))
+    padded = f"^{joined}$"
+    grams = min(len(padded) - 2, _MAX_GRAMS)
+    features += [_feature(_GRAM, padded[i : i + 3]) for i in range(grams)]
+    return tuple(features)
+
+
+class HashingEmbedder:
+    """Lexical feature hashing of code identifiers into ``dimension`` buckets.
+
+    Features per identifier (a ``\\w+`` run): its lower-cased parts (split at
+    ``snake_case`` underscores, ``camelCase`` humps and digit runs), the whole
+    identifier (parts joined, when it has more than one), and the character
+    3-grams of the joined parts with ``^``/``$`` boundary marks (at most 32).
+    Each feature is hashed with BLAKE2b (not Python's salted ``hash``) into
+    a bucket and a sign; its weight is ``1 + log(count)`` (3-grams scaled by
+    0.35); rows are L2-normalised.  A text without identifiers embeds as
+    one fixed unit vector.
+
+    Not semantic: see the module docstring.
+    """
+
+    def __init__(self, dimension: int = 384) -> None:
+        if isinstance(dimension, bool) or not isinstance(dimension, int):
+            raise TypeError(f"dimension must be an int, not {type(dimension).__name__}")
+        if dimension < 1:
+            raise ValueError(f"dimension must be positive, got {dimension}")
+        self._dimension = dimension
+        self._cache: dict[str, tuple[int, ...]] = {}
+        self._empty = _feature(_EMPTY, "<empty>")
+
+    @property
+    def name(self) -> str:
+        """``"hashing-v1"``: bump the version whenever the features change."""
+        return "hashing-v1"
+
+    @property
+    def dimension(self) -> int:
+        """Length of every vector."""
+        return self._dimension
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        """Embed ``texts`` as rows of a ``(len(texts), dimension)`` float32 array.
+
+        Raises:
+            TypeError: ``texts`` is a ``str`` or holds a non-``str``.
+        """
+        if isinstance(texts, str):
+            raise TypeError("texts must be a sequence of str, not a str")
+        rows: list[int] = []
+        keys: list[int] = []
+        counts: list[int] = []
+        for row, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise TypeError(f"texts must hold str, not {type(text).__name__}")
+            features = self._features(text)
+            if not features:
+                features = {self._empty: 1}
+            rows.extend([row] * len(features))
+            keys.extend(features)
+            counts.extend(features.values())
+        n, dim = len(texts), self._dimension
+        if n == 0:
+            return np.zeros((0, dim), dtype=np.float32)
+        key_arr = np.array(keys, dtype=np.uint64)
+        weights = (1.0 + np.log(np.array(counts, dtype=np.float64))) * _KIND_WEIGHTS[
+            (key_arr & np.uint64(3)).astype(np.intp)
+        ]
+        signs = ((key_arr >> np.uint64(2)) & np.uint64(1)).astype(np.float64) * 2.0 - 1.0
+        buckets = ((key_arr >> np.uint64(8)) % np.uint64(dim)).astype(np.intp)
+        flat = np.array(rows, dtype=np.intp) * dim + buckets
+        matrix = (
+            np.bincount(flat, weights=weights * signs, minlength=n * dim)
+            .astype(np.float64, copy=False)
+            .reshape(n, dim)
+        )
+        norms = np.linalg.norm(matrix, axis=1)
+        # Features can cancel out in a bucket; such a row falls back to the
+        # empty-text vector rather than dividing by zero.
+        dead = norms < 1e-12
+        if dead.any():
+            matrix[dead] = self._empty_row()
+            norms[dead] = 1.0
+        matrix /= norms[:, None]
+        return np.ascontiguousarray(matrix, dtype=np.float32)
+
+    def _empty_row(self) -> npt.NDArray[np.float64]:
+        row = np.zeros(self._dimension, dtype=np.float64)
+        row[(self._empty >> 8) % self._dimension] = ((self._empty >> 2) & 1) * 2.0 - 1.0
+        return row
+
+    def _features(self, text: str) -> dict[int, int]:
+        cache = self._cache
+        if len(cache) > _CACHE_LIMIT:
+            cache.clear()
+        out: dict[int, int] = {}
+        for token, n in Counter(_TOKEN.findall(text)).items():
+            features = cache.get(token)
+            if features is None:
+                features = cache[token] = _token_features(token)
+            for f in features:
+                out[f] = out.get(f, 0) + n
+        return out
