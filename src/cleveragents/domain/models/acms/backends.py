@@ -410,9 +410,18 @@ class GraphIndex(GraphBackend, Protocol):
         triples: Iterable[WriteTriple],
         *,
         delete_subjects: Iterable[str] = (),
+        delete_triples: Iterable[WriteTriple] = (),
     ) -> None:
-        """Atomically remove every triple whose subject is in ``delete_subjects``
-        from the resource's graph, then add ``triples`` to it."""
+        """Atomically change one resource's graph.
+
+        Removes every triple whose subject is in ``delete_subjects`` and each
+        exact triple in ``delete_triples``, then adds ``triples``; other
+        processes see all of it or none of it.
+
+        Raises:
+            ValueError: an invalid ULID, or a triple naming another resource.
+            IndexUnavailableError: the change could not be written.
+        """
         ...
 
     def delete(self, resource_id: str, subjects: Iterable[str] | None = None) -> None:
