@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import statistics
 import sys
 import tempfile
@@ -36,6 +37,7 @@ from typing import Any
 import faiss
 import numpy as np
 import rdflib
+import structlog
 import tantivy
 from ulid import ULID
 
@@ -43,13 +45,50 @@ from cleveragents.domain.models.acms.backends import IndexUnit, Literal
 from cleveragents.domain.models.acms.uko import UKO, file_uri, resource_uri, unit_uri
 from cleveragents.infrastructure.acms.faiss_vector import FaissVectorBackend
 from cleveragents.infrastructure.acms.rdflib_graph import RdflibGraphBackend
-from cleveragents.infrastructure.acms.tantivy_text import TantivyTextBackend
+from cleveragents.infrastructure.acms.tantivy_text import (
+    ANALYZER_NAME,
+    TantivyTextBackend,
+    _analyzer,
+)
 
-WORDS = (
-    "parse json value token stream buffer index query scope graph node edge vector "
-    "search result score cache file path module import class function return error "
-    "config loader writer reader commit segment merge thread lock queue batch"
-).split()
+WORDS = [
+    "parse",
+    "json",
+    "value",
+    "token",
+    "stream",
+    "buffer",
+    "index",
+    "query",
+    "scope",
+    "graph",
+    "node",
+    "edge",
+    "vector",
+    "search",
+    "result",
+    "score",
+    "cache",
+    "file",
+    "path",
+    "module",
+    "import",
+    "class",
+    "function",
+    "return",
+    "error",
+    "config",
+    "loader",
+    "writer",
+    "reader",
+    "commit",
+    "segment",
+    "merge",
+    "thread",
+    "lock",
+    "queue",
+    "batch",
+]
 
 
 def timed(fn: Callable[[], Any], repeats: int) -> dict[str, float]:
@@ -92,21 +131,27 @@ def bench_text(tmp: Path, n_resources: int, docs_per_resource: int, repeats: int
         for i in range(docs_per_resource):
             words = rng.choice(WORDS, size=60)
             units.append(
-                IndexUnit(unit_uri(rid, f"src/m{i}.py", "L1-L30"), " ".join(words), {"path": f"src/m{i}.py"})
+                IndexUnit(
+                    unit_uri(rid, f"src/m{i}.py", "L1-L30"),
+                    " ".join(words),
+                    {"path": f"src/m{i}.py"},
+                )
             )
         backend.upsert(rid, units)
     query = "parse json OR token"
     out = []
     # Raw reference: the same on-disk index, opened by plain tantivy-py.
     raw_index = tantivy.Index.open(str(tmp / "text"))
-    backend._register_tokenizers(raw_index) if hasattr(backend, "_register_tokenizers") else None  # noqa: SLF001
+    raw_index.register_tokenizer(ANALYZER_NAME, _analyzer())
     raw_index.reload()
     raw_searcher = raw_index.searcher()
     schema = raw_index.schema
     fields = ["content", "path"]
     for label, scope_ids in (("1 resource", rids[:1]), ("10 resources", rids[:10])):
         scope = frozenset(scope_ids)
-        ours = timed(lambda scope=scope: backend.search(query, scope=scope, max_results=20), repeats)
+        ours = timed(
+            lambda scope=scope: backend.search(query, scope=scope, max_results=20), repeats
+        )
 
         def raw(scope_ids: list[str] = scope_ids) -> list[Any]:
             user = raw_index.parse_query(query, fields)
@@ -118,7 +163,9 @@ def bench_text(tmp: Path, n_resources: int, docs_per_resource: int, repeats: int
             return [raw_searcher.doc(addr)["uko_uri"][0] for _, addr in hits]
 
         ref = timed(raw, repeats)
-        out.append(row(f"text search, scope {label}", ours, ref, "raw tantivy-py, same index + filter"))
+        out.append(
+            row(f"text search, scope {label}", ours, ref, "raw tantivy-py, same index + filter")
+        )
     backend.close()
     return out
 
@@ -132,7 +179,9 @@ def bench_vector(tmp: Path, n: int, dim: int, n_resources: int, repeats: int) ->
     backend = FaissVectorBackend(tmp / "vectors", dimension=dim)
     for r, rid in enumerate(rids):
         rows = data[r * per : (r + 1) * per]
-        units = [IndexUnit(unit_uri(rid, f"f{i}.py", "L1-L9"), f"chunk {i}") for i in range(len(rows))]
+        units = [
+            IndexUnit(unit_uri(rid, f"f{i}.py", "L1-L9"), f"chunk {i}") for i in range(len(rows))
+        ]
         backend.upsert(rid, units, rows)
     query = rng.standard_normal(dim).astype(np.float32)
     query /= np.linalg.norm(query)
@@ -140,7 +189,7 @@ def bench_vector(tmp: Path, n: int, dim: int, n_resources: int, repeats: int) ->
     out = []
     faiss.omp_set_num_threads(1)
     for frac in (0.01, 0.10, 1.0):
-        k_res = max(1, int(round(frac * n_resources)))
+        k_res = max(1, round(frac * n_resources))
         scope = frozenset(rids[:k_res])
         subset = data[: k_res * per]
         flat = faiss.IndexFlatIP(dim)
@@ -150,7 +199,9 @@ def bench_vector(tmp: Path, n: int, dim: int, n_resources: int, repeats: int) ->
         expected = {unit_uri(rids[i // per], f"f{i % per}.py", "L1-L9") for i in exact}
         recall = len(expected & {r.uko_uri for r in ours_res}) / 10
         assert recall == 1.0, f"recall {recall} at scope {frac:.0%}"
-        ours = timed(lambda scope=scope: backend.similarity_search(qlist, scope=scope, top_k=10), repeats)
+        ours = timed(
+            lambda scope=scope: backend.similarity_search(qlist, scope=scope, top_k=10), repeats
+        )
         ref_flat = timed(lambda flat=flat: flat.search(query[None, :], 10), repeats)
         ref_np = timed(lambda subset=subset: np.argpartition(-(subset @ query), 10)[:10], repeats)
         label = f"vector search {n}x{dim}, scope {frac:.0%}"
@@ -198,8 +249,14 @@ def bench_graph(tmp: Path, n_resources: int, files_per_resource: int, repeats: i
     ours = timed(lambda: backend.sparql_query(query, scope=scope), repeats)
     ref = timed(lambda: list(g.query(query)), repeats)
     n_triples = n_resources * files_per_resource * 8
-    out = [row(f"SPARQL 2-hop join, {n_triples} triples, scope 1%", ours, ref,
-               "rdflib Graph of only the in-scope triples")]
+    out = [
+        row(
+            f"SPARQL 2-hop join, {n_triples} triples, scope 1%",
+            ours,
+            ref,
+            "rdflib Graph of only the in-scope triples",
+        )
+    ]
     adj: dict[str, set[tuple[str, str]]] = {}
     for s, p, o in in_scope:
         if not isinstance(o, Literal):
@@ -227,6 +284,7 @@ def bench_graph(tmp: Path, n_resources: int, files_per_resource: int, repeats: i
 
 
 def main(argv: list[str] | None = None) -> int:
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (seconds)")
     parser.add_argument("--json", type=Path, help="also write the rows to this JSON file")
@@ -236,14 +294,18 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict] = []
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        rows += bench_text(tmp, n_resources=20 if q else 100, docs_per_resource=50 if q else 200,
-                           repeats=repeats)
-        rows += bench_vector(tmp, n=10_000 if q else 200_000, dim=384,
-                             n_resources=100, repeats=repeats if q else 50)
-        rows += bench_graph(tmp, n_resources=100, files_per_resource=20 if q else 200,
-                            repeats=repeats if q else 30)
+        rows += bench_text(
+            tmp, n_resources=20 if q else 100, docs_per_resource=50 if q else 200, repeats=repeats
+        )
+        rows += bench_vector(
+            tmp, n=10_000 if q else 200_000, dim=384, n_resources=100, repeats=repeats if q else 50
+        )
+        rows += bench_graph(
+            tmp, n_resources=100, files_per_resource=20 if q else 200, repeats=repeats if q else 30
+        )
     width = max(len(r["what"]) for r in rows)
-    print(f"{'what':<{width}}  {'ours p50':>9}  {'ours p99':>9}  {'ref p50':>9}  {'ratio':>6}  reference")
+    head = f"{'ours p50':>9}  {'ours p99':>9}  {'ref p50':>9}  {'ratio':>6}"
+    print(f"{'what':<{width}}  {head}  reference")
     for r in rows:
         print(
             f"{r['what']:<{width}}  {r['ours']['p50_ms']:>7.3f}ms  {r['ours']['p99_ms']:>7.3f}ms  "
