@@ -6,7 +6,11 @@ says.  The profile switch selects real engines:
 
 - ``ACMS_PROFILE=stub`` (default): the stubs.
 - ``ACMS_PROFILE=local``: Tantivy, FAISS and rdflib on disk under
-  ``ACMS_DATA_DIR`` (default ``./data``): ``text/``, ``vectors/``, ``graph/``.
+  ``ACMS_DATA_DIR`` (default ``./data``): ``text/``, ``vectors/``, ``graph/``,
+  plus ``catalog.sqlite3``, the ``embedder`` and the ``indexer`` that feeds them.
+
+In every profile ``project_repository`` and ``resource_registry`` live in
+``<data dir>/registry.sqlite3`` and ``context_tier_service`` is in memory.
 
 Engine modules are imported only when a real backend is first built, so
 importing the container (or the stub profile) loads no engine.  Only this
@@ -22,7 +26,10 @@ from pathlib import Path
 
 from dependency_injector import containers, providers
 
+from cleveragents.application.services.context_tier_service import ContextTierService
+from cleveragents.application.services.indexer import Indexer
 from cleveragents.domain.models.acms.backends import GraphIndex, TextIndex, VectorIndex
+from cleveragents.domain.models.acms.embedding import Embedder
 from cleveragents.domain.models.acms.stubs import (
     InMemoryGraphBackend,
     InMemoryTextBackend,
@@ -62,6 +69,32 @@ def _rdflib_graph(data_dir: str) -> GraphIndex:
     return RdflibGraphBackend(Path(data_dir) / "graph")
 
 
+def _hashing_embedder(dimension: int) -> Embedder:
+    from cleveragents.infrastructure.acms.hashing_embedder import HashingEmbedder
+
+    return HashingEmbedder(int(dimension))
+
+
+def _indexer(
+    text: TextIndex, vector: VectorIndex, graph: GraphIndex, embedder: Embedder, data_dir: str
+) -> Indexer:
+    from cleveragents.infrastructure.acms.sqlite_catalog import SqliteCatalog
+
+    return Indexer(text, vector, graph, embedder, SqliteCatalog(Path(data_dir) / "catalog.sqlite3"))
+
+
+def _project_repository(data_dir: str) -> object:
+    from cleveragents.infrastructure.acms.sqlite_registry import NamespacedProjectRepository
+
+    return NamespacedProjectRepository(Path(data_dir) / "registry.sqlite3")
+
+
+def _resource_registry(data_dir: str) -> object:
+    from cleveragents.infrastructure.acms.sqlite_registry import ResourceRegistryService
+
+    return ResourceRegistryService(Path(data_dir) / "registry.sqlite3")
+
+
 class Container(containers.DeclarativeContainer):
     """The ACMS providers.  Stubs by default; see :func:`build_container`."""
 
@@ -73,6 +106,14 @@ class Container(containers.DeclarativeContainer):
         InMemoryVectorBackend, dimension=config.embedding_dimension
     )
     graph_backend = providers.Singleton(InMemoryGraphBackend)
+
+    # No indexes to feed in the stub profile; the local profile wires these.
+    embedder: providers.Provider[Embedder | None] = providers.Object(None)
+    indexer: providers.Provider[Indexer | None] = providers.Object(None)
+
+    context_tier_service = providers.Singleton(ContextTierService)
+    project_repository = providers.Singleton(_project_repository, config.data_dir)
+    resource_registry = providers.Singleton(_resource_registry, config.data_dir)
 
 
 def build_container(
@@ -114,6 +155,17 @@ def build_container(
             providers.Singleton(_faiss_vector, cfg.data_dir, cfg.embedding_dimension)
         )
         container.graph_backend.override(providers.Singleton(_rdflib_graph, cfg.data_dir))
+        container.embedder.override(providers.Singleton(_hashing_embedder, cfg.embedding_dimension))
+        container.indexer.override(
+            providers.Singleton(
+                _indexer,
+                container.text_backend,
+                container.vector_backend,
+                container.graph_backend,
+                container.embedder,
+                cfg.data_dir,
+            )
+        )
     return container
 
 
@@ -137,7 +189,7 @@ def reset_container() -> None:
         _container = None
 
 
-_BACKEND_NAMES = ("text_backend", "vector_backend", "graph_backend")
+_PROFILE_WIRED = ("text_backend", "vector_backend", "graph_backend", "embedder", "indexer")
 
 
 def override_providers(**overrides: object) -> None:
@@ -179,4 +231,4 @@ def _override_names(container: Container) -> list[str]:
 def _profile_depth(container: Container, name: str) -> int:
     # The local profile overrides each backend exactly once; stub overrides none.
     local = container.config.profile() == "local"
-    return 1 if local and name in _BACKEND_NAMES else 0
+    return 1 if local and name in _PROFILE_WIRED else 0

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
@@ -448,13 +448,19 @@ def _best_cut(
 
 
 def make_units(
-    resource_id: str, rel_path: str, text: str, *, language: str | None = None
+    resource_id: str,
+    rel_path: str,
+    text: str,
+    *,
+    language: str | None = None,
+    chunks: Sequence[Chunk] | None = None,
 ) -> list[IndexUnit]:
     """One :class:`IndexUnit` per chunk of a file, named ``<file uri>#L<start>-L<end>``.
 
     ``language`` defaults to :func:`detect_language` of ``rel_path``.  Metadata
     holds exactly ``path``, ``start_line``, ``end_line``, ``language`` and
-    ``resource_id`` (canonical upper case), all strings.
+    ``resource_id`` (canonical upper case), all strings.  Pass ``chunks``
+    when the caller already chunked ``text`` (they are used as given).
 
     Raises:
         TypeError / ValueError: ``resource_id`` is not a ULID or ``rel_path`` is empty.
@@ -473,5 +479,5 @@ def make_units(
                 "resource_id": rid,
             },
         )
-        for chunk in chunk_text(text, lang)
+        for chunk in (chunks if chunks is not None else chunk_text(text, lang))
     ]

@@ -1,0 +1,415 @@
+"""Incremental indexer: keeps the text, vector and graph indexes of each
+resource in step with its files.
+
+Design::
+
+    hydrator / reindex ──► Indexer.session(resource) ──► IndexSession
+                                             │ per listed file:
+                                             │   needs_read? (catalog size/mtime)
+                                             │   update(file, bytes) -> hash changed?
+                                             │ batches of files:
+                                             │   chunk + embed + triples
+                                             │   text / vector / graph .upsert
+                                             │   catalog.put (after the indexes commit)
+                                             └ finish(): delete units of vanished files
+
+- A file whose size and mtime match the catalog is not read at all.
+- A file read whose content hash matches is not re-indexed (only its
+  catalog row is touched).
+- A changed file's new units are written in the same atomic upsert that
+  drops its old ones, so a crash never leaves the file missing from an index;
+  the catalog is updated only after all three indexes committed, so an
+  interrupted run is repaired by the next one (upserts are idempotent).
+- Imports are resolved against the files listed in the same walk.  An
+  unchanged file keeps the import targets resolved when it was indexed;
+  ``full=True`` re-resolves everything.
+
+The indexer depends on the backend Protocols and the :class:`Embedder` port
+only; the container supplies the engines.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import structlog
+
+from cleveragents.application.services.chunking import chunk_text, detect_language, make_units
+from cleveragents.application.services.code_graph import extract_facts, file_triples, module_index
+from cleveragents.application.services.resource_files import (
+    ListedFile,
+    decode_text,
+    is_binary,
+    list_files,
+    read_file,
+)
+from cleveragents.domain.models.acms.backends import (
+    GraphIndex,
+    IndexUnit,
+    TextIndex,
+    VectorIndex,
+    WriteTriple,
+)
+from cleveragents.domain.models.acms.embedding import Embedder
+from cleveragents.domain.models.acms.indexing import FileRecord, IndexStats
+from cleveragents.domain.models.acms.uko import UKO, file_uri, resource_uri
+from cleveragents.domain.models.acms.ulids import canonical_ulid
+
+__all__ = ["DEFAULT_INDEX_FILE_BYTES", "Catalog", "IndexSession", "Indexer"]
+
+DEFAULT_INDEX_FILE_BYTES = 1024 * 1024
+_EMBED_BATCH = 256
+
+_log = structlog.get_logger("cleveragents.acms.indexer")
+
+
+class Catalog(Protocol):
+    """Where the indexer remembers what it indexed (see ``SqliteCatalog``)."""
+
+    def records(self, resource_id: str) -> dict[str, FileRecord]: ...
+    def put(self, resource_id: str, records: Iterable[FileRecord]) -> None: ...
+    def remove(self, resource_id: str, paths: Iterable[str] | None = None) -> None: ...
+    def resource_ids(self) -> set[str]: ...
+    def get_meta(self, key: str) -> str | None: ...
+    def set_meta(self, key: str, value: str) -> None: ...
+
+
+@dataclass(slots=True)
+class _Pending:
+    listed: ListedFile
+    sha256: str
+    units: list[IndexUnit]
+    triples: list[WriteTriple]
+    subjects: tuple[str, ...]
+    old: FileRecord | None
+
+
+class Indexer:
+    """Feeds the three indexes of a resource from its files, incrementally."""
+
+    def __init__(
+        self,
+        text: TextIndex,
+        vector: VectorIndex,
+        graph: GraphIndex,
+        embedder: Embedder,
+        catalog: Catalog,
+        *,
+        max_file_bytes: int = DEFAULT_INDEX_FILE_BYTES,
+        batch_units: int = 8192,
+        batch_bytes: int = 16 * 1024 * 1024,
+        batch_triples: int = 250_000,
+    ) -> None:
+        if embedder.dimension != vector.dimension:
+            raise ValueError(
+                f"embedder dimension {embedder.dimension} does not match the vector index "
+                f"dimension {vector.dimension}"
+            )
+        if max_file_bytes <= 0:
+            raise ValueError("max_file_bytes must be positive")
+        self.text = text
+        self.vector = vector
+        self.graph = graph
+        self.embedder = embedder
+        self.catalog = catalog
+        self.max_file_bytes = max_file_bytes
+        self.batch_units = batch_units
+        self.batch_bytes = batch_bytes
+        self.batch_triples = batch_triples
+        identity = f"{embedder.name}:{embedder.dimension}"
+        recorded = catalog.get_meta("embedder")
+        # Vectors from another embedder are not comparable: re-index everything.
+        self._force_full = recorded is not None and recorded != identity
+        self._identity = identity
+
+    def session(
+        self, resource_id: str, root: str | Path, listed_paths: Iterable[str], *, full: bool = False
+    ) -> IndexSession:
+        """Start indexing one resource whose walk listed ``listed_paths``."""
+        return IndexSession(
+            self,
+            canonical_ulid(resource_id),
+            Path(root),
+            listed_paths,
+            full=full or self._force_full,
+        )
+
+    def index_resource(
+        self,
+        resource_id: str,
+        root: str | Path,
+        resource_type: str = "git-checkout",
+        *,
+        full: bool = False,
+    ) -> IndexStats:
+        """List and index one resource on its own (the ``reindex`` path)."""
+        listed = list(list_files(root, resource_type))
+        session = self.session(resource_id, root, [f.rel_path for f in listed], full=full)
+        for f in listed:
+            session.visit(f)
+        return session.finish()
+
+    def delete_resource(self, resource_id: str) -> None:
+        """Delete every unit of a resource from all indexes and the catalog."""
+        rid = canonical_ulid(resource_id)
+        self.text.delete(rid)
+        self.vector.delete(rid)
+        self.graph.delete(rid)
+        self.catalog.remove(rid)
+        _log.info("indexer.resource_deleted", resource_id=rid)
+
+    def prune(self, keep: Iterable[str]) -> list[str]:
+        """Delete the units of every indexed resource not in ``keep``."""
+        keep_set = {canonical_ulid(r) for r in keep}
+        present = (
+            self.catalog.resource_ids()
+            | self.text.resource_ids()
+            | self.vector.resource_ids()
+            | self.graph.resource_ids()
+        )
+        gone = sorted(present - keep_set)
+        for rid in gone:
+            self.delete_resource(rid)
+        return gone
+
+    def _mark_identity(self) -> None:
+        if self.catalog.get_meta("embedder") != self._identity:
+            self.catalog.set_meta("embedder", self._identity)
+        self._force_full = False
+
+
+class IndexSession:
+    """One resource's pass: visit (or read and update) each listed file, then finish."""
+
+    def __init__(
+        self,
+        indexer: Indexer,
+        resource_id: str,
+        root: Path,
+        listed_paths: Iterable[str],
+        *,
+        full: bool,
+    ) -> None:
+        self._ix = indexer
+        self.resource_id = resource_id
+        self.root = root
+        self.full = full
+        self.stats = IndexStats()
+        self._t0 = time.perf_counter()
+        self._records = indexer.catalog.records(resource_id)
+        self._modules = module_index(listed_paths)
+        self._seen: set[str] = set()
+        self._touched: list[FileRecord] = []
+        self._pending: list[_Pending] = []
+        self._pending_units = 0
+        self._pending_bytes = 0
+        self._graph_triples: list[WriteTriple] = []
+        self._graph_delete_subjects: set[str] = set()
+        self._graph_delete_triples: list[WriteTriple] = []
+        self._graph_records: list[FileRecord] = []
+        self._finished = False
+
+    # ------------------------------------------------------------ per file
+
+    def needs_read(self, listed: ListedFile) -> bool:
+        """True when the index needs this file's bytes (new, or size/mtime changed)."""
+        if listed.size > self._ix.max_file_bytes:
+            return False
+        old = self._records.get(listed.rel_path)
+        return (
+            self.full or old is None or old.size != listed.size or old.mtime_ns != listed.mtime_ns
+        )
+
+    def visit(self, listed: ListedFile) -> None:
+        """Handle one listed file, reading it only when the index needs it."""
+        self.stats.files_seen += 1
+        if listed.size > self._ix.max_file_bytes:
+            self.skip(listed, "too_large")
+            return
+        if not self.needs_read(listed):
+            self.keep(listed)
+            return
+        read = read_file(self.root, listed, max_bytes=self._ix.max_file_bytes)
+        if read is None:
+            self.skip(listed, "unreadable")
+            return
+        self.stats.files_read += 1
+        self.stats.bytes_read += len(read.data)
+        self.update(ListedFile(listed.rel_path, read.size, read.mtime_ns), read.data)
+
+    def keep(self, listed: ListedFile) -> None:
+        """The file is unchanged since the catalog saw it: keep its units."""
+        self._seen.add(listed.rel_path)
+        self.stats.files_unchanged += 1
+
+    def skip(self, listed: ListedFile, reason: str) -> None:
+        """The file cannot be indexed now: its old units (if any) go at finish."""
+        self.stats.skip(reason)
+
+    def update(self, listed: ListedFile, data: bytes) -> None:
+        """Index ``data`` as the current content of ``listed`` if it changed."""
+        if len(data) > self._ix.max_file_bytes:
+            self.skip(listed, "too_large")
+            return
+        path = listed.rel_path
+        self._seen.add(path)
+        sha = hashlib.sha256(data).hexdigest()
+        old = self._records.get(path)
+        if is_binary(path, data[:8192]):
+            # Recorded with no units, so an unchanged binary file is never re-read.
+            self.stats.skip("binary")
+            self._queue(_Pending(listed, sha, [], [], (), old), 0)
+            return
+        if old is not None and old.sha256 == sha and not self.full:
+            self.stats.files_unchanged += 1
+            self.stats.files_touched += 1
+            self._touched.append(
+                FileRecord(
+                    path, listed.size, listed.mtime_ns, sha, old.unit_uris, old.graph_subjects
+                )
+            )
+            return
+        text = decode_text(data)
+        language = detect_language(path)
+        chunks = chunk_text(text, language)
+        units = make_units(self.resource_id, path, text, language=language, chunks=chunks)
+        facts = extract_facts(path, text, language)
+        triples = file_triples(self.resource_id, path, language, chunks, facts, self._modules)
+        subjects = tuple(sorted({t[0] for t in triples} | {file_uri(self.resource_id, path)}))
+        self._queue(_Pending(listed, sha, units, triples, subjects, old), len(data))
+
+    # ------------------------------------------------------------ batches
+
+    def _queue(self, pending: _Pending, size: int) -> None:
+        self._pending.append(pending)
+        self._pending_units += len(pending.units)
+        self._pending_bytes += size
+        if (
+            self._pending_units >= self._ix.batch_units
+            or self._pending_bytes >= self._ix.batch_bytes
+        ):
+            self._flush()
+
+    def _flush(self) -> None:
+        """Write the pending files to the text and vector indexes now; queue
+        their graph change and catalog rows for :meth:`_flush_graph`.
+
+        A resource's graph is one file rewritten per change, so graph writes
+        are batched far larger than text/vector ones.  Catalog rows follow the
+        graph write: a file is recorded only once all three indexes hold it.
+        """
+        if not self._pending:
+            return
+        rid = self.resource_id
+        ix = self._ix
+        units = [u for p in self._pending for u in p.units]
+        new_uris = {u.uko_uri for u in units}
+        stale = {
+            uri for p in self._pending if p.old for uri in p.old.unit_uris if uri not in new_uris
+        }
+        embeddings = self._embed([u.content for u in units], ix.vector.dimension)
+        ix.text.upsert(rid, units, delete_uris=stale)
+        ix.vector.upsert(rid, units, embeddings, delete_uris=stale)
+        self.stats.index_writes += 2
+        self.stats.units_written += len(units)
+        resource_subject = _resource_subject(rid)
+        for p in self._pending:
+            self._graph_triples.extend(p.triples)
+            if p.old is not None:
+                self._graph_delete_subjects.update(
+                    s for s in p.old.graph_subjects if s != resource_subject
+                )
+                self._graph_delete_triples.extend(_contains(rid, p.old.path))
+            self._graph_delete_subjects.update(s for s in p.subjects if s != resource_subject)
+            self._graph_records.append(
+                FileRecord(
+                    p.listed.rel_path,
+                    p.listed.size,
+                    p.listed.mtime_ns,
+                    p.sha256,
+                    tuple(u.uko_uri for u in p.units),
+                    p.subjects,
+                )
+            )
+        self.stats.files_indexed += sum(1 for p in self._pending if p.units or p.triples)
+        _log.debug(
+            "indexer.batch_written", resource_id=rid, files=len(self._pending), units=len(units)
+        )
+        self._pending.clear()
+        self._pending_units = 0
+        self._pending_bytes = 0
+        if len(self._graph_triples) >= self._ix.batch_triples:
+            self._flush_graph()
+
+    def _flush_graph(self) -> None:
+        if not self._graph_records:
+            return
+        rid = self.resource_id
+        self._ix.graph.upsert(
+            rid,
+            self._graph_triples,
+            delete_subjects=self._graph_delete_subjects,
+            delete_triples=self._graph_delete_triples,
+        )
+        self._ix.catalog.put(rid, self._graph_records)
+        self.stats.index_writes += 1
+        self._graph_triples = []
+        self._graph_delete_subjects = set()
+        self._graph_delete_triples = []
+        self._graph_records = []
+
+    def _embed(self, texts: Sequence[str], dimension: int) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, dimension), dtype=np.float32)
+        parts = [
+            self._ix.embedder.embed(texts[i : i + _EMBED_BATCH])
+            for i in range(0, len(texts), _EMBED_BATCH)
+        ]
+        return np.ascontiguousarray(np.vstack(parts), dtype=np.float32)
+
+    def finish(self) -> IndexStats:
+        """Write what is pending and delete the units of files no longer present."""
+        if self._finished:
+            return self.stats
+        self._flush()
+        self._flush_graph()
+        if self._touched:
+            self._ix.catalog.put(self.resource_id, self._touched)
+            self._touched.clear()
+        gone = [rec for path, rec in self._records.items() if path not in self._seen]
+        if gone:
+            rid = self.resource_id
+            uris = [u for rec in gone for u in rec.unit_uris]
+            subjects = [
+                s for rec in gone for s in rec.graph_subjects if s != _resource_subject(rid)
+            ]
+            self._ix.text.delete(rid, uris)
+            self._ix.vector.delete(rid, uris)
+            self._ix.graph.upsert(
+                rid,
+                [],
+                delete_subjects=subjects,
+                delete_triples=[c for rec in gone for c in _contains(rid, rec.path)],
+            )
+            self._ix.catalog.remove(rid, [rec.path for rec in gone])
+            self.stats.files_deleted += len(gone)
+            self.stats.index_writes += 3
+        self._ix._mark_identity()
+        self.stats.seconds = time.perf_counter() - self._t0
+        self._finished = True
+        _log.info("indexer.resource_indexed", resource_id=self.resource_id, **self.stats.as_dict())
+        return self.stats
+
+
+def _resource_subject(resource_id: str) -> str:
+    return resource_uri(resource_id)
+
+
+def _contains(resource_id: str, path: str) -> list[WriteTriple]:
+    return [(_resource_subject(resource_id), UKO + "contains", file_uri(resource_id, path))]

@@ -1,0 +1,144 @@
+"""The index catalog: what was indexed for each file, in SQLite.
+
+One row per (resource, path): the size, mtime and content hash last seen,
+and the unit URIs and graph subjects written for it, so a re-run can skip
+unchanged files and delete exactly what a changed or vanished file left
+behind.  Rows are written only after the indexes committed the change, so a
+crash leaves the catalog pointing at the previous state, which the next run
+repairs (the index writes are idempotent).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from cleveragents.domain.models.acms.errors import IndexUnavailableError
+from cleveragents.domain.models.acms.indexing import FileRecord
+
+__all__ = ["SqliteCatalog"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS files (
+    resource_id TEXT NOT NULL,
+    path BLOB NOT NULL,  -- os.fsencode(path): non-UTF-8 names stay exact
+    size INTEGER NOT NULL,
+    mtime_ns INTEGER NOT NULL,
+    sha256 TEXT NOT NULL,
+    unit_uris TEXT NOT NULL,
+    graph_subjects TEXT NOT NULL,
+    indexed_at TEXT NOT NULL DEFAULT (datetime('now')),
+    PRIMARY KEY (resource_id, path)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+class SqliteCatalog:
+    """File records per resource, persisted at ``path`` (``:memory:`` allowed)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self._path = str(path)
+        try:
+            if self._path != ":memory:":
+                Path(self._path).parent.mkdir(parents=True, exist_ok=True)
+            self._conn = sqlite3.connect(
+                self._path, timeout=30.0, isolation_level=None, check_same_thread=False
+            )
+            if self._path != ":memory:":
+                self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=FULL")
+            self._conn.executescript(_SCHEMA)
+        except (OSError, sqlite3.Error) as exc:
+            raise IndexUnavailableError(f"cannot open the catalog {self._path}: {exc}") from exc
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise IndexUnavailableError(f"catalog {self._path}: {exc}") from exc
+
+    def records(self, resource_id: str) -> dict[str, FileRecord]:
+        """Every file record of a resource, by path."""
+        try:
+            rows = self._conn.execute(
+                "SELECT path, size, mtime_ns, sha256, unit_uris, graph_subjects "
+                "FROM files WHERE resource_id = ?",
+                (resource_id,),
+            ).fetchall()
+        except sqlite3.Error as exc:
+            raise IndexUnavailableError(f"catalog {self._path}: {exc}") from exc
+        return {
+            os.fsdecode(r[0]): FileRecord(
+                path=os.fsdecode(r[0]),
+                size=r[1],
+                mtime_ns=r[2],
+                sha256=r[3],
+                unit_uris=tuple(json.loads(r[4])),
+                graph_subjects=tuple(json.loads(r[5])),
+            )
+            for r in rows
+        }
+
+    def put(self, resource_id: str, records: Iterable[FileRecord]) -> None:
+        """Insert or replace records of one resource, in one transaction."""
+        rows = [
+            (
+                resource_id,
+                os.fsencode(rec.path),
+                rec.size,
+                rec.mtime_ns,
+                rec.sha256,
+                json.dumps(list(rec.unit_uris)),
+                json.dumps(list(rec.graph_subjects)),
+            )
+            for rec in records
+        ]
+        with self._tx() as conn:
+            conn.executemany(
+                "INSERT OR REPLACE INTO files "
+                "(resource_id, path, size, mtime_ns, sha256, unit_uris, graph_subjects) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+
+    def remove(self, resource_id: str, paths: Iterable[str] | None = None) -> None:
+        """Forget some files of a resource, or all of them when ``paths`` is None."""
+        with self._tx() as conn:
+            if paths is None:
+                conn.execute("DELETE FROM files WHERE resource_id = ?", (resource_id,))
+            else:
+                conn.executemany(
+                    "DELETE FROM files WHERE resource_id = ? AND path = ?",
+                    [(resource_id, os.fsencode(p)) for p in paths],
+                )
+
+    def resource_ids(self) -> set[str]:
+        """Resources with at least one record."""
+        rows = self._conn.execute("SELECT DISTINCT resource_id FROM files").fetchall()
+        return {r[0] for r in rows}
+
+    def get_meta(self, key: str) -> str | None:
+        """A catalog-wide setting (e.g. the embedder that filled the vector index)."""
+        row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_meta(self, key: str, value: str) -> None:
+        """Record a catalog-wide setting."""
+        with self._tx() as conn:
+            conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+
+    def close(self) -> None:
+        """Close the database connection."""
+        self._conn.close()

@@ -1,0 +1,312 @@
+"""The hydrator over a real git repository full of awkward files, feeding real
+Tantivy / FAISS / rdflib indexes on disk, incrementally."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from structlog.testing import capture_logs
+
+from cleveragents.application.container import build_container
+from cleveragents.application.services import context_tier_hydrator as hydrator_module
+from cleveragents.application.services.context_tier_hydrator import (
+    hydrate_tiers_for_plan,
+    hydrate_tiers_from_project,
+)
+from cleveragents.application.services.context_tier_service import ContextTierService
+from cleveragents.application.services.indexer import Indexer
+from cleveragents.domain.models.acms.scope import ScopedView
+from cleveragents.domain.models.acms.tiers import ContextTier
+from cleveragents.domain.models.acms.uko import UKO, file_uri, path_of
+from cleveragents.infrastructure.acms.sqlite_registry import open_registry
+
+NON_UTF8 = os.fsdecode(b"caf\xe9.py")
+
+
+def git(root: Path, *args: str) -> None:
+    subprocess.run(
+        ["git", "-c", "user.email=t@example.com", "-c", "user.name=t", *args],
+        cwd=root,
+        check=True,
+        capture_output=True,
+    )
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    (root / "pkg").mkdir(parents=True)
+    (root / "node_modules" / "dep").mkdir(parents=True)
+    (root / "pkg" / "__init__.py").write_text("")
+    (root / "pkg" / "core.py").write_text(
+        "from pkg import util\nimport json\n\n\nclass AlphaEngine:\n"
+        "    def runQuickly(self):\n        return util.helper_function()\n"
+    )
+    (root / "pkg" / "util.py").write_text("def helper_function():\n    return 42\n")
+    (root / "README.md").write_text("# Demo\n\nzebracorn marker word\n")
+    (root / ".gitignore").write_text("ignored.log\n")
+    (root / "ignored.log").write_text("ignoredmarker\n")
+    (root / "node_modules" / "dep" / "index.js").write_text("function nodeModulesMarker() {}\n")
+    (root / "image.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\x00" * 64)
+    (root / "big.txt").write_text("bigfilemarker\n" + "x" * (300 * 1024))
+    (root / "huge.txt").write_text("hugefilemarker\n" + "y" * (1200 * 1024))
+    (root / "nul.txt").write_bytes(b"nulmarker\x00binary")
+    os.symlink("/etc/passwd", root / "passwd_link")
+    os.symlink("loop", root / "loop")
+    (root / os.fsencode(NON_UTF8).decode("utf-8", "surrogateescape")).write_text(
+        "def cafe_function():\n    pass\n"
+    )
+    git(root, "init", "-q")
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "init")
+    (root / "notes.txt").write_text("untrackedmarker\n")  # untracked, not ignored
+    os.mkfifo(root / "fifo")
+    return root
+
+
+EXPECTED_FRAGMENTS = {
+    ".gitignore",
+    "README.md",
+    "notes.txt",
+    "pkg/__init__.py",
+    "pkg/core.py",
+    "pkg/util.py",
+    NON_UTF8,
+}
+# Indexed: the fragments (an empty file has no chunk) plus the 300 KB file,
+# which is over the tier's 256 KB cap but under the index's 1 MB cap.
+EXPECTED_INDEXED = (EXPECTED_FRAGMENTS - {"pkg/__init__.py"}) | {"big.txt"}
+
+
+@pytest.fixture
+def container(tmp_path: Path) -> Iterator[Any]:
+    c = build_container("local", tmp_path / "data", embedding_dimension=64)
+    yield c
+    c.text_backend().close()
+    c.vector_backend().close()
+    c.graph_backend().close()
+
+
+def indexed_paths(c: Any, rid: str) -> set[str]:
+    return {path_of(u) for u in c.text_backend().unit_uris(rid)} - {None}
+
+
+RID = "01JD0000000000000000000000"
+
+
+def test_exactly_the_right_files_become_fragments_and_units(repo: Path, container: Any) -> None:
+    tiers = ContextTierService()
+    n = hydrate_tiers_from_project(
+        tiers, "local/demo", RID, str(repo), "git-checkout", indexer=container.indexer()
+    )
+    fragments = tiers.fragments(ContextTier.HOT)
+    assert n == len(fragments)
+    assert {f.metadata["path"] for f in fragments} == EXPECTED_FRAGMENTS
+    for f in fragments:
+        assert f.metadata["detail_depth"] == "1"
+        assert f.metadata["relevance_score"] == "0.5"
+        assert f.tier is ContextTier.HOT
+    assert indexed_paths(container, RID) == EXPECTED_INDEXED
+    assert {path_of(u) for u in container.vector_backend().unit_uris(RID)} == EXPECTED_INDEXED
+    assert "root:" not in " ".join(f.content for f in fragments)  # /etc/passwd never read
+
+    view = ScopedView(
+        container.text_backend(),
+        container.vector_backend(),
+        container.graph_backend(),
+        frozenset({RID}),
+    )
+    for marker in ("zebracorn", "untrackedmarker", "bigfilemarker"):
+        assert view.search(marker), marker
+    for marker in ("ignoredmarker", "nodeModulesMarker", "hugefilemarker", "nulmarker"):
+        assert view.search(marker) == [], marker
+    # Identifier parts find code; metadata carries the line range.
+    hit = view.search("quickly")[0]
+    assert hit.metadata["path"] == "pkg/core.py"
+    assert hit.metadata["language"] == "python"
+    assert int(hit.metadata["start_line"]) <= 6 <= int(hit.metadata["end_line"])
+    # The graph: core.py imports util.py (a file of the same resource).
+    core, util = file_uri(RID, "pkg/core.py"), file_uri(RID, "pkg/util.py")
+    reached = view.traverse(core, depth=1).triples
+    assert (core, UKO + "imports", util) in reached
+    names = view.sparql_query(
+        f"SELECT ?f ?p ?n WHERE {{ ?f <{UKO}defines> ?s . ?s <{UKO}name> ?n . BIND(?f AS ?p) }}"
+    ).triples
+    assert (core, core, "AlphaEngine") in names
+
+
+def test_directory_type_walks_without_git(repo: Path, container: Any) -> None:
+    tiers = ContextTierService()
+    hydrate_tiers_from_project(tiers, "local/demo", RID, str(repo), "directory")
+    paths = {f.metadata["path"] for f in tiers.fragments()}
+    assert paths == EXPECTED_FRAGMENTS | {"ignored.log"}
+
+
+def test_rerun_reads_nothing_and_touching_one_file_reindexes_only_it(
+    repo: Path, container: Any
+) -> None:
+    ix: Indexer = container.indexer()
+    first = ix.index_resource(RID, repo)
+    assert first.files_indexed == len(EXPECTED_INDEXED) + 1  # + the binary nul.txt, no units
+    again = ix.index_resource(RID, repo)
+    assert (again.files_read, again.bytes_read, again.index_writes, again.units_written) == (
+        0,
+        0,
+        0,
+        0,
+    )
+    assert again.files_unchanged == again.files_seen - again.files_skipped
+
+    # mtime only: read, hash equal, no index write.
+    os.utime(repo / "README.md", ns=(1, 1))
+    touched = ix.index_resource(RID, repo)
+    assert (touched.files_read, touched.files_touched, touched.files_indexed) == (1, 1, 0)
+    assert touched.units_written == 0
+
+    # New content in one file: only that file is re-indexed.
+    (repo / "pkg" / "util.py").write_text("def renamed_function():\n    return 43\n")
+    changed = ix.index_resource(RID, repo)
+    assert (changed.files_read, changed.files_indexed) == (1, 1)
+    scope = frozenset({RID})
+    text = container.text_backend()
+    assert text.search("renamed", scope=scope)
+    assert text.search("helper", scope=scope) == [] or all(
+        r.metadata["path"] != "pkg/util.py" for r in text.search("helper", scope=scope)
+    )
+
+    # A vanished file's units go, from all three indexes.
+    (repo / "notes.txt").unlink()
+    gone = ix.index_resource(RID, repo)
+    assert gone.files_deleted == 1
+    assert "notes.txt" not in indexed_paths(container, RID)
+    assert container.graph_backend().get_triples(file_uri(RID, "notes.txt")).triples == []
+    contains = container.graph_backend().get_triples(f"uko://{RID}").triples
+    assert (f"uko://{RID}", UKO + "contains", file_uri(RID, "notes.txt")) not in contains
+    assert (f"uko://{RID}", UKO + "contains", file_uri(RID, "README.md")) in contains
+
+
+def test_removed_resource_loses_every_unit(repo: Path, container: Any) -> None:
+    ix: Indexer = container.indexer()
+    ix.index_resource(RID, repo)
+    assert ix.prune(keep=[]) == [RID]
+    assert container.text_backend().resource_ids() == set()
+    assert container.vector_backend().resource_ids() == set()
+    assert container.graph_backend().resource_ids() == set()
+    assert ix.catalog.records(RID) == {}
+
+
+class ExplodingGraph:
+    """Delegates to the real graph backend but fails every write."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def upsert(self, *args: Any, **kwargs: Any) -> None:
+        raise OSError("disk full (injected)")
+
+
+def test_a_failed_write_never_loses_a_file_and_the_next_run_repairs(
+    repo: Path, container: Any
+) -> None:
+    ix: Indexer = container.indexer()
+    ix.index_resource(RID, repo)
+    (repo / "pkg" / "util.py").write_text("def replacement_function():\n    pass\n")
+    broken = Indexer(
+        container.text_backend(),
+        container.vector_backend(),
+        ExplodingGraph(container.graph_backend()),  # type: ignore[arg-type]
+        container.embedder(),
+        ix.catalog,
+    )
+    with pytest.raises(OSError, match="injected"):
+        broken.index_resource(RID, repo)
+    # The file is still in every index (old or new version), never missing.
+    assert "pkg/util.py" in indexed_paths(container, RID)
+    assert container.graph_backend().get_triples(file_uri(RID, "pkg/util.py")).triples
+    # The catalog still holds the old hash, so the next run redoes the file.
+    repaired = ix.index_resource(RID, repo)
+    assert repaired.files_indexed == 1
+    assert container.text_backend().search("replacement", scope=frozenset({RID}))
+
+
+def test_tier_budget_limits_fragments_but_not_the_index(
+    repo: Path, container: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(hydrator_module, "MAX_TOTAL_BYTES", 40)
+    tiers = ContextTierService()
+    hydrate_tiers_from_project(
+        tiers, "local/demo", RID, str(repo), "git-checkout", indexer=container.indexer()
+    )
+    assert sum(len(f.content.encode()) for f in tiers.fragments()) <= 40
+    assert len(tiers.fragments()) < len(EXPECTED_FRAGMENTS)
+    assert indexed_paths(container, RID) == EXPECTED_INDEXED
+
+
+def test_plan_hydration_and_the_seed_log_events(repo: Path, tmp_path: Path, container: Any) -> None:
+    projects, resources = open_registry(tmp_path / "reg.sqlite3")
+    projects.add("local/demo")
+    projects.add("local/empty")
+    res = resources.register(repo, "git-checkout")
+    projects.link("local/demo", res.resource_id)
+    gone = resources.register(tmp_path, "directory")
+    projects.link("local/demo", gone.resource_id)
+    resources.remove(gone.resource_id)
+
+    class Registry:
+        """The real registry, plus one resource whose location vanished and one unknown."""
+
+        def get(self, rid: str) -> Any:
+            if rid == "missing":
+                return type(res)("01JD0000000000000000000001", str(tmp_path / "nope"), "directory")
+            return resources.get(rid)
+
+    class Projects:
+        def get(self, name: str) -> Any:
+            if name == "local/ghosts":
+                return type(projects.get("local/demo"))("local/ghosts", ("missing", "unknown"))
+            return projects.get(name)
+
+    tiers = ContextTierService()
+    with capture_logs() as logs:
+        n = hydrate_tiers_for_plan(
+            tiers,
+            ["local/demo", "local/none", "local/empty", "local/ghosts"],
+            Projects(),
+            Registry(),
+            indexer=container.indexer(),
+        )
+    assert n == len(EXPECTED_FRAGMENTS)
+    levels = {(e["event"], e["log_level"]) for e in logs}
+    assert {
+        ("context_hydrator.project_not_found", "debug"),
+        ("context_hydrator.no_linked_resources", "debug"),
+        ("context_hydrator.resource_not_found", "debug"),
+        ("context_hydrator.skip_missing_location", "warning"),
+        ("context_hydrator.hydrated", "info"),
+    } <= levels
+    done = next(e for e in logs if e["event"] == "context_hydrator.hydrated")
+    assert done["fragments_stored"] == n
+    assert done["total_bytes"] == sum(len(f.content.encode()) for f in tiers.fragments())
+
+
+def test_store_failure_is_logged_and_skipped(repo: Path) -> None:
+    class Failing(ContextTierService):
+        def store(self, fragment: Any) -> None:
+            if fragment.metadata["path"] == "README.md":
+                raise RuntimeError("full")
+            super().store(fragment)
+
+    tiers = Failing()
+    with capture_logs() as logs:
+        n = hydrate_tiers_from_project(tiers, "local/demo", RID, str(repo))
+    assert n == len(EXPECTED_FRAGMENTS) - 1
+    failed = [e for e in logs if e["event"] == "context_hydrator.store_failed"]
+    assert [(e["path"], e["log_level"]) for e in failed] == [("README.md", "debug")]
