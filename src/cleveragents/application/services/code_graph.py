@@ -568,7 +568,7 @@ def file_triples(
             (chunk_uri, UKO + "endLine", Literal(str(chunk.end_line), _XSD_INTEGER)),
         ]
     seen: set[str] = set()
-    for name, kind, _line in facts.symbols:
+    for name, kind, line in facts.symbols:
         if name in seen:
             continue
         seen.add(name)
@@ -577,6 +577,7 @@ def file_triples(
             (file, UKO + "defines", symbol),
             (symbol, UKO + "name", Literal(name)),
             (symbol, UKO + "kind", Literal(kind)),
+            (symbol, UKO + "line", Literal(str(line), _XSD_INTEGER)),
         ]
     targets: dict[str, None] = {}
     for name in facts.imports:

@@ -219,6 +219,9 @@ class RdflibGraphBackend:
         self._graphs: dict[str, Graph] = {}
         self._subject_index: dict[Node, set[str]] = {}
         self._unions: OrderedDict[frozenset[str], Graph] = OrderedDict()
+        # Per resource: subject -> its triples as strings (sorted) and whether
+        # each object is an IRI; built lazily, dropped when the resource changes.
+        self._adjacency: dict[str, dict[str, list[tuple[Triple, bool]]]] = {}
         self._file_stats: dict[str, _Stat] = {}
         self._generation_seen: _Stat | None = None
         self._closed = False
@@ -249,6 +252,7 @@ class RdflibGraphBackend:
             self._graphs.clear()
             self._subject_index.clear()
             self._unions.clear()
+            self._adjacency.clear()
             if self._lock_fd is not None:
                 os.close(self._lock_fd)
                 self._lock_fd = None
@@ -360,21 +364,19 @@ class RdflibGraphBackend:
         seen: set[Triple] = set()
         with self._lock:
             self._refresh()
-            node = URIRef(start)
-            visited = {node}
-            frontier = [node]
+            visited = {start}
+            frontier = [start]
             for _ in range(depth):
-                reached: list[URIRef] = []
+                reached: list[str] = []
                 for current in frontier:
-                    found = sorted(self._triples_of(current, canonical), key=_sort_key)
-                    for s, p, o in found:
-                        triple = (_term(s), _term(p), _term(o))
+                    for triple, iri in self._edges_of(current, canonical):
                         if triple not in seen:
                             seen.add(triple)
                             out.append(triple)
-                        if isinstance(o, URIRef) and o not in visited:
-                            visited.add(o)
-                            reached.append(o)
+                        target = triple[2]
+                        if iri and target not in visited:
+                            visited.add(target)
+                            reached.append(target)
                 if not reached:
                     break
                 frontier = reached
@@ -456,6 +458,28 @@ class RdflibGraphBackend:
         if self._closed:
             raise IndexUnavailableError("the graph store is closed")
 
+    def _edges_of(self, subject: str, scope: frozenset[str] | None) -> list[tuple[Triple, bool]]:
+        """The triples of ``subject`` in in-scope graphs, as strings, sorted."""
+        rids = self._subject_index.get(URIRef(subject), set())
+        if scope is not None:
+            rids = rids & scope
+        edges: list[tuple[Triple, bool]] = []
+        for rid in rids:
+            adjacency = self._adjacency.get(rid)
+            if adjacency is None:
+                adjacency = {}
+                for s, p, o in self._graphs[rid]:
+                    key = _term(s)
+                    triple = (key, _term(p), _term(o))
+                    adjacency.setdefault(key, []).append((triple, isinstance(o, URIRef)))
+                for entries in adjacency.values():
+                    entries.sort()
+                self._adjacency[rid] = adjacency
+            edges.extend(adjacency.get(subject, ()))
+        if len(rids) > 1:
+            edges.sort()
+        return edges
+
     def _triples_of(
         self, subject: URIRef, scope: frozenset[str] | None
     ) -> set[tuple[Node, Node, Node]]:
@@ -530,6 +554,7 @@ class RdflibGraphBackend:
         else:
             self._graphs.pop(rid, None)
         self._unions.clear()
+        self._adjacency.pop(rid, None)
         self._bump_generation()
 
     def _persist(self, rid: str, graph: Graph | None) -> None:
@@ -563,6 +588,7 @@ class RdflibGraphBackend:
             for s in graph.subjects(unique=True):
                 self._subject_index.setdefault(s, set()).add(rid)
         self._unions.clear()
+        self._adjacency.pop(rid, None)
 
     def _bump_generation(self) -> None:
         if self._root is None:
@@ -644,10 +670,6 @@ class RdflibGraphBackend:
             yield
         finally:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-
-
-def _sort_key(triple: tuple[Node, Node, Node]) -> tuple[str, str, str]:
-    return (_term(triple[0]), _term(triple[1]), _term(triple[2]))
 
 
 def _materialise(items: object, name: str) -> list[object]:

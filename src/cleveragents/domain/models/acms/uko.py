@@ -12,17 +12,24 @@ resource of any unit can be read from its URI without a lookup.  Path
 segments are percent-encoded (RFC 3986) so any file name, including
 non-UTF-8 ones decoded with ``surrogateescape``, round-trips.
 
-Graph vocabulary (namespace ``UKO``), one named graph per resource ULID:
+Graph vocabulary (namespace ``UKO`` = ``https://cleveragents.dev/ns/uko#``),
+one named graph per resource ULID.  Literals are plain strings unless marked
+``xsd:integer``::
 
-    <resource> uko:contains   <file>       resource contains file
-    <file>     uko:inResource <resource>   inverse, so a file's triples carry it
-    <file>     uko:path       "a/b.py"     relative posix path (literal)
-    <file>     uko:language   "python"     (literal)
-    <file>     uko:hasChunk   <chunk>
-    <chunk>    uko:startLine  "10" / uko:endLine "42"  (literals)
-    <file>     uko:defines    <symbol>
-    <symbol>   uko:name       "Foo.bar" / uko:kind "class" | "function" | ...
-    <file>     uko:imports    <file> (same resource) or <module:NAME>
+    <resource> uko:contains   <file>          resource contains file
+    <file>     uko:inResource <resource>      inverse, so a file's own triples carry it
+    <file>     uko:path       "a/b.py"        relative posix path
+    <file>     uko:language   "python"
+    <file>     uko:hasChunk   <file#L10-L42>
+    <chunk>    uko:startLine  10 ; uko:endLine 42          (xsd:integer)
+    <file>     uko:defines    <file#sym=Foo.bar>
+    <symbol>   uko:name "Foo.bar" ; uko:kind "class" | "function" | "method" | "variable"
+    <symbol>   uko:line       12                           (xsd:integer)
+    <file>     uko:imports    <file> of the same resource, else <urn:uko:module:NAME>
+
+Every subject of a file's triples is the file or a URI under it, except the
+single ``<resource> uko:contains <file>`` edge, so a file's triples can be
+replaced by subject.
 """
 
 from __future__ import annotations
