@@ -4,7 +4,6 @@ Tantivy / FAISS / rdflib indexes on disk, incrementally."""
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,17 +23,9 @@ from cleveragents.domain.models.acms.scope import ScopedView
 from cleveragents.domain.models.acms.tiers import ContextTier
 from cleveragents.domain.models.acms.uko import UKO, file_uri, path_of
 from cleveragents.infrastructure.acms.sqlite_registry import open_registry
+from gitrepo import git
 
 NON_UTF8 = os.fsdecode(b"caf\xe9.py")
-
-
-def git(root: Path, *args: str) -> None:
-    subprocess.run(
-        ["git", "-c", "user.email=t@example.com", "-c", "user.name=t", *args],
-        cwd=root,
-        check=True,
-        capture_output=True,
-    )
 
 
 @pytest.fixture

@@ -21,33 +21,10 @@ from structlog.testing import capture_logs
 
 from cleveragents.application.services import resource_files
 from cleveragents.application.services.resource_files import ListedFile, list_files, read_file
+from gitrepo import git
 
 _GIT_ENV_DROP = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY")
 PASSWD = "/etc/passwd"
-
-
-def git(root: Path, *args: str) -> None:
-    """Run git in ``root`` as a user would, isolated from the caller's repository and config."""
-    env = {k: v for k, v in os.environ.items() if k not in _GIT_ENV_DROP}
-    env["GIT_CONFIG_GLOBAL"] = os.devnull
-    env["GIT_CONFIG_NOSYSTEM"] = "1"
-    subprocess.run(
-        [
-            "git",
-            "-c",
-            "user.email=t@example.com",
-            "-c",
-            "user.name=T",
-            "-c",
-            "commit.gpgsign=false",
-            "-C",
-            str(root),
-            *args,
-        ],
-        check=True,
-        capture_output=True,
-        env=env,
-    )
 
 
 def commit_all(root: Path) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import tempfile
 from pathlib import Path
 
@@ -24,32 +23,7 @@ from cleveragents.application.services.resource_files import (
     list_files,
     read_file,
 )
-
-_GIT_ENV_DROP = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY")
-
-
-def git(root: Path, *args: str) -> None:
-    """Run git in ``root`` as a user would, isolated from the caller's repository and config."""
-    env = {k: v for k, v in os.environ.items() if k not in _GIT_ENV_DROP}
-    env["GIT_CONFIG_GLOBAL"] = os.devnull
-    env["GIT_CONFIG_NOSYSTEM"] = "1"
-    subprocess.run(
-        [
-            "git",
-            "-c",
-            "user.email=t@example.com",
-            "-c",
-            "user.name=T",
-            "-c",
-            "commit.gpgsign=false",
-            "-C",
-            str(root),
-            *args,
-        ],
-        check=True,
-        capture_output=True,
-        env=env,
-    )
+from gitrepo import git
 
 
 def write(root: Path, rel: str, data: bytes | str = "x\n") -> Path:
