@@ -30,6 +30,7 @@ from cleveragents.application.services.context_tier_service import ContextTierSe
 from cleveragents.application.services.indexer import Indexer
 from cleveragents.domain.models.acms.backends import GraphIndex, TextIndex, VectorIndex
 from cleveragents.domain.models.acms.embedding import Embedder
+from cleveragents.domain.models.acms.registry import ProjectRepository, ResourceRegistry
 from cleveragents.domain.models.acms.stubs import (
     InMemoryGraphBackend,
     InMemoryTextBackend,
@@ -83,13 +84,13 @@ def _indexer(
     return Indexer(text, vector, graph, embedder, SqliteCatalog(Path(data_dir) / "catalog.sqlite3"))
 
 
-def _project_repository(data_dir: str) -> object:
+def _project_repository(data_dir: str) -> ProjectRepository:
     from cleveragents.infrastructure.acms.sqlite_registry import NamespacedProjectRepository
 
     return NamespacedProjectRepository(Path(data_dir) / "registry.sqlite3")
 
 
-def _resource_registry(data_dir: str) -> object:
+def _resource_registry(data_dir: str) -> ResourceRegistry:
     from cleveragents.infrastructure.acms.sqlite_registry import ResourceRegistryService
 
     return ResourceRegistryService(Path(data_dir) / "registry.sqlite3")

@@ -9,6 +9,7 @@ no engine exception type ever leaks out of an adapter::
     │                              forbidden SPARQL form, over a limit)
     │   └── QueryLimitError        a query stopped by a time or row limit
     ├── IndexUnavailableError      an index cannot be opened, read or written
+    ├── BusyError                  another writer holds the data directory
     ├── NotFoundError (LookupError)   an unknown project or resource
     ├── ConflictError (ValueError)    a project or link that already exists
     └── ScopeViolationError        a result outside the scope reached a check
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 __all__ = [
     "AcmsError",
+    "BusyError",
     "ConflictError",
     "IndexUnavailableError",
     "NotFoundError",
@@ -57,3 +59,7 @@ class NotFoundError(AcmsError, LookupError):
 
 class ConflictError(AcmsError, ValueError):
     """A project or link that already exists."""
+
+
+class BusyError(AcmsError):
+    """Another reindex holds the data directory's lock."""

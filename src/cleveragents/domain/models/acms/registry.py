@@ -9,10 +9,19 @@ or None, ``resource_registry.get(resource_id)`` a :class:`Resource` or None.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
-__all__ = ["RESOURCE_TYPES", "Project", "Resource", "validate_project_name"]
+__all__ = [
+    "RESOURCE_TYPES",
+    "Project",
+    "ProjectRepository",
+    "Resource",
+    "ResourceRegistry",
+    "validate_project_name",
+]
 
 RESOURCE_TYPES = ("git-checkout", "git", "directory")
 
@@ -55,3 +64,53 @@ class Resource:
     location: str
     resource_type: str
     last_indexed_at: str | None = None
+
+
+@runtime_checkable
+class ProjectRepository(Protocol):
+    """Namespaced projects and their links to resources."""
+
+    def add(self, name: str) -> Project:
+        """Create a project; ``ConflictError`` if it exists, ``ValueError`` if the name is bad."""
+        ...
+
+    def get(self, name: str) -> Project | None:
+        """The project called ``name``, or None."""
+        ...
+
+    def list(self) -> list[Project]:
+        """Every project, by name."""
+        ...
+
+    def remove(self, name: str) -> None:
+        """Delete a project and its links; ``NotFoundError`` if unknown."""
+        ...
+
+    def link(self, name: str, resource_id: str) -> None:
+        """Link a registered resource to a project; ``NotFoundError`` if either is unknown."""
+        ...
+
+
+@runtime_checkable
+class ResourceRegistry(Protocol):
+    """Registered resources under their ULIDs."""
+
+    def register(self, location: str | os.PathLike[str], resource_type: str) -> Resource:
+        """Register a directory under a fresh ULID; ``ValueError`` on a bad path or type."""
+        ...
+
+    def get(self, resource_id: str) -> Resource | None:
+        """The resource with this ULID, or None."""
+        ...
+
+    def list(self) -> list[Resource]:
+        """Every resource, by ULID."""
+        ...
+
+    def remove(self, resource_id: str) -> None:
+        """Forget a resource; ``NotFoundError`` if unknown."""
+        ...
+
+    def mark_indexed(self, resource_id: str, when: str | None = None) -> None:
+        """Record when the resource was last indexed."""
+        ...

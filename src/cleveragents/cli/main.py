@@ -1,0 +1,409 @@
+"""The ``acms`` command line: argument parsing and output only.
+
+Every command goes through :class:`AcmsOperations`.  Exit codes: 0 success,
+1 failure at run time, 2 bad usage or bad input; a failure prints one line on
+stderr and never a traceback (``--log-level debug`` adds the traceback to the
+log).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+import structlog
+
+from cleveragents.domain.models.acms.backends import GraphResult, TextResult, VectorResult
+from cleveragents.domain.models.acms.errors import AcmsError, ConflictError, NotFoundError
+
+__all__ = ["EXIT_FAILURE", "EXIT_OK", "EXIT_USAGE", "build_parser", "main"]
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+_PROG = "acms"
+
+
+class UsageError(Exception):
+    """Bad command-line usage (exit 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # One line, not argparse's usage block.
+        raise UsageError(f"{message} (see '{self.prog} --help')")
+
+
+def add_global_options(parser: argparse.ArgumentParser, *, suppress: bool = False) -> None:
+    """``--data-dir``, ``--json`` and ``--log-level`` (shared with scripts/reindex.py).
+
+    With ``suppress`` the options take no default, so a subcommand accepts them
+    too (``acms search text X --json``) without overriding the top level.
+    """
+
+    def default(value: object) -> object:
+        return argparse.SUPPRESS if suppress else value
+
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=default(None),
+        help="data directory (default: $ACMS_DATA_DIR, else ./data)",
+    )
+    parser.add_argument(
+        "--json", action="store_true", default=default(False), help="JSON output on stdout"
+    )
+    parser.add_argument(
+        "--log-level",
+        default=default("warning"),
+        choices=["debug", "info", "warning", "error"],
+        help="log level for the structured log on stderr (default: warning)",
+    )
+
+
+def add_reindex_options(parser: argparse.ArgumentParser) -> None:
+    """The options of ``acms reindex`` (shared with scripts/reindex.py)."""
+    parser.add_argument("--project", action="append", default=[], metavar="NAME")
+    parser.add_argument("--resource", action="append", default=[], metavar="ULID")
+    parser.add_argument("--full", action="store_true", help="re-read and re-index every file")
+    parser.add_argument(
+        "--lock-timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="how long to wait for another reindex to finish (default: 60)",
+    )
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {value}")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative: {value}")
+    return value
+
+
+def _scope_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("scope (at least one)")
+    group.add_argument("--project", action="append", default=[], metavar="NAME")
+    group.add_argument("--resource", action="append", default=[], metavar="ULID")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``acms`` argument parser."""
+    parser = _Parser(prog=_PROG, description="ACMS backends: index projects and query them.")
+    add_global_options(parser)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    project = commands.add_parser("project", help="manage projects").add_subparsers(
+        dest="action", required=True, parser_class=_Parser
+    )
+    project.add_parser("add", help="create a project").add_argument("name")
+    project.add_parser("list", help="list projects")
+    project.add_parser("remove", help="delete a project").add_argument("name")
+
+    resource = commands.add_parser("resource", help="manage resources").add_subparsers(
+        dest="action", required=True, parser_class=_Parser
+    )
+    add = resource.add_parser("add", help="register a directory and link it to a project")
+    add.add_argument("path")
+    add.add_argument("--project", required=True, metavar="NAME")
+    add.add_argument("--type", choices=["git-checkout", "directory"], default=None)
+    listing = resource.add_parser("list", help="list resources")
+    listing.add_argument("--project", metavar="NAME")
+    resource.add_parser("remove", help="forget a resource and delete its units").add_argument(
+        "resource_id", metavar="ULID"
+    )
+
+    add_reindex_options(commands.add_parser("reindex", help="bring the indexes up to date"))
+
+    search = commands.add_parser("search", help="search text or vectors").add_subparsers(
+        dest="kind", required=True, parser_class=_Parser
+    )
+    text = search.add_parser("text", help="BM25 full-text search")
+    text.add_argument("query")
+    text.add_argument("--max-results", type=_positive, default=20, metavar="N")
+    _scope_options(text)
+    vector = search.add_parser("vector", help="similarity search (embeds TEXT)")
+    vector.add_argument("text")
+    vector.add_argument("--top-k", type=_positive, default=20, metavar="N")
+    _scope_options(vector)
+
+    sparql = commands.add_parser("sparql", help="SPARQL over the in-scope graphs")
+    sparql.add_argument("query")
+    _scope_options(sparql)
+    triples = commands.add_parser("triples", help="triples of one subject")
+    triples.add_argument("subject")
+    _scope_options(triples)
+    traverse = commands.add_parser("traverse", help="breadth-first walk from a node")
+    traverse.add_argument("start")
+    traverse.add_argument("--depth", type=_non_negative, default=2, metavar="N")
+    _scope_options(traverse)
+
+    commands.add_parser("status", help="resources, unit counts and sizes on disk")
+    for leaf in _leaves(parser):
+        if leaf is not parser:
+            add_global_options(leaf, suppress=True)
+    return parser
+
+
+def _leaves(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        return [parser]
+    return [leaf for child in subs[0].choices.values() for leaf in _leaves(child)]
+
+
+def configure_logging(level: str) -> None:
+    """structlog to stderr: JSON lines, or readable output on a TTY."""
+    renderer: Any = (
+        structlog.dev.ConsoleRenderer(colors=False)
+        if sys.stderr.isatty()
+        else structlog.processors.JSONRenderer()
+    )
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso"),
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+
+
+def data_dir_of(args: argparse.Namespace) -> Path:
+    """``--data-dir``, else ``$ACMS_DATA_DIR``, else ``./data``."""
+    return Path(args.data_dir or os.environ.get("ACMS_DATA_DIR") or "data")
+
+
+def operations_for(args: argparse.Namespace) -> Any:  # noqa: ANN401 - AcmsOperations, lazily imported
+    """The operations over the chosen data directory (real engines)."""
+    from cleveragents.application.container import build_container
+    from cleveragents.application.services.operations import AcmsOperations
+
+    return AcmsOperations.from_container(build_container("local", data_dir_of(args)))
+
+
+# ---------------------------------------------------------------- output
+
+
+class Output:
+    """Writes human text or JSON to stdout."""
+
+    def __init__(self, as_json: bool) -> None:
+        self.as_json = as_json
+
+    def emit(self, data: object, human: Callable[[], str]) -> None:
+        """Print ``data`` as JSON, or ``human()`` as text."""
+        if self.as_json:
+            print(json.dumps(data, indent=2, ensure_ascii=False, default=_jsonable))
+        else:
+            text = human()
+            if text:
+                print(text)
+
+
+def _jsonable(value: object) -> object:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, Path | frozenset | set):
+        return sorted(value) if not isinstance(value, Path) else str(value)
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def _snippet(content: str, width: int = 100) -> str:
+    for line in content.splitlines():
+        if line.strip():
+            line = line.strip()
+            return line if len(line) <= width else line[: width - 1] + "…"
+    return ""
+
+
+def _hits(results: Sequence[TextResult | VectorResult]) -> str:
+    if not results:
+        return "no results"
+    out = []
+    for r in results:
+        m = r.metadata
+        where = f"{m.get('path', '?')}:{m.get('start_line', '?')}-{m.get('end_line', '?')}"
+        out.append(f"{r.score:.3f}  {where}  {r.uko_uri}\n       {_snippet(r.content)}")
+    return "\n".join(out)
+
+
+def _graph(result: GraphResult) -> str:
+    lines = [f"{s}  {p}  {o}" for s, p, o in result.triples]
+    if "boolean" in result.metadata:
+        lines.insert(0, result.metadata["boolean"])
+    return "\n".join(lines) if lines else "no triples"
+
+
+# ---------------------------------------------------------------- commands
+
+
+def run(args: argparse.Namespace, out: Output) -> int:
+    """Dispatch one parsed command."""
+    ops = operations_for(args)
+    command = args.command
+    if command == "project":
+        return _project(ops, args, out)
+    if command == "resource":
+        return _resource(ops, args, out)
+    if command == "reindex":
+        report = ops.reindex(
+            args.project, args.resource, full=args.full, lock_timeout=args.lock_timeout
+        )
+        out.emit(report.as_dict(), lambda: format_report(report))
+        return EXIT_OK
+    if command == "status":
+        status = ops.status()
+        out.emit(status, lambda: _status(status))
+        return EXIT_OK
+    view = ops.view(ops.scope(args.project, args.resource))
+    if command == "search" and args.kind == "text":
+        results: Sequence[Any] = view.search(args.query, max_results=args.max_results)
+        out.emit(results, lambda: _hits(results))
+    elif command == "search":
+        results = view.similarity_search(ops.embed_query(args.text), top_k=args.top_k)
+        out.emit(results, lambda: _hits(results))
+    else:
+        if command == "sparql":
+            graph = view.sparql_query(args.query)
+        elif command == "triples":
+            graph = view.get_triples(args.subject)
+        else:
+            graph = view.traverse(args.start, depth=args.depth)
+        out.emit(graph, lambda: _graph(graph))
+    return EXIT_OK
+
+
+def _project(ops: Any, args: argparse.Namespace, out: Output) -> int:  # noqa: ANN401
+    if args.action == "add":
+        project = ops.add_project(args.name)
+        out.emit(project, lambda: f"created project {project.name}")
+    elif args.action == "list":
+        projects = ops.list_projects()
+        out.emit(
+            projects,
+            lambda: (
+                "\n".join(f"{p.name}  {len(p.resource_ids)} resource(s)" for p in projects)
+                or "no projects"
+            ),
+        )
+    else:
+        ops.remove_project(args.name)
+        out.emit({"removed": args.name}, lambda: f"removed project {args.name}")
+    return EXIT_OK
+
+
+def _resource(ops: Any, args: argparse.Namespace, out: Output) -> int:  # noqa: ANN401
+    if args.action == "add":
+        resource = ops.add_resource(args.path, args.project, args.type)
+        out.emit(resource, lambda: resource.resource_id)
+    elif args.action == "list":
+        resources = ops.list_resources(args.project)
+        out.emit(
+            resources,
+            lambda: (
+                "\n".join(
+                    f"{r.resource_id}  {r.resource_type:<12}  {r.location}  "
+                    f"indexed: {r.last_indexed_at or 'never'}"
+                    for r in resources
+                )
+                or "no resources"
+            ),
+        )
+    else:
+        ops.remove_resource(args.resource_id)
+        out.emit({"removed": args.resource_id}, lambda: f"removed resource {args.resource_id}")
+    return EXIT_OK
+
+
+def format_report(report: Any) -> str:  # noqa: ANN401 - a ReindexReport
+    """The human summary of a reindex."""
+    t = report.total
+    lines = [
+        f"resources: {len(report.resources)}  files seen: {t.files_seen}  read: {t.files_read}  "
+        f"indexed: {t.files_indexed}  deleted: {t.files_deleted}  skipped: {t.files_skipped}  "
+        f"bytes read: {t.bytes_read}  seconds: {report.seconds:.2f}"
+    ]
+    lines += [f"missing location: {rid}" for rid in report.missing]
+    lines += [f"pruned: {rid}" for rid in report.pruned]
+    return "\n".join(lines)
+
+
+def _status(status: dict[str, Any]) -> str:
+    lines = [f"data dir: {status['data_dir']}  projects: {status['projects']}"]
+    for r in status["resources"]:
+        lines.append(
+            f"{r['resource_id']}  {r['type']:<12} files={r['files']} text={r['text_units']} "
+            f"vector={r['vector_units']} graph={r['graph_subjects']}  "
+            f"indexed: {r['last_indexed_at'] or 'never'}  {r['location']}"
+        )
+    sizes = "  ".join(f"{k}={v}" for k, v in status["bytes_on_disk"].items())
+    lines.append(f"bytes on disk: {sizes}")
+    return "\n".join(lines)
+
+
+def guarded(prog: str, body: Callable[[], int]) -> int:
+    """Run ``body`` and turn every failure into an exit code and one line."""
+    log = structlog.get_logger("cleveragents.acms.cli")
+    try:
+        return body()
+    except UsageError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (ValueError, TypeError, NotFoundError, ConflictError) as exc:
+        # Bad input: malformed ULID, unknown project, bad query syntax, ...
+        print(f"{prog}: error: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_USAGE
+    except (AcmsError, OSError) as exc:
+        print(f"{prog}: failed: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        log.debug("cli.internal_error", exc_info=True)
+        print(f"{prog}: internal error: {type(exc).__name__}: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_FAILURE
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text[:500] if text else type(exc).__name__
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``acms`` console script."""
+    parser = build_parser()
+
+    def body() -> int:
+        args = parser.parse_args(argv)
+        configure_logging(args.log_level)
+        return run(args, Output(args.json))
+
+    return guarded(_PROG, body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
