@@ -7,7 +7,7 @@ says.  The profile switch selects real engines:
 - ``ACMS_PROFILE=stub`` (default): the stubs.
 - ``ACMS_PROFILE=local``: Tantivy, FAISS and rdflib on disk under
   ``ACMS_DATA_DIR`` (default ``./data``): ``text/``, ``vectors/``, ``graph/``,
-  plus ``catalog.sqlite3``, the ``embedder`` and the ``indexer`` that feeds them.
+  plus ``catalog/``, the ``embedder`` and the ``indexer`` that feeds them.
 
 In every profile ``project_repository`` and ``resource_registry`` live in
 ``<data dir>/registry.sqlite3`` and ``context_tier_service`` is in memory.
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from dependency_injector import containers, providers
@@ -42,6 +43,8 @@ __all__ = [
     "PROFILES",
     "Container",
     "build_container",
+    "build_index_set",
+    "exchange_index_paths",
     "get_container",
     "override_providers",
     "reset_container",
@@ -81,7 +84,43 @@ def _indexer(
 ) -> Indexer:
     from cleveragents.infrastructure.acms.sqlite_catalog import SqliteCatalog
 
-    return Indexer(text, vector, graph, embedder, SqliteCatalog(Path(data_dir) / "catalog.sqlite3"))
+    return Indexer(text, vector, graph, embedder, SqliteCatalog(_catalog_path(data_dir)))
+
+
+def _catalog_path(data_dir: str | os.PathLike[str]) -> Path:
+    # In its own directory so its WAL files move with it when a rebuild swaps it.
+    return Path(data_dir) / "catalog" / "catalog.sqlite3"
+
+
+INDEX_NAMES = ("text", "vectors", "graph", "catalog")
+
+
+def build_index_set(
+    root: str | os.PathLike[str], embedder: Embedder
+) -> tuple[Indexer, Callable[[], None]]:
+    """A fresh indexer over new indexes under ``root`` (``reindex --rebuild``).
+
+    Returns the indexer and a function that closes its backends and catalog.
+    """
+    from cleveragents.infrastructure.acms.sqlite_catalog import SqliteCatalog
+
+    text = _tantivy_text(str(root))
+    vector = _faiss_vector(str(root), embedder.dimension)
+    graph = _rdflib_graph(str(root))
+    catalog = SqliteCatalog(_catalog_path(root))
+
+    def close() -> None:
+        for backend in (text, vector, graph, catalog):
+            backend.close()
+
+    return Indexer(text, vector, graph, embedder, catalog), close
+
+
+def exchange_index_paths(a: Path, b: Path) -> None:
+    """Swap two index paths atomically (see ``fs_swap``)."""
+    from cleveragents.infrastructure.acms.fs_swap import exchange_paths
+
+    exchange_paths(a, b)
 
 
 def _project_repository(data_dir: str) -> ProjectRepository:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -147,12 +147,18 @@ class Indexer:
         resource_type: str = "git-checkout",
         *,
         full: bool = False,
+        progress: Callable[[int, int], None] | None = None,
     ) -> IndexStats:
-        """List and index one resource on its own (the ``reindex`` path)."""
+        """List and index one resource on its own (the ``reindex`` path).
+
+        ``progress(done, total)`` is called after each file.
+        """
         listed = list(list_files(root, resource_type))
         session = self.session(resource_id, root, [f.rel_path for f in listed], full=full)
-        for f in listed:
+        for done, f in enumerate(listed, 1):
             session.visit(f)
+            if progress is not None:
+                progress(done, len(listed))
         return session.finish()
 
     def delete_resource(self, resource_id: str) -> None:
@@ -281,7 +287,10 @@ class IndexSession:
         units = make_units(self.resource_id, path, text, language=language, chunks=chunks)
         facts = extract_facts(path, text, language)
         triples = file_triples(self.resource_id, path, language, chunks, facts, self._modules)
-        subjects = tuple(sorted({t[0] for t in triples} | {file_uri(self.resource_id, path)}))
+        own = file_uri(self.resource_id, path)
+        # The file and the URIs under it: never the resource node (its one
+        # `contains` edge is dropped as an exact triple instead).
+        subjects = tuple(sorted({t[0] for t in triples if t[0].startswith(own)} | {own}))
         self._queue(_Pending(listed, sha, units, triples, subjects, old), len(data))
 
     # ------------------------------------------------------------ batches

@@ -8,6 +8,7 @@ same behaviour is available to an agent host in Python.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterable
@@ -17,7 +18,12 @@ from typing import Any, TypeVar
 
 import structlog
 
-from cleveragents.application.container import Container
+from cleveragents.application.container import (
+    INDEX_NAMES,
+    Container,
+    build_index_set,
+    exchange_index_paths,
+)
 from cleveragents.application.services.context_tier_hydrator import hydrate_tiers_from_project
 from cleveragents.application.services.context_tier_service import ContextTierService
 from cleveragents.application.services.indexer import Indexer
@@ -112,6 +118,8 @@ class AcmsOperations:
         graph: Callable[[], GraphIndex],
         embedder: Callable[[], Embedder],
         indexer: Callable[[], Indexer],
+        index_set: Callable[[Path, Embedder], tuple[Indexer, Callable[[], None]]] | None = None,
+        exchange: Callable[[Path, Path], None] | None = None,
     ) -> None:
         # Backends are built on first use, so commands that do not need an
         # engine (project list, resource add) do not import or open it.
@@ -123,6 +131,8 @@ class AcmsOperations:
         self._graph = graph
         self._embedder = embedder
         self._indexer = indexer
+        self._index_set = index_set
+        self._exchange = exchange
 
     @classmethod
     def from_container(cls, container: Container) -> AcmsOperations:
@@ -136,6 +146,8 @@ class AcmsOperations:
             graph=_writable(container.graph_backend, GraphIndex, "a graph index"),
             embedder=_required(container.embedder, "an embedder"),
             indexer=_required(container.indexer, "an indexer"),
+            index_set=build_index_set,
+            exchange=exchange_index_paths,
         )
 
     # ------------------------------------------------------------ projects
@@ -242,6 +254,7 @@ class AcmsOperations:
         *,
         full: bool = False,
         lock_timeout: float = 60.0,
+        progress: Callable[[str, int, int], None] | None = None,
     ) -> ReindexReport:
         """Index the named resources (all when none named), incrementally.
 
@@ -273,12 +286,68 @@ class AcmsOperations:
                     report.missing.append(rid)
                     continue
                 report.resources[rid] = indexer.index_resource(
-                    rid, resource.location, resource.resource_type, full=full
+                    rid,
+                    resource.location,
+                    resource.resource_type,
+                    full=full,
+                    progress=_per_resource(progress, rid),
                 )
                 self.resources.mark_indexed(rid)
             if everything:
                 report.pruned = indexer.prune(r.resource_id for r in self.resources.list())
         report.seconds = time.perf_counter() - t0
+        return report
+
+    def rebuild(
+        self,
+        *,
+        lock_timeout: float = 60.0,
+        progress: Callable[[str, int, int], None] | None = None,
+    ) -> ReindexReport:
+        """Build fresh indexes of every resource beside the live ones, then swap
+        each one in with an atomic exchange.
+
+        Readers see the old index or the new one, never a half-built one; a
+        reader that has an index open picks the new one up on its next query.
+        The previous indexes are kept in ``.previous/`` until the next rebuild,
+        so a reader in the middle of a query is never pulled from under.
+        """
+        if self._index_set is None or self._exchange is None:
+            raise AcmsError("rebuild needs the local profile's index factory")
+        report = ReindexReport()
+        t0 = time.perf_counter()
+        with ReindexLock(self.data_dir, timeout=lock_timeout):
+            staging = self.data_dir / ".rebuild"
+            previous = self.data_dir / ".previous"
+            for stale in (staging, previous):
+                shutil.rmtree(stale, ignore_errors=True)
+            staging.mkdir(parents=True)
+            indexer, close = self._index_set(staging, self._embedder())
+            try:
+                for resource in self.resources.list():
+                    if not os.path.isdir(resource.location):
+                        report.missing.append(resource.resource_id)
+                        continue
+                    report.resources[resource.resource_id] = indexer.index_resource(
+                        resource.resource_id,
+                        resource.location,
+                        resource.resource_type,
+                        full=True,
+                        progress=_per_resource(progress, resource.resource_id),
+                    )
+            finally:
+                close()
+            for name in INDEX_NAMES:
+                live, fresh = self.data_dir / name, staging / name
+                if live.exists():
+                    self._exchange(live, fresh)
+                else:
+                    os.replace(fresh, live)
+            os.replace(staging, previous)
+            for rid in report.resources:
+                self.resources.mark_indexed(rid)
+        report.seconds = time.perf_counter() - t0
+        _log.info("reindex.rebuilt", resources=len(report.resources), seconds=report.seconds)
         return report
 
     def hydrate(self, tier_service: ContextTierService, projects: Iterable[str]) -> int:
@@ -322,7 +391,7 @@ class AcmsOperations:
             )
         sizes = {
             name: _du(self.data_dir / name)
-            for name in ("text", "vectors", "graph", "catalog.sqlite3", "registry.sqlite3")
+            for name in ("text", "vectors", "graph", "catalog", "registry.sqlite3")
         }
         return {
             "data_dir": str(self.data_dir),
@@ -342,7 +411,7 @@ class AcmsOperations:
         for rid in sorted(registered | present):
             records = catalog.records(rid)
             expected = {u for rec in records.values() for u in rec.unit_uris}
-            subjects = {s for rec in records.values() for s in rec.graph_subjects}
+            subjects = _file_subjects({s for rec in records.values() for s in rec.graph_subjects})
             if rid not in registered:
                 expected, subjects = set(), set()
             checks = (
@@ -356,6 +425,18 @@ class AcmsOperations:
                     sample = sorted(missing or extra)[0]
                     problems.append(VerifyProblem(rid, name, len(missing), len(extra), sample))
         return problems
+
+
+def _per_resource(
+    progress: Callable[[str, int, int], None] | None, resource_id: str
+) -> Callable[[int, int], None] | None:
+    if progress is None:
+        return None
+
+    def report(done: int, total: int) -> None:
+        progress(resource_id, done, total)
+
+    return report
 
 
 def _writable(provider: Callable[[], object], kind: type, what: str) -> Callable[[], Any]:

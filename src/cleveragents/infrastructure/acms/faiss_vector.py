@@ -25,6 +25,7 @@ connection is shared.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -140,6 +141,8 @@ class FaissVectorBackend:
         # None = the in-memory index must be rebuilt before the next search.
         self._generation: int | None = None
         self._conn: sqlite3.Connection | None = None
+        self._db_path: Path | None = None
+        self._db_identity: tuple[int, int] | None = None
         try:
             if index_path is None:
                 target = ":memory:"
@@ -147,6 +150,7 @@ class FaissVectorBackend:
                 directory = Path(index_path)
                 directory.mkdir(parents=True, exist_ok=True)
                 target = str(directory / DB_FILENAME)
+                self._db_path = directory / DB_FILENAME
             conn = sqlite3.connect(
                 target, timeout=30.0, isolation_level=None, check_same_thread=False
             )
@@ -154,6 +158,9 @@ class FaissVectorBackend:
             raise IndexUnavailableError(f"cannot open vector index at {index_path}") from exc
         self._conn = conn
         try:
+            if self._db_path is not None:
+                conn.execute("SELECT 1")  # sqlite creates the file lazily
+                self._db_identity = self._identity()
             self._init_db(conn)
             with self._lock:
                 self._reload()
@@ -237,7 +244,41 @@ class FaissVectorBackend:
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
             raise IndexUnavailableError("the vector index is closed")
+        if self._db_path is not None:
+            identity = self._identity()
+            if identity is None:
+                raise IndexUnavailableError(f"the vector index {self._db_path} has disappeared")
+            if identity != self._db_identity:
+                self._reopen()
         return self._conn
+
+    def _identity(self) -> tuple[int, int] | None:
+        """(device, inode) of the database file now at the index path."""
+        assert self._db_path is not None
+        try:
+            st = os.stat(self._db_path)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise IndexUnavailableError(f"cannot stat {self._db_path}: {exc}") from exc
+        return (st.st_dev, st.st_ino)
+
+    def _reopen(self) -> None:
+        """The database file was replaced (``reindex --rebuild`` swapped a new
+        index in): drop the old connection and load the new file."""
+        assert self._db_path is not None and self._conn is not None
+        try:
+            conn = sqlite3.connect(
+                self._db_path, timeout=30.0, isolation_level=None, check_same_thread=False
+            )
+        except sqlite3.Error as exc:
+            raise IndexUnavailableError(f"cannot reopen {self._db_path}") from exc
+        with contextlib.suppress(sqlite3.Error):
+            self._conn.close()
+        self._conn = conn
+        self._db_identity = self._identity()
+        self._init_db(conn)
+        self._generation = None  # forces a reload from the new file
 
     # ------------------------------------------------------------ in-memory state
 

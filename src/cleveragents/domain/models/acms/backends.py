@@ -357,6 +357,10 @@ class TextIndex(TextBackend, Protocol):
         """ULIDs of the resources that have at least one unit."""
         ...
 
+    def close(self) -> None:
+        """Release the index's files and memory; further calls fail."""
+        ...
+
 
 @runtime_checkable
 class VectorIndex(VectorBackend, Protocol):
@@ -399,6 +403,10 @@ class VectorIndex(VectorBackend, Protocol):
         """ULIDs of the resources that have at least one unit."""
         ...
 
+    def close(self) -> None:
+        """Release the index's files and memory; further calls fail."""
+        ...
+
 
 @runtime_checkable
 class GraphIndex(GraphBackend, Protocol):
@@ -434,4 +442,8 @@ class GraphIndex(GraphBackend, Protocol):
 
     def resource_ids(self) -> set[str]:
         """ULIDs of the resources that have a non-empty graph."""
+        ...
+
+    def close(self) -> None:
+        """Release the index's files and memory; further calls fail."""
         ...

@@ -1,0 +1,134 @@
+"""Keep the ACMS indexes fresh: the maintenance entry point.
+
+    python scripts/reindex.py [--data-dir DIR] [--json] [--log-level LEVEL]
+                              [--project NAME]... [--resource ULID]... [--full]
+                              [--verify | --rebuild] [--lock-timeout SECONDS]
+
+Default: every registered resource, incrementally (and the units of resources
+no longer registered are deleted).  ``--verify`` re-opens every index and
+checks that catalog, text, vector and graph agree on each resource's units
+(exit 1 on disagreement).  ``--rebuild`` builds fresh indexes beside the live
+ones and swaps them in atomically.  Exit codes: 0 ok, 1 failure, 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from cleveragents.cli.main import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    Output,
+    UsageError,
+    add_global_options,
+    add_reindex_options,
+    configure_logging,
+    format_report,
+    guarded,
+    operations_for,
+)
+
+PROG = "reindex"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # noqa: ANN401 - never returns
+        raise UsageError(f"{message} (see '{self.prog} --help')")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=PROG, description=__doc__.split("\n")[0])
+    add_global_options(parser)
+    add_reindex_options(parser)
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--verify", action="store_true", help="check the indexes agree; no writes")
+    mode.add_argument("--rebuild", action="store_true", help="build fresh indexes and swap them in")
+    return parser
+
+
+def progress_reporter(as_json: bool) -> tuple[Callable[[str, int, int], None], Callable[[], None]]:
+    """A progress bar on a TTY, periodic plain lines on stderr otherwise."""
+    if sys.stderr.isatty() and not as_json:
+        from tqdm import tqdm
+
+        bars: dict[str, Any] = {}
+
+        def bar(resource_id: str, done: int, total: int) -> None:
+            if resource_id not in bars:
+                for old in bars.values():
+                    old.close()
+                bars[resource_id] = tqdm(total=total, desc=resource_id[:10], unit="file")
+            bars[resource_id].update(done - bars[resource_id].n)
+
+        def close() -> None:
+            for b in bars.values():
+                b.close()
+
+        return bar, close
+
+    last = [0.0]
+
+    def line(resource_id: str, done: int, total: int) -> None:
+        now = time.monotonic()
+        if done == total or now - last[0] >= 2.0:
+            last[0] = now
+            print(f"{PROG}: {resource_id} {done}/{total} files", file=sys.stderr)
+
+    return line, lambda: None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+
+    def body() -> int:
+        args = parser.parse_args(argv)
+        configure_logging(args.log_level)
+        out = Output(args.json)
+        ops = operations_for(args)
+        if args.verify:
+            if args.project or args.resource or args.full:
+                raise UsageError("--verify checks every resource; it takes no other options")
+            problems = ops.verify()
+            out.emit(
+                {"ok": not problems, "problems": problems},
+                lambda: (
+                    "\n".join(
+                        f"{p.resource_id} {p.index}: {p.missing} missing, {p.extra} extra "
+                        f"(e.g. {p.sample})"
+                        for p in problems
+                    )
+                    or "ok: catalog, text, vector and graph agree"
+                ),
+            )
+            if problems:
+                print(f"{PROG}: verify failed: {len(problems)} disagreement(s)", file=sys.stderr)
+                return EXIT_FAILURE
+            return EXIT_OK
+        progress, done = progress_reporter(args.json)
+        try:
+            if args.rebuild:
+                if args.project or args.resource:
+                    raise UsageError("--rebuild rebuilds every resource; drop --project/--resource")
+                report = ops.rebuild(lock_timeout=args.lock_timeout, progress=progress)
+            else:
+                report = ops.reindex(
+                    args.project,
+                    args.resource,
+                    full=args.full,
+                    lock_timeout=args.lock_timeout,
+                    progress=progress,
+                )
+        finally:
+            done()
+        out.emit(report.as_dict(), lambda: format_report(report))
+        return EXIT_OK
+
+    return guarded(PROG, body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
