@@ -1,0 +1,255 @@
+"""The ``acms`` CLI and ``scripts/reindex.py`` driven as a user runs them:
+subprocesses on a temporary data directory, two projects with distinct
+marker words."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cleveragents.domain.models.acms.uko import UKO
+
+REPO = Path(__file__).resolve().parents[2]
+REINDEX = REPO / "scripts" / "reindex.py"
+
+
+def write_project(root: Path, marker: str) -> Path:
+    (root / "pkg").mkdir(parents=True)
+    (root / "pkg" / "__init__.py").write_text("")
+    (root / "pkg" / "core.py").write_text(
+        f"from pkg import helpers\n\n\nclass {marker.title()}Engine:\n"
+        f'    """The {marker} engine."""\n\n    def run(self):\n'
+        f"        return helpers.{marker}_helper()\n"
+    )
+    (root / "pkg" / "helpers.py").write_text(f"def {marker}_helper():\n    return '{marker}'\n")
+    return root
+
+
+class Cli:
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.env = {**os.environ, "ACMS_DATA_DIR": str(data_dir)}
+        self.env.pop("ACMS_PROFILE", None)
+
+    def run(self, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "cleveragents.acms", *args],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            timeout=120,
+        )
+        if ok:
+            assert done.returncode == 0, done.stderr
+        return done
+
+    def json(self, *args: str) -> Any:
+        return json.loads(self.run("--json", *args).stdout)
+
+    def reindex(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, str(REINDEX), *args],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            timeout=300,
+        )
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    base = tmp_path_factory.mktemp("e2e")
+    cli = Cli(base / "data")
+    ids = {}
+    for name, marker in (("alpha", "aardvark"), ("bravo", "bumblebee")):
+        src = write_project(base / name, marker)
+        cli.run("project", "add", f"local/{name}")
+        ids[name] = cli.run(
+            "resource", "add", str(src), "--project", f"local/{name}"
+        ).stdout.strip()
+    done = cli.reindex("--json")
+    assert done.returncode == 0, done.stderr
+    return {"cli": cli, "ids": ids, "base": base, "report": json.loads(done.stdout)}
+
+
+def test_resource_add_prints_a_ulid_and_reindex_reports(world: dict[str, Any]) -> None:
+    ids, report = world["ids"], world["report"]
+    assert all(len(rid) == 26 and rid.isupper() for rid in ids.values())
+    assert set(report["resources"]) == set(ids.values())
+    assert report["total"]["files_indexed"] == 6
+    listed = world["cli"].json("resource", "list", "--project", "local/alpha")
+    assert [r["resource_id"] for r in listed] == [ids["alpha"]]
+
+
+@pytest.mark.parametrize(("own", "other"), [("alpha", "bravo"), ("bravo", "alpha")])
+def test_every_query_kind_stays_in_its_project(world: dict[str, Any], own: str, other: str) -> None:
+    cli = world["cli"]
+    markers = {"alpha": "aardvark", "bravo": "bumblebee"}
+    mine, theirs = markers[own], markers[other]
+    scope = ("--project", f"local/{own}")
+
+    text = cli.json("search", "text", f"{mine} OR {theirs} OR engine", *scope)
+    assert text and all(world["ids"][own] in r["uko_uri"] for r in text)
+    assert any(mine in r["content"] for r in text)
+    assert not any(theirs in r["content"] for r in text)
+
+    vector = cli.json("search", "vector", f"{theirs} engine helper", *scope, "--top-k", "50")
+    assert vector and all(world["ids"][own] in r["uko_uri"] for r in vector)
+
+    rows = cli.json("sparql", "SELECT ?s ?p ?o WHERE { ?s ?p ?o }", *scope)["triples"]
+    flat = json.dumps(rows)
+    assert mine in flat.lower() and theirs not in flat.lower()
+
+    core = f"uko://{world['ids'][own]}/pkg/core.py"
+    triples = cli.json("triples", core, *scope)["triples"]
+    assert triples and all(t[0] == core for t in triples)
+    walked = cli.json("traverse", core, "--depth", "1", *scope)["triples"]
+    assert [core, "https://cleveragents.dev/ns/uko#imports", core.replace("core", "helpers")] in (
+        walked
+    )
+    # Asking about the other project's node through this scope gives nothing.
+    other_core = f"uko://{world['ids'][other]}/pkg/core.py"
+    assert cli.json("triples", other_core, *scope)["triples"] == []
+    assert cli.json("traverse", other_core, *scope)["triples"] == []
+
+
+def test_human_output_shows_uri_lines_score_and_snippet(world: dict[str, Any]) -> None:
+    out = world["cli"].run("search", "text", "aardvark", "--project", "local/alpha").stdout
+    assert "pkg/helpers.py:1-2" in out and "uko://" in out and "aardvark_helper" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("search", "text", "x", "--resource", "not-a-ulid"), "not a valid ULID"),
+        (("search", "text", "x", "--project", "local/nope"), "no project named 'local/nope'"),
+        (("search", "text", "foo(", "--project", "local/alpha"), "invalid query"),
+        (("sparql", "SELECT ?s WHERE {", "--project", "local/alpha"), "SPARQL"),
+        (
+            (
+                "sparql",
+                "SELECT ?s ?p ?o WHERE { SERVICE <http://127.0.0.1:9/> { ?s ?p ?o } }",
+                "--project",
+                "local/alpha",
+            ),
+            "SERVICE",
+        ),
+        (("search", "text", "x"), "needs a scope"),
+        (("search", "text", "x", "--project", "local/alpha", "--max-results", "0"), "positive"),
+        (("traverse", "urn:x", "--depth", "-1", "--project", "local/alpha"), "negative"),
+        (("resource", "remove", "01ARZ3NDEKTSV4RRFFQ69G5FAV"), "no resource"),
+        (("project", "add", "Bad Name"), "invalid project name"),
+        (("project", "add", "local/alpha"), "already exists"),
+        (("resource", "add", "/nonexistent/dir", "--project", "local/alpha"), "not a directory"),
+        (("frobnicate",), "invalid choice"),
+    ],
+)
+def test_bad_input_exits_2_with_one_clear_line(
+    world: dict[str, Any], args: tuple[str, ...], message: str
+) -> None:
+    done = world["cli"].run(*args, ok=False)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert message in lines[0]
+    assert "Traceback" not in done.stderr
+    assert done.stdout == ""
+
+
+def test_verify_passes_then_fails_after_tampering(tmp_path: Path) -> None:
+    cli = Cli(tmp_path / "data")
+    cli.run("project", "add", "local/x")
+    cli.run("resource", "add", str(write_project(tmp_path / "x", "xenon")), "--project", "local/x")
+    assert cli.reindex().returncode == 0
+    ok = cli.reindex("--verify")
+    assert ok.returncode == 0, ok.stderr
+    assert "agree" in ok.stdout
+    db = sqlite3.connect(tmp_path / "data" / "vectors" / "vectors.sqlite3")
+    with db:
+        db.execute("DELETE FROM units WHERE id = (SELECT min(id) FROM units)")
+        db.execute("UPDATE meta SET value = value + 1 WHERE key = 'generation'")
+    db.close()
+    bad = cli.reindex("--verify", "--json")
+    assert bad.returncode == 1
+    report = json.loads(bad.stdout)
+    assert report["ok"] is False and report["problems"][0]["index"] == "vector"
+    assert "verify failed" in bad.stderr
+    # The next reindex does not notice (the catalog says nothing changed), but a
+    # rebuild repairs it, and verify passes again.
+    assert cli.reindex("--rebuild").returncode == 0
+    assert cli.reindex("--verify").returncode == 0
+
+
+def test_removing_a_resource_removes_its_results(tmp_path: Path) -> None:
+    cli = Cli(tmp_path / "data")
+    cli.run("project", "add", "local/y")
+    rid = cli.run(
+        "resource", "add", str(write_project(tmp_path / "y", "yak")), "--project", "local/y"
+    ).stdout.strip()
+    assert cli.reindex().returncode == 0
+    assert cli.json("search", "text", "yak", "--resource", rid)
+    cli.run("resource", "remove", rid)
+    status = cli.json("status")
+    assert status["resources"] == []
+    done = cli.run("search", "text", "yak", "--resource", rid, ok=False)
+    assert done.returncode == 2 and "no resource" in done.stderr
+    # Nothing of it is left in any index.
+    assert cli.reindex("--verify").returncode == 0
+
+
+def test_a_second_reindex_waits_then_gives_up_clearly(tmp_path: Path) -> None:
+    cli = Cli(tmp_path / "data")
+    cli.run("status")
+    with open(tmp_path / "data" / "reindex.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        done = cli.reindex("--lock-timeout", "0.5")
+    assert done.returncode == 1
+    assert "another reindex is running" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert cli.reindex("--lock-timeout", "0.5").returncode == 0
+
+
+def test_reader_sees_a_rebuild_without_reopening(tmp_path: Path) -> None:
+    """An agent host keeps its backends open across a rebuild by another process."""
+    from cleveragents.application.container import build_container
+    from cleveragents.domain.models.acms.scope import ScopedView
+
+    cli = Cli(tmp_path / "data")
+    cli.run("project", "add", "local/z")
+    src = write_project(tmp_path / "z", "zebra")
+    rid = cli.run("resource", "add", str(src), "--project", "local/z").stdout.strip()
+    assert cli.reindex().returncode == 0
+    c = build_container("local", tmp_path / "data")
+    view = ScopedView(c.text_backend(), c.vector_backend(), c.graph_backend(), frozenset({rid}))
+    emb = c.embedder().embed(["zebra"])[0].tolist()
+    assert view.search("zebra") and view.similarity_search(emb)
+    (src / "pkg" / "helpers.py").write_text("def quagga_helper():\n    return 'quagga'\n")
+    assert cli.reindex("--rebuild").returncode == 0
+    assert [r.metadata["path"] for r in view.search("quagga")] == ["pkg/helpers.py"]
+    emb = c.embedder().embed(["quagga_helper quagga"])[0].tolist()
+    assert view.similarity_search(emb, top_k=1)[0].metadata["path"] == "pkg/helpers.py"
+    helpers = f"uko://{rid}/pkg/helpers.py"
+    names = view.sparql_query(
+        f"SELECT ?s ?p ?n WHERE {{ <{helpers}> ?p ?s . ?s <{UKO}name> ?n }}"
+    ).triples
+    assert [n for _, _, n in names] == ["quagga_helper"]
+    for backend in (c.text_backend(), c.vector_backend(), c.graph_backend()):
+        backend.close()
+
+
+def test_console_script_and_module_are_the_same_program(tmp_path: Path) -> None:
+    exe = shutil.which("acms", path=str(Path(sys.executable).parent))
+    assert exe is not None
+    via_script = subprocess.run([exe, "--help"], capture_output=True, text=True, check=True)
+    via_module = Cli(tmp_path).run("--help")
+    assert via_script.stdout == via_module.stdout
+    assert "reindex" in via_script.stdout
