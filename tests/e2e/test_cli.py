@@ -253,3 +253,25 @@ def test_console_script_and_module_are_the_same_program(tmp_path: Path) -> None:
     via_module = Cli(tmp_path).run("--help")
     assert via_script.stdout == via_module.stdout
     assert "reindex" in via_script.stdout
+
+
+def test_quickstart_indexes_the_sample_and_runs_each_query_kind(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "quickstart.py"), "--data-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    for heading in ("== text search", "== vector search", "== SPARQL", "== traverse"):
+        assert heading in out
+    assert "README.md:1" in out  # the sample's marker word was found
+    assert "InventoryStore" in out  # a symbol from the graph
+    bad = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "quickstart.py"), str(tmp_path / "missing")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bad.returncode == 2 and "not a directory" in bad.stderr

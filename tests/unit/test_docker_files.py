@@ -10,7 +10,6 @@ they name exists in the CLI.
 from __future__ import annotations
 
 import fnmatch
-import importlib.util
 import json
 import os
 import re
@@ -392,13 +391,6 @@ def named_subcommands(dockerfile: list[Instruction], compose: dict[str, Any]) ->
     for match in re.finditer(r"compose run --rm acms ((?:--\S+ )*)([a-z][\w-]*)", readme):
         names.add(match.group(2))
     return names
-
-
-def cli_built() -> bool:
-    try:
-        return importlib.util.find_spec("cleveragents.cli.main") is not None
-    except ModuleNotFoundError:
-        return False
 
 
 def run_cli(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
