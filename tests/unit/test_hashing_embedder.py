@@ -23,7 +23,7 @@ def test_conforms_to_the_port() -> None:
     embedder = HashingEmbedder()
     assert isinstance(embedder, Embedder)
     assert embedder.dimension == 384
-    assert embedder.name == "hashing-v1"
+    assert embedder.name == "hashing-v2"
 
 
 def test_shape_dtype_and_unit_norm() -> None:

@@ -25,7 +25,7 @@ class Embedder(Protocol):
 
     @property
     def name(self) -> str:
-        """Stable identifier of the model and its version, e.g. ``"hashing-v1"``.
+        """Stable identifier of the model and its version, e.g. ``"hashing-v2"``.
 
         Stored with an index so that vectors from another model are detected
         and the index rebuilt rather than mixed.
