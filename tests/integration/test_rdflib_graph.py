@@ -271,6 +271,31 @@ def test_property_scoped_queries_equal_oracle(data, query: str) -> None:
 
 # ------------------------------------------------------------------ sandbox
 
+# Every SPARQL 1.1 update form: none parses as a query.
+_UPDATES = [
+    "INSERT DATA { <urn:a> <urn:b> <urn:c> }",
+    "DELETE DATA { <urn:a> <urn:b> <urn:c> }",
+    "DELETE WHERE { ?s ?p ?o }",
+    "INSERT { ?s <urn:b> <urn:c> } WHERE { ?s ?p ?o }",
+    "DELETE { ?s ?p ?o } WHERE { ?s ?p ?o }",
+    "DELETE { ?s ?p ?o } INSERT { ?s <urn:b> ?o } WHERE { ?s ?p ?o }",
+    "WITH <urn:g> DELETE { ?s ?p ?o } WHERE { ?s ?p ?o }",
+    "INSERT { ?s ?p ?o } USING <{url}> WHERE { ?s ?p ?o }",
+    "LOAD <file:///etc/passwd>",
+    "LOAD SILENT <{url}>",
+    "LOAD <{url}> INTO GRAPH <urn:g>",
+    "CLEAR DEFAULT",
+    "CLEAR ALL",
+    "CLEAR GRAPH <urn:g>",
+    "DROP ALL",
+    "DROP SILENT GRAPH <urn:g>",
+    "CREATE GRAPH <urn:g>",
+    "ADD DEFAULT TO <urn:g>",
+    "MOVE <urn:g> TO DEFAULT",
+    "COPY DEFAULT TO <urn:g>",
+    "insert data { <urn:a> <urn:b> <urn:c> } ; load <{url}>",
+]
+
 _HOSTILE = [
     "SELECT ?s ?p ?o WHERE { GRAPH ?g { ?s ?p ?o } }",
     "SELECT ?s ?p ?o WHERE { GRAPH <urn:x> { ?s ?p ?o } }",
@@ -288,12 +313,17 @@ _HOSTILE = [
     "SELECT ?s ?p ?o WHERE { ?s ?p ?o FILTER EXISTS { SERVICE <{url}> { ?s ?p ?o } } }",
     "SELECT ?s ?p ?o WHERE { { ?s ?p ?o } UNION { GRAPH ?g { ?s ?p ?o } } }",
     "SELECT ?s ?p ?o WHERE { ?s ?p ?o MINUS { SERVICE <{url}> { ?s ?p ?x } } }",
-    "INSERT DATA { <urn:a> <urn:b> <urn:c> }",
-    "DELETE WHERE { ?s ?p ?o }",
-    "LOAD <file:///etc/passwd>",
-    "LOAD <{url}> INTO GRAPH <urn:g>",
-    "DROP ALL",
-    "CLEAR DEFAULT",
+    "SELECT ?s ?p ?o WHERE { Service <{url}> { ?s ?p ?o } }",
+    "select ?s ?p ?o where { service silent ?e { ?s ?p ?o } values ?e { <{url}> } }",
+    "SELECT ?s ?p ?o WHERE { ?s ?p ?o OPTIONAL { SERVICE SILENT <{url}> { ?s ?p ?x } } }",
+    "SELECT ?s ?p ?o WHERE { { SELECT ?s ?p ?o WHERE { VALUES ?e { <{url}> } "
+    "SERVICE ?e { ?s ?p ?o } } } }",
+    "ASK { SERVICE <{url}> { ?s ?p ?o } }",
+    "CONSTRUCT { ?s ?p ?o } WHERE { SERVICE <{url}> { ?s ?p ?o } }",
+    "SELECT ?s ?p ?o FROM NAMED <file:///etc/passwd> WHERE { ?s ?p ?o }",
+    "SELECT ?s ?p ?o FROM <{url}> FROM NAMED <{url}> WHERE { ?s ?p ?o }",
+    "CONSTRUCT { ?s ?p ?o } FROM <{url}> WHERE { ?s ?p ?o }",
+    *_UPDATES,
 ]
 
 
@@ -375,10 +405,54 @@ def test_audit_hook_and_listener_do_see_opens_and_connections(listener) -> None:
     assert _accepted(listener) == 1
 
 
-def test_updates_are_refused_with_a_clear_message(full, corpus) -> None:
+@pytest.mark.parametrize("template", _UPDATES)
+def test_updates_are_refused_with_a_clear_message(full, corpus, listener, template) -> None:
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/sparql"
+    before = full.sparql_query("SELECT ?s ?p ?o WHERE { ?s ?p ?o }", scope=frozenset(corpus))
     with pytest.raises(QueryError, match="updates"):
-        full.sparql_query("INSERT DATA { <urn:a> <urn:b> <urn:c> }", scope=frozenset(corpus))
+        full.sparql_query(template.replace("{url}", url), scope=frozenset(corpus))
     assert full.get_triples("urn:a").triples == []
+    after = full.sparql_query("SELECT ?s ?p ?o WHERE { ?s ?p ?o }", scope=frozenset(corpus))
+    assert after == before
+    assert _accepted(listener) == 0
+
+
+def test_evaluated_queries_naming_urls_open_no_file_and_no_socket(
+    tmp_path, full, corpus, listener
+) -> None:
+    """Queries that pass the sandbox and are evaluated (in a forked worker)
+    may name the listener's URL and file IRIs as plain constants: nothing
+    connects or opens.  The parent's audit hook cannot see the worker, so the
+    listener's backlog is the proof for the worker: it counts any process."""
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/sparql"
+    scope = frozenset(corpus)
+    queries = [
+        f"SELECT ?s ?p ?o WHERE {{ ?s ?p ?o FILTER(?o != <{url}>) }}",
+        f"DESCRIBE <{url}>",
+        f"CONSTRUCT {{ <{url}> ?p ?o }} WHERE {{ ?s ?p ?o }}",
+        f"SELECT ?s ?p ?o WHERE {{ VALUES ?s {{ <{url}> <file:///etc/passwd> }} ?s ?p ?o }}",
+        f'ASK {{ BIND(IRI("{url}") AS ?x) ?x ?p ?o }}',
+        "SELECT ?s ?p ?o WHERE { ?s ?p ?o FILTER(STRSTARTS(STR(?s), 'file:///etc')) }",
+    ]
+    full.sparql_query("ASK { ?s ?p ?o }", scope=scope)  # warm up lazily imported code
+    events = _AUDIT["events"]
+    assert isinstance(events, list)
+    events.clear()
+    _AUDIT["on"] = True
+    try:
+        for query in queries:
+            full.sparql_query(query, scope=scope)
+    finally:
+        _AUDIT["on"] = False
+    outside = [
+        (event, arg)
+        for event, arg in events
+        if event != "open"
+        or not isinstance(arg, str | bytes | os.PathLike)
+        or not Path(os.fsdecode(arg)).resolve().is_relative_to(tmp_path.resolve())
+    ]
+    assert outside == []
+    assert _accepted(listener) == 0
 
 
 # ------------------------------------------------------------------ traverse / get_triples

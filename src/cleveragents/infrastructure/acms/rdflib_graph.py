@@ -13,15 +13,17 @@ changed are reloaded and removed ones dropped.
 SPARQL from a model is checked by :mod:`.sparql_guard` and evaluated only
 against a plain ``Graph`` holding the union of the in-scope resource graphs
 (cached per scope), never against a Dataset, so no query can name another
-resource's graph.  The N-Triples files are written and read here, not by
-rdflib, so literals keep their lexical form exactly (rdflib's parser
-normalises ``"010"^^xsd:integer`` to ``"10"``).
+resource's graph.  Evaluation runs in a forked child process killed at the
+time limit, with a row cap (:mod:`.sparql_worker`).  The N-Triples files are
+written and read here, not by rdflib, so literals keep their lexical form
+exactly (rdflib's parser normalises ``"010"^^xsd:integer`` to ``"10"``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import math
 import os
 import re
 import tempfile
@@ -35,10 +37,7 @@ from typing import Self, cast
 import structlog
 from rdflib import BNode, Graph, URIRef
 from rdflib import Literal as RdfLiteral
-from rdflib.plugins.sparql.evaluate import evalQuery
-from rdflib.plugins.sparql.processor import SPARQLResult
 from rdflib.plugins.stores.memory import Memory
-from rdflib.query import ResultRow
 from rdflib.term import Node
 
 from cleveragents.domain.models.acms.backends import (
@@ -54,6 +53,7 @@ from cleveragents.domain.models.acms.errors import IndexUnavailableError, QueryE
 from cleveragents.domain.models.acms.uko import UKO, resource_id_of
 from cleveragents.domain.models.acms.ulids import canonical_ulid, is_ulid, validate_scope
 from cleveragents.infrastructure.acms.sparql_guard import check_query
+from cleveragents.infrastructure.acms.sparql_worker import evaluate
 
 __all__ = ["RdflibGraphBackend"]
 
@@ -166,6 +166,14 @@ def _in_scope(triple: Triple, scope: frozenset[str]) -> bool:
     return True
 
 
+def _validate_timeout(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"query_timeout must be a number of seconds, not {type(value).__name__}")
+    if not 0 < value < math.inf:
+        raise ValueError(f"query_timeout must be positive and finite, got {value}")
+    return float(value)
+
+
 # ---------------------------------------------------------------- files
 
 
@@ -206,15 +214,28 @@ class RdflibGraphBackend:
         store_path: directory of the store (created if missing); ``None`` keeps
             everything in memory.
         union_cache_size: how many per-scope union graphs to keep.
+        query_timeout: seconds a SPARQL query may run (positive, finite); the
+            evaluation runs in a forked child process that is killed then.
+        max_rows: the most triples a SPARQL answer may hold; more is a
+            :class:`QueryLimitError`, never a silent truncation.
 
     Raises:
+        TypeError / ValueError: an invalid ``union_cache_size``,
+            ``query_timeout`` or ``max_rows``.
         IndexUnavailableError: the store cannot be created or read.
     """
 
     def __init__(
-        self, store_path: str | os.PathLike[str] | None = None, *, union_cache_size: int = 8
+        self,
+        store_path: str | os.PathLike[str] | None = None,
+        *,
+        union_cache_size: int = 8,
+        query_timeout: float = 10.0,
+        max_rows: int = 10_000,
     ) -> None:
         self._union_cache_size = validate_positive_int(union_cache_size, "union_cache_size")
+        self._query_timeout = _validate_timeout(query_timeout)
+        self._max_rows = validate_positive_int(max_rows, "max_rows")
         self._lock = threading.RLock()
         self._graphs: dict[str, Graph] = {}
         self._subject_index: dict[Node, set[str]] = {}
@@ -280,8 +301,14 @@ class RdflibGraphBackend:
         counts the triples returned.  Triples that name a resource outside
         ``scope`` (possible only through IRI constants in the query) are dropped.
 
+        The evaluation runs in a forked child process (see :mod:`.sparql_worker`)
+        that is killed at ``query_timeout``; an answer over ``max_rows`` triples
+        (counted before out-of-scope ones are dropped) is refused, not truncated.
+
         Raises:
             TypeError / ValueError: empty query or invalid scope.
+            QueryLimitError: the query ran past ``query_timeout`` or its answer
+                holds more than ``max_rows`` triples.
             QueryError: malformed query, an update, SERVICE / FROM / FROM NAMED /
                 GRAPH, a SELECT of other than three variables, or an error
                 raised while evaluating.
@@ -296,28 +323,10 @@ class RdflibGraphBackend:
                 f"object), got {len(checked.projection)}"
             )
         union = self._union(canonical)
-        try:
-            result = SPARQLResult(evalQuery(union, checked.prepared, {}, None))
-            if checked.form == "ASK":
-                answer = bool(result.askAnswer)
-                return GraphResult(metadata={"boolean": str(answer).lower(), "rows": "0"})
-            triples: list[Triple]
-            if checked.form == "SELECT":
-                triples = []
-                s_var, p_var, o_var = checked.projection
-                for row in cast("Iterable[ResultRow]", result):
-                    s, p, o = row[s_var], row[p_var], row[o_var]
-                    if s is not None and p is not None and o is not None:
-                        triples.append((_term(s), _term(p), _term(o)))
-                if not checked.ordered:
-                    triples.sort()
-            else:
-                graph = result.graph
-                triples = sorted((_term(s), _term(p), _term(o)) for s, p, o in graph or ())
-        except QueryError:
-            raise
-        except Exception as exc:
-            raise QueryError(f"SPARQL evaluation failed: {type(exc).__name__}: {exc}") from exc
+        answer = evaluate(union, checked, timeout=self._query_timeout, max_rows=self._max_rows)
+        if answer.boolean is not None:
+            return GraphResult(metadata={"boolean": str(answer.boolean).lower(), "rows": "0"})
+        triples = answer.triples
         kept = [t for t in triples if _in_scope(t, canonical)]
         metadata = {"rows": str(len(kept))}
         if len(kept) != len(triples):

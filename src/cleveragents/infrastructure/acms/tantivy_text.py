@@ -51,6 +51,17 @@ _TOKEN_PATTERN = r"\p{Lu}?\p{Ll}+|\p{Lu}+|\p{N}+|\p{L}+"
 _ACRONYM_BOUNDARY = re.compile(r"(?<=[A-Z])(?=[A-Z][a-z])")
 _MAX_TOKEN_CHARS = 100
 
+# Query caps.  Tantivy's parser recurses once per nesting level (parentheses,
+# NOT chains) and overflows the native stack, killing the process with
+# SIGSEGV, at a few thousand levels on an 8 MB stack, at ~100 on a 256 KB
+# thread stack; 32 levels need well under 128 KB.  Length and term caps keep
+# one query's work (and a 20,000-term OR) small.
+MAX_QUERY_CHARS = 10_000
+MAX_QUERY_DEPTH = 32
+MAX_QUERY_TERMS = 1_000
+
+_OPERATORS = re.compile(r"\b(?:AND|OR|NOT)\b")
+
 _SEARCH_FIELDS = ["content", "path"]
 _SCORE_HALF = 8.0  # the raw BM25 score that normalises to 0.5
 _WRITER_HEAP = 50_000_000
@@ -118,6 +129,52 @@ def _read_stored(doc: tantivy.Document) -> _Stored:
         content=bytes(doc.get_first("body") or b"").decode("utf-8", "surrogatepass"),
         metadata={str(k): str(v) for k, v in metadata.items()},
     )
+
+
+def _nesting(query: str) -> int:
+    """How deep the parser recurses: parentheses and ``NOT`` chains, outside quotes.
+
+    Each ``(`` counts one level plus the ``NOT`` run in front of it; escaped
+    parentheses and phrases do not count.  Errs on the high side.
+    """
+    opened: list[int] = []  # levels each open parenthesis added
+    depth = deepest = nots = 0
+    word: list[str] = []
+    chars = iter(query)
+
+    def end_word() -> None:
+        nonlocal nots
+        if word:
+            nots = nots + 1 if "".join(word) == "NOT" else 0
+            word.clear()
+
+    for char in chars:
+        if char == "\\":
+            next(chars, None)
+            word.append(char)
+        elif char == '"':
+            end_word()
+            for quoted in chars:  # a phrase: nothing inside nests
+                if quoted == "\\":
+                    next(chars, None)
+                elif quoted == '"':
+                    break
+        elif char == "(":
+            end_word()
+            opened.append(nots + 1)
+            depth += nots + 1
+            nots = 0
+        elif char == ")":
+            end_word()
+            depth -= opened.pop() if opened else 0
+            nots = 0
+        elif char.isspace():
+            end_word()
+        else:
+            word.append(char)
+        deepest = max(deepest, depth + nots)
+    end_word()
+    return max(deepest, depth + nots)
 
 
 def _normalise(raw: float) -> float:
@@ -189,6 +246,7 @@ class TantivyTextBackend:
         self._commits = 0  # generation of a RAM index
         self._snapshot: _Snapshot | None = None
         self._views: OrderedDict[tuple[frozenset[str], object], tantivy.Index] = OrderedDict()
+        self._query_analyzer = _analyzer()
         self._index: tantivy.Index | None = self._open()
 
     # ------------------------------------------------------------ lifecycle
@@ -227,15 +285,24 @@ class TantivyTextBackend:
     ) -> list[TextResult]:
         """Search the units of the resources in ``scope`` (see :class:`TextBackend`).
 
+        ``max_results`` may be any positive int; it is clamped to the number of
+        in-scope units.  A query may be at most :data:`MAX_QUERY_CHARS`
+        characters long, nest parentheses and ``NOT`` at most
+        :data:`MAX_QUERY_DEPTH` deep and hold at most :data:`MAX_QUERY_TERMS`
+        terms after analysis (``AND``/``OR``/``NOT`` aside; an identifier
+        counts as its parts).
+
         Raises:
             TypeError: an argument has the wrong type.
             ValueError: empty query, non-positive ``max_results``, an invalid
-                scope member, or a query the parser rejects (:class:`QueryError`).
+                scope member, a query over a cap or one the parser rejects
+                (:class:`QueryError`).
             IndexUnavailableError: the index cannot be read.
         """
         validate_non_empty(query, "query")
         wanted = validate_scope(scope)
         limit = validate_positive_int(max_results, "max_results")
+        self._check_caps(query)
         if not wanted:
             return []
         with self._read_lock:
@@ -249,6 +316,11 @@ class TantivyTextBackend:
                 searcher = snapshot.searcher
             else:
                 searcher = self._view(snapshot, ids).searcher()
+            # searcher holds exactly the in-scope units (see above).  Tantivy
+            # allocates for the limit and panics near 2**63: never ask for more.
+            limit = min(limit, searcher.num_docs)
+            if limit == 0:
+                return []
             combined = tantivy.Query.boolean_query(
                 [(tantivy.Occur.Must, parsed), (tantivy.Occur.Must, self._scope_filter(ids))]
             )
@@ -276,6 +348,20 @@ class TantivyTextBackend:
         """
         with self._read_lock:
             return set(self._current().present)
+
+    def _check_caps(self, query: str) -> None:
+        if len(query) > MAX_QUERY_CHARS:
+            raise QueryError(
+                f"the query is {len(query)} characters long; the limit is {MAX_QUERY_CHARS}"
+            )
+        depth = _nesting(query)
+        if depth > MAX_QUERY_DEPTH:
+            raise QueryError(
+                f"the query nests parentheses / NOT {depth} deep; the limit is {MAX_QUERY_DEPTH}"
+            )
+        terms = len(self._query_analyzer.analyze(_analysable(_OPERATORS.sub(" ", query))))
+        if terms > MAX_QUERY_TERMS:
+            raise QueryError(f"the query has {terms} terms; the limit is {MAX_QUERY_TERMS}")
 
     def _parse(self, index: tantivy.Index, query: str) -> tantivy.Query:
         try:
