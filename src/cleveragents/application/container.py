@@ -44,8 +44,9 @@ __all__ = [
     "Container",
     "build_container",
     "build_index_set",
-    "exchange_index_paths",
+    "collect_index_garbage",
     "get_container",
+    "install_index",
     "override_providers",
     "reset_container",
     "reset_overrides",
@@ -55,22 +56,40 @@ PROFILES = ("stub", "local")
 DEFAULT_EMBEDDING_DIMENSION = 384
 
 
+def _live(data_dir: str | os.PathLike[str], name: str) -> Path:
+    from cleveragents.infrastructure.acms.index_layout import live_index_path
+
+    return live_index_path(data_dir, name)
+
+
 def _tantivy_text(data_dir: str) -> TextIndex:
+    return _tantivy_text_at(_live(data_dir, "text"))
+
+
+def _tantivy_text_at(path: Path) -> TextIndex:
     from cleveragents.infrastructure.acms.tantivy_text import TantivyTextBackend
 
-    return TantivyTextBackend(Path(data_dir) / "text")
+    return TantivyTextBackend(path)
 
 
 def _faiss_vector(data_dir: str, dimension: int) -> VectorIndex:
+    return _faiss_vector_at(_live(data_dir, "vectors"), int(dimension))
+
+
+def _faiss_vector_at(path: Path, dimension: int) -> VectorIndex:
     from cleveragents.infrastructure.acms.faiss_vector import FaissVectorBackend
 
-    return FaissVectorBackend(Path(data_dir) / "vectors", dimension=int(dimension))
+    return FaissVectorBackend(path, dimension=dimension)
 
 
 def _rdflib_graph(data_dir: str) -> GraphIndex:
+    return _rdflib_graph_at(_live(data_dir, "graph"))
+
+
+def _rdflib_graph_at(path: Path) -> GraphIndex:
     from cleveragents.infrastructure.acms.rdflib_graph import RdflibGraphBackend
 
-    return RdflibGraphBackend(Path(data_dir) / "graph")
+    return RdflibGraphBackend(path)
 
 
 def _hashing_embedder(dimension: int) -> Embedder:
@@ -84,12 +103,12 @@ def _indexer(
 ) -> Indexer:
     from cleveragents.infrastructure.acms.sqlite_catalog import SqliteCatalog
 
-    return Indexer(text, vector, graph, embedder, SqliteCatalog(_catalog_path(data_dir)))
+    catalog = SqliteCatalog(_live(data_dir, "catalog") / CATALOG_FILE)
+    return Indexer(text, vector, graph, embedder, catalog)
 
 
-def _catalog_path(data_dir: str | os.PathLike[str]) -> Path:
-    # In its own directory so its WAL files move with it when a rebuild swaps it.
-    return Path(data_dir) / "catalog" / "catalog.sqlite3"
+# In its own directory so a rebuild swaps it like the indexes it describes.
+CATALOG_FILE = "catalog.sqlite3"
 
 
 INDEX_NAMES = ("text", "vectors", "graph", "catalog")
@@ -98,16 +117,18 @@ INDEX_NAMES = ("text", "vectors", "graph", "catalog")
 def build_index_set(
     root: str | os.PathLike[str], embedder: Embedder
 ) -> tuple[Indexer, Callable[[], None]]:
-    """A fresh indexer over new indexes under ``root`` (``reindex --rebuild``).
+    """A fresh indexer over new indexes in real directories under ``root``
+    (``reindex --rebuild``).
 
     Returns the indexer and a function that closes its backends and catalog.
     """
     from cleveragents.infrastructure.acms.sqlite_catalog import SqliteCatalog
 
-    text = _tantivy_text(str(root))
-    vector = _faiss_vector(str(root), embedder.dimension)
-    graph = _rdflib_graph(str(root))
-    catalog = SqliteCatalog(_catalog_path(root))
+    base = Path(root)
+    text = _tantivy_text_at(base / "text")
+    vector = _faiss_vector_at(base / "vectors", embedder.dimension)
+    graph = _rdflib_graph_at(base / "graph")
+    catalog = SqliteCatalog(base / "catalog" / CATALOG_FILE)
 
     def close() -> None:
         for backend in (text, vector, graph, catalog):
@@ -116,11 +137,18 @@ def build_index_set(
     return Indexer(text, vector, graph, embedder, catalog), close
 
 
-def exchange_index_paths(a: Path, b: Path) -> None:
-    """Swap two index paths atomically (see ``fs_swap``)."""
-    from cleveragents.infrastructure.acms.fs_swap import exchange_paths
+def install_index(data_dir: Path, name: str, fresh: Path, generation: str) -> Path | None:
+    """Make a freshly built index live atomically (see ``index_layout``)."""
+    from cleveragents.infrastructure.acms.index_layout import install
 
-    exchange_paths(a, b)
+    return install(data_dir, name, fresh, generation)
+
+
+def collect_index_garbage(data_dir: Path) -> None:
+    """Delete index generations that no live name points into."""
+    from cleveragents.infrastructure.acms.index_layout import collect_garbage
+
+    collect_garbage(data_dir, INDEX_NAMES)
 
 
 def _project_repository(data_dir: str) -> ProjectRepository:

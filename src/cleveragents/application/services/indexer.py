@@ -11,7 +11,8 @@ Design::
                                              │   chunk + embed + triples
                                              │   text / vector / graph .upsert
                                              │   catalog.put (after the indexes commit)
-                                             └ finish(): delete units of vanished files
+                                             └ finish(): delete units of vanished files,
+                                                         sweep orphans if it was dirty
 
 - A file whose size and mtime match the catalog is not read at all.
 - A file read whose content hash matches is not re-indexed (only its
@@ -20,6 +21,27 @@ Design::
   drops its old ones, so a crash never leaves the file missing from an index;
   the catalog is updated only after all three indexes committed, so an
   interrupted run is repaired by the next one (upserts are idempotent).
+  Deletions go the other way: a vanished file's catalog row goes first, then
+  its units.  So the catalog never names a unit an index lacks, except in the
+  window of a changed file (the catalog still names the old units, and the
+  file's size or mtime no longer match it, so it is re-read).
+
+Crash safety: the *dirty marker*.  Before a session's first index write it
+records ``dirty:<resource>`` in the catalog meta, and clears it only at the
+end of a complete :meth:`IndexSession.finish`.  A crash in between can leave
+units no catalog row names: a file changed again before the next run (its
+crashed version's units are in neither the old nor the new row), or a file
+that vanished.  A session that *starts* on a dirty resource therefore
+
+1. marks *suspect* every file whose catalog units or graph subjects some
+   index lacks, and re-indexes it even when its size, mtime and hash match;
+2. after its own writes, *sweeps*: deletes the text and vector units and the
+   graph file subjects (and ``contains`` edges) that no catalog row names.
+
+Only dirty sessions scan the indexes; a clean resource with nothing to do
+costs what it always did (no index reads and no writes, not even the marker).
+:mod:`.fault_injection` names every write step (``checkpoint``), for the crash
+tests that kill a reindex at each one.
 - Imports are resolved against the files listed in the same walk.  An
   unchanged file keeps the import targets resolved when it was indexed;
   ``full=True`` re-resolves everything.
@@ -42,6 +64,7 @@ import structlog
 
 from cleveragents.application.services.chunking import chunk_text, detect_language, make_units
 from cleveragents.application.services.code_graph import extract_facts, file_triples, module_index
+from cleveragents.application.services.fault_injection import checkpoint
 from cleveragents.application.services.resource_files import (
     ListedFile,
     decode_text,
@@ -58,7 +81,7 @@ from cleveragents.domain.models.acms.backends import (
 )
 from cleveragents.domain.models.acms.embedding import Embedder
 from cleveragents.domain.models.acms.indexing import FileRecord, IndexStats
-from cleveragents.domain.models.acms.uko import UKO, file_uri, resource_uri
+from cleveragents.domain.models.acms.uko import UKO, file_uri, path_of, resource_uri
 from cleveragents.domain.models.acms.ulids import canonical_ulid
 
 __all__ = ["DEFAULT_INDEX_FILE_BYTES", "Catalog", "IndexSession", "Indexer"]
@@ -78,6 +101,7 @@ class Catalog(Protocol):
     def resource_ids(self) -> set[str]: ...
     def get_meta(self, key: str) -> str | None: ...
     def set_meta(self, key: str, value: str) -> None: ...
+    def delete_meta(self, key: str) -> None: ...
 
 
 @dataclass(slots=True)
@@ -162,13 +186,30 @@ class Indexer:
         return session.finish()
 
     def delete_resource(self, resource_id: str) -> None:
-        """Delete every unit of a resource from all indexes and the catalog."""
+        """Delete every unit of a resource from all indexes and the catalog.
+
+        The catalog rows go first, under the dirty marker: a crash part way
+        leaves units no row names, which the resource's next session sweeps
+        (or the next prune deletes), never rows naming units that are gone.
+        """
         rid = canonical_ulid(resource_id)
-        self.text.delete(rid)
-        self.vector.delete(rid)
-        self.graph.delete(rid)
+        self.catalog.set_meta(_dirty_key(rid), "delete")
         self.catalog.remove(rid)
+        checkpoint("resource.delete")
+        self.text.delete(rid)
+        checkpoint("resource.delete")
+        self.vector.delete(rid)
+        checkpoint("resource.delete")
+        self.graph.delete(rid)
+        checkpoint("resource.delete")
+        self.catalog.delete_meta(_dirty_key(rid))
         _log.info("indexer.resource_deleted", resource_id=rid)
+
+    def mark_dirty(self, resource_ids: Iterable[str]) -> None:
+        """Make the next session of each resource check its indexes against the
+        catalog and sweep orphans (e.g. after an interrupted rebuild swap)."""
+        for rid in resource_ids:
+            self.catalog.set_meta(_dirty_key(canonical_ulid(rid)), "marked")
 
     def prune(self, keep: Iterable[str]) -> list[str]:
         """Delete the units of every indexed resource not in ``keep``."""
@@ -220,6 +261,36 @@ class IndexSession:
         self._graph_delete_triples: list[WriteTriple] = []
         self._graph_records: list[FileRecord] = []
         self._finished = False
+        # A previous session of this resource did not finish: check, then sweep.
+        self._dirty_at_start = indexer.catalog.get_meta(_dirty_key(resource_id)) is not None
+        self._dirty = self._dirty_at_start
+        self._suspect = self._find_suspects() if self._dirty_at_start else set()
+
+    def _find_suspects(self) -> set[str]:
+        """Paths whose catalog row names a unit or subject some index lacks."""
+        rid = self.resource_id
+        text = self._ix.text.unit_uris(rid)
+        vector = self._ix.vector.unit_uris(rid)
+        subjects = self._ix.graph.subjects(rid)
+        suspect = {
+            path
+            for path, rec in self._records.items()
+            if not (
+                text.issuperset(rec.unit_uris)
+                and vector.issuperset(rec.unit_uris)
+                and subjects.issuperset(rec.graph_subjects)
+            )
+        }
+        if suspect:
+            _log.info("indexer.suspect_files", resource_id=rid, files=len(suspect))
+        return suspect
+
+    def _mark_dirty(self) -> None:
+        """Record that this session is about to write its indexes."""
+        if not self._dirty:
+            self._ix.catalog.set_meta(_dirty_key(self.resource_id), "session")
+            checkpoint("index.dirty")
+            self._dirty = True
 
     # ------------------------------------------------------------ per file
 
@@ -229,7 +300,11 @@ class IndexSession:
             return False
         old = self._records.get(listed.rel_path)
         return (
-            self.full or old is None or old.size != listed.size or old.mtime_ns != listed.mtime_ns
+            self.full
+            or old is None
+            or old.size != listed.size
+            or old.mtime_ns != listed.mtime_ns
+            or listed.rel_path in self._suspect
         )
 
     def visit(self, listed: ListedFile) -> None:
@@ -272,7 +347,7 @@ class IndexSession:
             self.stats.skip("binary")
             self._queue(_Pending(listed, sha, [], [], (), old), 0)
             return
-        if old is not None and old.sha256 == sha and not self.full:
+        if old is not None and old.sha256 == sha and not self.full and path not in self._suspect:
             self.stats.files_unchanged += 1
             self.stats.files_touched += 1
             self._touched.append(
@@ -323,8 +398,11 @@ class IndexSession:
             uri for p in self._pending if p.old for uri in p.old.unit_uris if uri not in new_uris
         }
         embeddings = self._embed([u.content for u in units], ix.vector.dimension)
+        self._mark_dirty()
         ix.text.upsert(rid, units, delete_uris=stale)
+        checkpoint("index.text")
         ix.vector.upsert(rid, units, embeddings, delete_uris=stale)
+        checkpoint("index.vector")
         self.stats.index_writes += 2
         self.stats.units_written += len(units)
         resource_subject = _resource_subject(rid)
@@ -366,7 +444,9 @@ class IndexSession:
             delete_subjects=self._graph_delete_subjects,
             delete_triples=self._graph_delete_triples,
         )
+        checkpoint("index.graph")
         self._ix.catalog.put(rid, self._graph_records)
+        checkpoint("index.catalog")
         self.stats.index_writes += 1
         self._graph_triples = []
         self._graph_delete_subjects = set()
@@ -390,30 +470,89 @@ class IndexSession:
         self._flush_graph()
         if self._touched:
             self._ix.catalog.put(self.resource_id, self._touched)
+            checkpoint("index.touch")
             self._touched.clear()
+        rid = self.resource_id
         gone = [rec for path, rec in self._records.items() if path not in self._seen]
         if gone:
-            rid = self.resource_id
             uris = [u for rec in gone for u in rec.unit_uris]
             subjects = [
                 s for rec in gone for s in rec.graph_subjects if s != _resource_subject(rid)
             ]
+            self._mark_dirty()
+            # Rows first: a crash below leaves orphans for the sweep, never a
+            # row naming units that are already gone.
+            self._ix.catalog.remove(rid, [rec.path for rec in gone])
+            checkpoint("delete.catalog")
             self._ix.text.delete(rid, uris)
+            checkpoint("delete.text")
             self._ix.vector.delete(rid, uris)
+            checkpoint("delete.vector")
             self._ix.graph.upsert(
                 rid,
                 [],
                 delete_subjects=subjects,
                 delete_triples=[c for rec in gone for c in _contains(rid, rec.path)],
             )
-            self._ix.catalog.remove(rid, [rec.path for rec in gone])
+            checkpoint("delete.graph")
             self.stats.files_deleted += len(gone)
             self.stats.index_writes += 3
+        if self._dirty_at_start:
+            self._sweep()
+        if self._dirty:
+            self._ix.catalog.delete_meta(_dirty_key(rid))
+            checkpoint("index.clean")
         self._ix._mark_identity()
         self.stats.seconds = time.perf_counter() - self._t0
         self._finished = True
         _log.info("indexer.resource_indexed", resource_id=self.resource_id, **self.stats.as_dict())
         return self.stats
+
+    def _sweep(self) -> None:
+        """Delete what no catalog row names (what an interrupted session left)."""
+        rid = self.resource_id
+        records = self._ix.catalog.records(rid)
+        expected = {u for rec in records.values() for u in rec.unit_uris}
+        text_orphans = self._ix.text.unit_uris(rid) - expected
+        if text_orphans:
+            self._ix.text.delete(rid, text_orphans)
+            self.stats.index_writes += 1
+        checkpoint("sweep.text")
+        vector_orphans = self._ix.vector.unit_uris(rid) - expected
+        if vector_orphans:
+            self._ix.vector.delete(rid, vector_orphans)
+            self.stats.index_writes += 1
+        checkpoint("sweep.vector")
+        subjects = {s for rec in records.values() for s in rec.graph_subjects}
+        # Only file subjects (the rule verify checks): never the resource node.
+        subject_orphans = {
+            s for s in self._ix.graph.subjects(rid) if s not in subjects and path_of(s) is not None
+        }
+        files = {file_uri(rid, rec.path) for rec in records.values() if rec.graph_subjects}
+        resource = _resource_subject(rid)
+        contains_orphans = [
+            (resource, UKO + "contains", o)
+            for _s, p, o in self._ix.graph.get_triples(resource, scope=frozenset({rid})).triples
+            if p == UKO + "contains" and o not in files
+        ]
+        if subject_orphans or contains_orphans:
+            self._ix.graph.upsert(
+                rid, [], delete_subjects=subject_orphans, delete_triples=contains_orphans
+            )
+            self.stats.index_writes += 1
+        checkpoint("sweep.graph")
+        _log.info(
+            "indexer.orphans_swept",
+            resource_id=rid,
+            text=len(text_orphans),
+            vector=len(vector_orphans),
+            graph_subjects=len(subject_orphans),
+            contains=len(contains_orphans),
+        )
+
+
+def _dirty_key(resource_id: str) -> str:
+    return f"dirty:{resource_id}"
 
 
 def _resource_subject(resource_id: str) -> str:

@@ -3,6 +3,17 @@
 The CLI parses arguments and prints; everything it does goes through
 :class:`AcmsOperations`, built from the container (``local`` profile), so the
 same behaviour is available to an agent host in Python.
+
+Crash safety of ``rebuild``: fresh indexes are built in ``.rebuild/`` (never
+opened as live), then each live index is exchanged with its fresh copy, the
+catalog last.  A crash before the first exchange leaves the live indexes
+untouched; a crash between exchanges leaves each live index complete (old or
+new) but possibly from different generations.  Every write path holds the
+reindex lock, and a finished rebuild renames ``.rebuild/`` to ``.previous/``,
+so a ``.rebuild/`` seen under the lock is always the remains of a killed
+rebuild: ``reindex`` and ``hydrate`` then mark every resource dirty in the
+live catalog (its next session checks it against the indexes and sweeps
+orphans) and delete ``.rebuild/``; ``rebuild`` deletes it before it starts.
 """
 
 from __future__ import annotations
@@ -17,15 +28,18 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import structlog
+from ulid import ULID
 
 from cleveragents.application.container import (
     INDEX_NAMES,
     Container,
     build_index_set,
-    exchange_index_paths,
+    collect_index_garbage,
+    install_index,
 )
 from cleveragents.application.services.context_tier_hydrator import hydrate_tiers_from_project
 from cleveragents.application.services.context_tier_service import ContextTierService
+from cleveragents.application.services.fault_injection import checkpoint
 from cleveragents.application.services.indexer import Indexer
 from cleveragents.application.services.reindex_lock import ReindexLock
 from cleveragents.domain.models.acms.backends import GraphIndex, TextIndex, VectorIndex
@@ -47,6 +61,9 @@ __all__ = ["AcmsOperations", "ReindexReport", "VerifyProblem", "detect_resource_
 
 _log = structlog.get_logger("cleveragents.acms.operations")
 _T = TypeVar("_T")
+
+_STAGING = ".rebuild"
+_PREVIOUS = ".previous"
 
 
 def detect_resource_type(path: str | os.PathLike[str]) -> str:
@@ -119,7 +136,8 @@ class AcmsOperations:
         embedder: Callable[[], Embedder],
         indexer: Callable[[], Indexer],
         index_set: Callable[[Path, Embedder], tuple[Indexer, Callable[[], None]]] | None = None,
-        exchange: Callable[[Path, Path], None] | None = None,
+        install: Callable[[Path, str, Path, str], Path | None] | None = None,
+        collect_garbage: Callable[[Path], None] | None = None,
     ) -> None:
         # Backends are built on first use, so commands that do not need an
         # engine (project list, resource add) do not import or open it.
@@ -132,7 +150,8 @@ class AcmsOperations:
         self._embedder = embedder
         self._indexer = indexer
         self._index_set = index_set
-        self._exchange = exchange
+        self._install = install
+        self._collect_garbage = collect_garbage
 
     @classmethod
     def from_container(cls, container: Container) -> AcmsOperations:
@@ -147,7 +166,8 @@ class AcmsOperations:
             embedder=_required(container.embedder, "an embedder"),
             indexer=_required(container.indexer, "an indexer"),
             index_set=build_index_set,
-            exchange=exchange_index_paths,
+            install=install_index,
+            collect_garbage=collect_index_garbage,
         )
 
     # ------------------------------------------------------------ projects
@@ -273,6 +293,7 @@ class AcmsOperations:
         t0 = time.perf_counter()
         with ReindexLock(self.data_dir, timeout=lock_timeout):
             indexer = self._indexer()
+            self._recover_interrupted_rebuild(indexer)
             for rid in targets:
                 resource = self.resources.get(rid)
                 if resource is None:
@@ -312,15 +333,18 @@ class AcmsOperations:
         The previous indexes are kept in ``.previous/`` until the next rebuild,
         so a reader in the middle of a query is never pulled from under.
         """
-        if self._index_set is None or self._exchange is None:
+        if self._index_set is None or self._install is None or self._collect_garbage is None:
             raise AcmsError("rebuild needs the local profile's index factory")
         report = ReindexReport()
         t0 = time.perf_counter()
         with ReindexLock(self.data_dir, timeout=lock_timeout):
-            staging = self.data_dir / ".rebuild"
-            previous = self.data_dir / ".previous"
+            staging = self.data_dir / _STAGING
+            previous = self.data_dir / _PREVIOUS
             for stale in (staging, previous):
                 shutil.rmtree(stale, ignore_errors=True)
+            # Generations no live link points into: the one the last rebuild
+            # replaced, and any left by a killed one.
+            self._collect_garbage(self.data_dir)
             staging.mkdir(parents=True)
             indexer, close = self._index_set(staging, self._embedder())
             try:
@@ -337,13 +361,18 @@ class AcmsOperations:
                     )
             finally:
                 close()
+            checkpoint("rebuild.staged")
+            # INDEX_NAMES ends with the catalog: until it is swapped, the live
+            # catalog is the old one, and a swapped index that is ahead of it
+            # is repaired as after any interrupted session (see the module doc).
+            generation = str(ULID())
             for name in INDEX_NAMES:
-                live, fresh = self.data_dir / name, staging / name
-                if live.exists():
-                    self._exchange(live, fresh)
-                else:
-                    os.replace(fresh, live)
+                displaced = self._install(self.data_dir, name, staging / name, generation)
+                if displaced is not None:  # a real directory of the older layout
+                    os.replace(displaced, staging / name)
+                checkpoint("rebuild.swap")
             os.replace(staging, previous)
+            checkpoint("rebuild.done")
             for rid in report.resources:
                 self.resources.mark_indexed(rid)
         report.seconds = time.perf_counter() - t0
@@ -354,6 +383,7 @@ class AcmsOperations:
         """Hydrate a tier service (and the indexes) for projects, as a plan does."""
         total = 0
         with ReindexLock(self.data_dir):
+            self._recover_interrupted_rebuild(self._indexer())
             for name in projects:
                 for rid in self.project(name).resource_ids:
                     resource = self.resources.get(rid)
@@ -367,6 +397,19 @@ class AcmsOperations:
                             indexer=self._indexer(),
                         )
         return total
+
+    def _recover_interrupted_rebuild(self, indexer: Indexer) -> None:
+        """After a killed rebuild: mark every resource dirty, drop ``.rebuild/``.
+
+        Call with the reindex lock held (see the module doc).
+        """
+        staging = self.data_dir / _STAGING
+        if not staging.exists():
+            return
+        rids = [r.resource_id for r in self.resources.list()]
+        indexer.mark_dirty(rids)
+        shutil.rmtree(staging, ignore_errors=True)
+        _log.warning("reindex.interrupted_rebuild_recovered", resources=len(rids))
 
     # ------------------------------------------------------------ status and verify
 

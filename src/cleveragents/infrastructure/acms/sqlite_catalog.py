@@ -6,6 +6,11 @@ unchanged files and delete exactly what a changed or vanished file left
 behind.  Rows are written only after the indexes committed the change, so a
 crash leaves the catalog pointing at the previous state, which the next run
 repairs (the index writes are idempotent).
+
+Table ``meta`` holds catalog-wide settings (``embedder``) and the indexer's
+per-resource ``dirty:<ULID>`` markers (see the indexer's crash-safety notes).
+Every write is one transaction (WAL, ``synchronous=FULL``): a SIGKILL leaves
+each row and marker as of the last commit.
 """
 
 from __future__ import annotations
@@ -43,18 +48,48 @@ class SqliteCatalog:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self._path = str(path)
+        self._identity: tuple[int, int] | None = None
+        self._db = self._open()
+
+    def _open(self) -> sqlite3.Connection:
         try:
             if self._path != ":memory:":
                 Path(self._path).parent.mkdir(parents=True, exist_ok=True)
-            self._conn = sqlite3.connect(
+            conn = sqlite3.connect(
                 self._path, timeout=30.0, isolation_level=None, check_same_thread=False
             )
             if self._path != ":memory:":
-                self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA synchronous=FULL")
-            self._conn.executescript(_SCHEMA)
+                conn.execute("PRAGMA journal_mode=WAL")
+                self._identity = self._stat()
+            conn.execute("PRAGMA synchronous=FULL")
+            conn.executescript(_SCHEMA)
         except (OSError, sqlite3.Error) as exc:
             raise IndexUnavailableError(f"cannot open the catalog {self._path}: {exc}") from exc
+        return conn
+
+    def _stat(self) -> tuple[int, int] | None:
+        try:
+            st = os.stat(self._path)
+        except FileNotFoundError:
+            return None
+        return (st.st_dev, st.st_ino)
+
+    @property
+    def _conn(self) -> sqlite3.Connection:
+        """The connection, reopened if a rebuild swapped in another catalog.
+
+        The live catalog is reached through a link into a generation
+        directory (see ``index_layout``); SQLite resolved that link when it
+        opened, so the old connection only ever touches the old files.
+        """
+        if self._path != ":memory:":
+            identity = self._stat()
+            if identity is None:
+                raise IndexUnavailableError(f"the catalog {self._path} has disappeared")
+            if identity != self._identity:
+                old, self._db = self._db, self._open()
+                old.close()
+        return self._db
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -139,6 +174,11 @@ class SqliteCatalog:
         with self._tx() as conn:
             conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
 
+    def delete_meta(self, key: str) -> None:
+        """Forget a catalog-wide setting (no error when it is not set)."""
+        with self._tx() as conn:
+            conn.execute("DELETE FROM meta WHERE key = ?", (key,))
+
     def close(self) -> None:
         """Close the database connection."""
-        self._conn.close()
+        self._db.close()

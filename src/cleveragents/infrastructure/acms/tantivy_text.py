@@ -238,6 +238,7 @@ class TantivyTextBackend:
         if not lock_timeout >= 0:
             raise ValueError("lock_timeout must be non-negative")
         self._path = None if index_path is None else os.fspath(index_path)
+        self._resolved = ""
         self._view_cache_size = view_cache_size
         self._lock_timeout = float(lock_timeout)
         self._schema = _schema()
@@ -257,7 +258,10 @@ class TantivyTextBackend:
                 index = tantivy.Index(self._schema)
             else:
                 os.makedirs(self._path, exist_ok=True)
-                index = tantivy.Index(self._schema, path=self._path, reuse=True)
+                # Tantivy resolves the directory once; remember which one, so
+                # a rebuild that relinks the path is noticed (see _follow).
+                self._resolved = os.path.realpath(self._path)
+                index = tantivy.Index(self._schema, path=self._resolved, reuse=True)
             index.register_tokenizer(ANALYZER_NAME, _analyzer())
             index.config_reader(reload_policy="manual")
         except (OSError, ValueError) as exc:
@@ -276,6 +280,11 @@ class TantivyTextBackend:
     def _main(self) -> tantivy.Index:
         if self._index is None:
             raise IndexUnavailableError("the text index is closed")
+        if self._path is not None and os.path.realpath(self._path) != self._resolved:
+            # `reindex --rebuild` pointed the path at a new index: open that one.
+            self._index = self._open()
+            self._snapshot = None
+            self._views.clear()
         return self._index
 
     # ------------------------------------------------------------ read side
