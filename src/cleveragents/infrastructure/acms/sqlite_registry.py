@@ -122,8 +122,10 @@ class NamespacedProjectRepository:
 
     def get(self, name: str) -> Project | None:
         """The project called ``name`` with its resource ULIDs, or None."""
-        if not isinstance(name, str):
-            return None
+        try:
+            validate_project_name(name)
+        except (TypeError, ValueError):
+            return None  # no stored project can have an invalid name
         with self._db.connect() as conn:
             if conn.execute("SELECT 1 FROM projects WHERE name = ?", (name,)).fetchone() is None:
                 return None
@@ -149,8 +151,9 @@ class NamespacedProjectRepository:
         """Delete a project and its links (the resources stay registered).
 
         Raises:
-            NotFoundError: no such project.
+            TypeError / ValueError: an invalid name.  NotFoundError: no such project.
         """
+        validate_project_name(name)
         with self._db.connect() as conn:
             if conn.execute("DELETE FROM projects WHERE name = ?", (name,)).rowcount == 0:
                 raise NotFoundError(f"no project named {name!r}")
@@ -161,6 +164,7 @@ class NamespacedProjectRepository:
         Raises:
             NotFoundError: unknown project or resource.
         """
+        validate_project_name(name)
         rid = canonical_ulid(resource_id)
         with self._db.connect() as conn:
             if conn.execute("SELECT 1 FROM projects WHERE name = ?", (name,)).fetchone() is None:
@@ -234,6 +238,8 @@ class ResourceRegistryService:
     def mark_indexed(self, resource_id: str, when: str | None = None) -> None:
         """Record when a resource was last indexed (ISO 8601, UTC)."""
         rid = canonical_ulid(resource_id)
+        if when is not None and not isinstance(when, str):
+            raise TypeError(f"when must be an ISO 8601 str, not {type(when).__name__}")
         with self._db.connect() as conn:
             conn.execute(
                 "UPDATE resources SET last_indexed_at = ? WHERE resource_id = ?",

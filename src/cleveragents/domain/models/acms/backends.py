@@ -176,7 +176,10 @@ def validate_embedding(embedding: object, dimension: int | None = None) -> list[
     for v in values:
         if isinstance(v, bool) or not isinstance(v, int | float):
             raise TypeError(f"embedding values must be floats, not {type(v).__name__}")
-        f = float(v)
+        try:
+            f = float(v)
+        except OverflowError:  # an int beyond the float range
+            raise ValueError("embedding values must be finite floats") from None
         if not math.isfinite(f):
             raise ValueError("embedding must not contain NaN or infinity")
         out.append(f)

@@ -19,7 +19,10 @@ _ULID_RE = re.compile(r"[0-7][0-9A-HJKMNP-TV-Z]{25}")
 
 def is_ulid(value: object) -> bool:
     """Return True if ``value`` is a string holding a valid ULID (any case)."""
-    return isinstance(value, str) and _ULID_RE.fullmatch(value.upper()) is not None
+    # ASCII first: str.upper() maps look-alikes such as "ß" to "SS".
+    return (
+        isinstance(value, str) and value.isascii() and _ULID_RE.fullmatch(value.upper()) is not None
+    )
 
 
 def canonical_ulid(value: object) -> str:
@@ -32,7 +35,7 @@ def canonical_ulid(value: object) -> str:
     if not isinstance(value, str):
         raise TypeError(f"a ULID must be a str, not {type(value).__name__}")
     upper = value.upper()
-    if _ULID_RE.fullmatch(upper) is None:
+    if not value.isascii() or _ULID_RE.fullmatch(upper) is None:
         raise ValueError(f"not a valid ULID: {value[:64]!r}")
     return upper
 
