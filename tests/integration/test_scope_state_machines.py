@@ -1,0 +1,1016 @@
+"""Scope isolation, model-based: one hypothesis state machine per backend and
+one over the whole indexer seen through ``ScopedView``.
+
+Each machine keeps a plain-Python model of what was committed, mutates the
+real index (add, replace, delete units, delete whole resources, close and
+reopen from disk, write through one handle and read through another) and,
+after every query with a random scope (empty, one resource, all, ULIDs never
+indexed, ULIDs of deleted resources, lower-case ULIDs) and a random query
+(hostile ones included), checks two things:
+
+- nothing outside the scope comes back;
+- the answer is exactly an oracle's: numpy brute force for FAISS, a fresh
+  in-RAM Tantivy index of only the in-scope units for text, a fresh rdflib
+  store of only the in-scope triples for SPARQL.
+
+Example counts are fixed and derandomized so CI runs the same examples each
+time (see ``SETTINGS`` below).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
+
+from cleveragents.domain.models.acms.backends import (
+    GraphResult,
+    IndexUnit,
+    Literal,
+    TextResult,
+    VectorResult,
+    WriteTriple,
+)
+from cleveragents.domain.models.acms.errors import QueryError
+from cleveragents.domain.models.acms.scope import ScopedView
+from cleveragents.domain.models.acms.uko import (
+    UKO,
+    file_uri,
+    module_uri,
+    resource_id_of,
+    resource_uri,
+    unit_uri,
+)
+from cleveragents.infrastructure.acms.faiss_vector import FaissVectorBackend
+from cleveragents.infrastructure.acms.rdflib_graph import RdflibGraphBackend
+from cleveragents.infrastructure.acms.tantivy_text import TantivyTextBackend
+
+# A pool of resources that get indexed, and ULIDs that never are.
+POOL = tuple(f"01JD5TD11B{'0' * 15}{c}" for c in "ABCDE")
+NEVER = ("01JD5TD11C000000000000000Z", "7ZZZZZZZZZZZZZZZZZZZZZZZZZ")
+XSD_INT = "http://www.w3.org/2001/XMLSchema#integer"
+SCORE_TOL = 1e-5
+
+
+def scratch_dir(prefix: str) -> str:
+    """A temporary directory, on tmpfs when there is one: fsync there is free,
+    and these machines test scope logic, not durability."""
+    shm = "/dev/shm"
+    base = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
+    return tempfile.mkdtemp(prefix=prefix, dir=base)
+
+
+def _settings(examples: int, steps: int) -> settings:
+    return settings(
+        max_examples=examples,
+        stateful_step_count=steps,
+        derandomize=True,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+        print_blob=True,
+    )
+
+
+# ---------------------------------------------------------------- scopes
+
+pool_ids = st.sampled_from(POOL)
+_special_scopes = st.sampled_from(
+    [frozenset(), frozenset(POOL), frozenset(POOL + NEVER), frozenset(NEVER)]
+)
+scopes = st.tuples(
+    st.one_of(
+        _special_scopes,
+        pool_ids.map(lambda r: frozenset({r})),
+        st.frozensets(st.sampled_from(POOL + NEVER), max_size=4),
+    ),
+    st.booleans(),
+).map(lambda pair: frozenset(r.lower() for r in pair[0]) if pair[1] else pair[0])
+
+
+def canonical(scope: frozenset[str]) -> frozenset[str]:
+    return frozenset(r.upper() for r in scope)
+
+
+def assert_uris_in_scope(uris: Iterable[str], scope: frozenset[str]) -> None:
+    wanted = canonical(scope)
+    for uri in uris:
+        assert resource_id_of(uri) in wanted, f"out-of-scope result {uri} for scope {wanted}"
+
+
+def assert_triples_in_scope(triples: Iterable[tuple[str, str, str]], scope: frozenset[str]) -> None:
+    wanted = canonical(scope)
+    for triple in triples:
+        for term in triple:
+            if term[:6].lower() == "uko://":
+                assert resource_id_of(term) in wanted, f"out-of-scope term {term} in {triple}"
+
+
+# ---------------------------------------------------------------- shared checks
+
+
+def assert_text_equal(got: list[TextResult], want: list[TextResult]) -> None:
+    assert [r.uko_uri for r in got] == [r.uko_uri for r in want]
+    for g, w in zip(got, want, strict=True):
+        assert math.isclose(g.score, w.score, abs_tol=SCORE_TOL), (g, w)
+        assert g.content == w.content
+        assert g.metadata == w.metadata
+
+
+def assert_exact_top_k(
+    results: list[VectorResult], oracle: dict[str, float], top_k: int, scope: frozenset[str]
+) -> None:
+    """``results`` is a correct top-k of ``oracle`` (uri -> clamped cosine), ties aware."""
+    uris = [r.uko_uri for r in results]
+    assert_uris_in_scope(uris, scope)
+    assert len(set(uris)) == len(uris), "a unit came back twice"
+    assert len(results) == min(top_k, len(oracle))
+    scores = [r.score for r in results]
+    assert scores == sorted(scores, reverse=True)
+    for r in results:
+        assert r.uko_uri in oracle, f"{r.uko_uri} is not an in-scope unit of the model"
+        assert abs(r.score - oracle[r.uko_uri]) <= SCORE_TOL, (r, oracle[r.uko_uri])
+    want = sorted(oracle.values(), reverse=True)[:top_k]
+    for g, w in zip(scores, want, strict=True):
+        assert abs(g - w) <= SCORE_TOL, (scores, want)
+    if results:
+        kth = scores[-1]
+        must = {u for u, s in oracle.items() if s > kth + SCORE_TOL}
+        assert must <= set(uris), f"missing strictly better units {sorted(must - set(uris))}"
+
+
+def assert_graph_equal(got: GraphResult, want: GraphResult, *, exact: bool) -> None:
+    if exact:
+        assert got.triples == want.triples
+    else:
+        # LIMIT without a total ORDER BY: any subset of the full answer.
+        assert len(got.triples) == len(want.triples)
+    assert got.metadata.get("boolean") == want.metadata.get("boolean")
+
+
+# ================================================================= text
+
+
+TEXT_WORDS = ("alpha", "beta", "gamma", "parseJson", "json", "HTTPServer", "snake_case", "omega")
+TEXT_PATHS = ("a.py", "pkg/b.py", "pkg/c.md", "docs/d.txt")
+
+
+def text_unit(rid: str, path: str, line: int, words: list[str]) -> IndexUnit:
+    return IndexUnit(unit_uri(rid, path, f"L{line}-L{line + 4}"), " ".join(words), {"path": path})
+
+
+text_units = st.lists(
+    st.tuples(
+        st.sampled_from(TEXT_PATHS),
+        st.integers(1, 3),
+        st.lists(st.sampled_from(TEXT_WORDS), max_size=6),
+    ),
+    min_size=1,
+    max_size=5,
+)
+
+
+def _text_queries() -> st.SearchStrategy[str]:
+    words = st.sampled_from(TEXT_WORDS)
+    rid = st.sampled_from(POOL + NEVER)
+    plain = st.one_of(words, st.tuples(words, words).map(" ".join))
+    return st.one_of(
+        plain,
+        plain,
+        plain,
+        st.tuples(words, words).map(lambda w: f"{w[0]} AND {w[1]}"),
+        st.tuples(words, words).map(lambda w: f'"{w[0]} {w[1]}"'),
+        words.map(lambda w: f"{w} OR *"),
+        words.map(lambda w: f"path:{w}"),
+        words.map(lambda w: f"-{w} gamma"),
+        words.map(lambda w: f"{w[:3]}*"),
+        rid.map(lambda r: f"resource_id:{r} OR *"),
+        rid.map(lambda r: f"resource_id:{r} OR alpha"),
+        rid.map(lambda r: f"resource_id:{r.lower()}"),
+        rid.map(lambda r: f'uko_uri:"{unit_uri(r, "a.py", "L1-L5")}" OR beta'),
+        rid.map(lambda r: f"resource_id:[{r} TO 7ZZZZZZZZZZZZZZZZZZZZZZZZZ]"),
+        st.sampled_from(
+            [
+                "*",
+                "content:*",
+                "resource_id:*",
+                "uko_uri:*",
+                "body:alpha",
+                "metadata:alpha",
+                "alpha^5 beta",
+                "alpha~1",
+                "NOT alpha",
+                "(",
+                '"',
+                "alpha:",
+                "path:pkg AND json",
+                "content:json OR path:docs",
+            ]
+        ),
+    )
+
+
+text_queries = _text_queries()
+
+
+def has_match_all(query: str) -> bool:
+    """A query with a constant-score clause (``*``, a range): Tantivy scores
+    such clauses 1.0 or 0.0 depending on the segment layout."""
+    return "*" in query.replace("(", " ").replace(")", " ").split() or " TO " in query
+
+
+class TextScopeMachine(RuleBasedStateMachine):
+    """TantivyTextBackend on disk: two handles on one directory, reopened at will."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tmp = scratch_dir("acms-sm-text-")
+        self.path = Path(self.tmp) / "text"
+        self.handles = [TantivyTextBackend(self.path), TantivyTextBackend(self.path)]
+        self.model: dict[str, dict[str, IndexUnit]] = {}
+        self.version = 0
+        self.oracles: dict[frozenset[str], TantivyTextBackend] = {}
+
+    def teardown(self) -> None:
+        for h in self.handles:
+            h.close()
+        self._drop_oracles()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def _drop_oracles(self) -> None:
+        for o in self.oracles.values():
+            o.close()
+        self.oracles.clear()
+
+    def _changed(self) -> None:
+        self.version += 1
+        self._drop_oracles()
+
+    @initialize(data=st.lists(text_units, min_size=4, max_size=4))
+    def populate(self, data: list[list[Any]]) -> None:
+        for rid, units in zip(POOL, data, strict=False):
+            self.upsert(rid, units, 0, [])
+
+    @rule(
+        rid=pool_ids,
+        units=text_units,
+        handle=st.integers(0, 1),
+        drop=st.lists(st.integers(0, 20), max_size=3),
+    )
+    def upsert(self, rid: str, units: list[Any], handle: int, drop: list[int]) -> None:
+        built = [text_unit(rid, *u) for u in units]
+        existing = sorted(self.model.get(rid, {}))
+        delete_uris = {existing[i % len(existing)] for i in drop} if existing else set()
+        self.handles[handle].upsert(rid, built, delete_uris=delete_uris)
+        units_of = self.model.setdefault(rid, {})
+        for uri in delete_uris:
+            units_of.pop(uri, None)
+        for u in built:
+            units_of[u.uko_uri] = u
+        self._changed()
+
+    @rule(rid=pool_ids, other=pool_ids, units=text_units)
+    def upsert_foreign_unit_changes_nothing(self, rid: str, other: str, units: list[Any]) -> None:
+        if rid == other:
+            return
+        built = [text_unit(rid, *u) for u in units] + [text_unit(other, "x.py", 1, ["alpha"])]
+        with pytest.raises(ValueError):
+            self.handles[0].upsert(rid, built)
+
+    @rule(rid=pool_ids, picks=st.lists(st.integers(0, 20), min_size=1, max_size=3))
+    def delete_units(self, rid: str, picks: list[int]) -> None:
+        existing = sorted(self.model.get(rid, {}))
+        if not existing:
+            return
+        doomed = {existing[i % len(existing)] for i in picks}
+        self.handles[1].delete(rid, doomed)
+        for uri in doomed:
+            del self.model[rid][uri]
+        self._changed()
+
+    @rule(rid=pool_ids, handle=st.integers(0, 1))
+    def delete_resource(self, rid: str, handle: int) -> None:
+        self.handles[handle].delete(rid)
+        self.model.pop(rid, None)
+        self._changed()
+
+    @rule()
+    def reopen(self) -> None:
+        for h in self.handles:
+            h.close()
+        self.handles = [TantivyTextBackend(self.path), TantivyTextBackend(self.path)]
+
+    def _oracle(self, scope: frozenset[str]) -> TantivyTextBackend:
+        key = canonical(scope)
+        oracle = self.oracles.get(key)
+        if oracle is None:
+            oracle = TantivyTextBackend()
+            for rid in sorted(key):
+                units = list(self.model.get(rid, {}).values())
+                if units:
+                    oracle.upsert(rid, units)
+            self.oracles[key] = oracle
+        return oracle
+
+    @rule(
+        scope=scopes,
+        query=text_queries,
+        limit=st.integers(1, 12),
+        handle=st.integers(0, 1),
+    )
+    def search(self, scope: frozenset[str], query: str, limit: int, handle: int) -> None:
+        oracle = self._oracle(scope)
+        try:
+            want = oracle.search(query, scope=canonical(scope), max_results=limit)
+        except QueryError:
+            with pytest.raises(QueryError):
+                self.handles[handle].search(query, scope=scope, max_results=limit)
+            return
+        got = self.handles[handle].search(query, scope=scope, max_results=limit)
+        assert_uris_in_scope((r.uko_uri for r in got), scope)
+        if not has_match_all(query):
+            assert_text_equal(got, want)
+            return
+        # Constant-score clauses score by Tantivy's segment layout (see
+        # test_match_all_scores_depend_on_segment_layout): compare what matches.
+        assert len(got) == len(want)
+        everything = oracle.search(query, scope=canonical(scope), max_results=1000)
+        assert {r.uko_uri for r in got} <= {r.uko_uri for r in everything}
+        assert {r.uko_uri for r in everything} == {
+            r.uko_uri for r in self.handles[handle].search(query, scope=scope, max_results=1000)
+        }
+
+    @rule(handle=st.integers(0, 1))
+    def listing_matches_model(self, handle: int) -> None:
+        h = self.handles[handle]
+        assert h.resource_ids() == {r for r, units in self.model.items() if units}
+        for rid in POOL:
+            assert h.unit_uris(rid) == set(self.model.get(rid, {}))
+
+
+# ================================================================= vectors
+
+
+DIM = 6
+small_vectors = st.lists(st.integers(-2, 2), min_size=DIM, max_size=DIM).filter(any)
+vector_units = st.lists(
+    st.tuples(st.sampled_from(TEXT_PATHS), st.integers(1, 3), small_vectors),
+    min_size=1,
+    max_size=5,
+)
+
+
+def unit_vector(values: list[int]) -> np.ndarray:
+    v = np.asarray(values, dtype=np.float64)
+    return v / np.linalg.norm(v)
+
+
+class VectorScopeMachine(RuleBasedStateMachine):
+    """FaissVectorBackend on disk: two handles on one directory, reopened at will.
+
+    Small integer embeddings make exact ties common, so the top-k check is
+    tie aware: equal score multisets, and every strictly better unit present.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tmp = scratch_dir("acms-sm-vec-")
+        self.path = Path(self.tmp) / "vectors"
+        self.handles = [self._open(), self._open()]
+        self.model: dict[str, dict[str, np.ndarray]] = {}
+
+    def _open(self) -> FaissVectorBackend:
+        return FaissVectorBackend(self.path, dimension=DIM)
+
+    @initialize(data=st.lists(vector_units, min_size=4, max_size=4))
+    def populate(self, data: list[list[Any]]) -> None:
+        for rid, units in zip(POOL, data, strict=False):
+            self.upsert(rid, units, 0, [])
+
+    def teardown(self) -> None:
+        for h in self.handles:
+            h.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    @rule(
+        rid=pool_ids,
+        units=vector_units,
+        handle=st.integers(0, 1),
+        drop=st.lists(st.integers(0, 20), max_size=3),
+    )
+    def upsert(self, rid: str, units: list[Any], handle: int, drop: list[int]) -> None:
+        built = [
+            IndexUnit(unit_uri(rid, path, f"L{line}-L{line}"), f"{path}:{line}", {"path": path})
+            for path, line, _ in units
+        ]
+        matrix = np.asarray([v for _, _, v in units], dtype=np.float32)
+        existing = sorted(self.model.get(rid, {}))
+        delete_uris = {existing[i % len(existing)] for i in drop} if existing else set()
+        self.handles[handle].upsert(rid, built, matrix, delete_uris=delete_uris)
+        rows = self.model.setdefault(rid, {})
+        for uri in delete_uris:
+            rows.pop(uri, None)
+        for u, (_, _, v) in zip(built, units, strict=True):
+            rows[u.uko_uri] = unit_vector(v)  # the last duplicate wins
+
+    @rule(rid=pool_ids, other=pool_ids)
+    def upsert_foreign_unit_changes_nothing(self, rid: str, other: str) -> None:
+        if rid == other:
+            return
+        units = [IndexUnit(unit_uri(other, "x.py", "L1-L1"), "x")]
+        with pytest.raises(ValueError):
+            self.handles[0].upsert(rid, units, np.ones((1, DIM), dtype=np.float32))
+
+    @rule(rid=pool_ids, picks=st.lists(st.integers(0, 20), min_size=1, max_size=3))
+    def delete_units(self, rid: str, picks: list[int]) -> None:
+        existing = sorted(self.model.get(rid, {}))
+        if not existing:
+            return
+        doomed = {existing[i % len(existing)] for i in picks}
+        self.handles[1].delete(rid, doomed)
+        for uri in doomed:
+            del self.model[rid][uri]
+
+    @rule(rid=pool_ids, handle=st.integers(0, 1))
+    def delete_resource(self, rid: str, handle: int) -> None:
+        self.handles[handle].delete(rid)
+        self.model.pop(rid, None)
+
+    @rule()
+    def reopen(self) -> None:
+        for h in self.handles:
+            h.close()
+        self.handles = [self._open(), self._open()]
+
+    @rule(
+        scope=scopes,
+        query=small_vectors,
+        top_k=st.integers(1, 12),
+        handle=st.integers(0, 1),
+    )
+    def search(self, scope: frozenset[str], query: list[int], top_k: int, handle: int) -> None:
+        q = unit_vector(query)
+        wanted = canonical(scope)
+        oracle = {
+            uri: max(0.0, min(1.0, float(row @ q)))
+            for rid in wanted
+            for uri, row in self.model.get(rid, {}).items()
+        }
+        got = self.handles[handle].similarity_search(
+            [float(x) for x in query], scope=scope, top_k=top_k
+        )
+        assert_exact_top_k(got, oracle, top_k, scope)
+
+    @rule(handle=st.integers(0, 1))
+    def listing_matches_model(self, handle: int) -> None:
+        h = self.handles[handle]
+        assert h.resource_ids() == {r for r, rows in self.model.items() if rows}
+        for rid in POOL:
+            assert h.unit_uris(rid) == set(self.model.get(rid, {}))
+
+
+# ================================================================= graph
+
+
+PREDICATES = tuple(UKO + p for p in ("contains", "inResource", "path", "imports", "name"))
+_OBJECTS = st.one_of(
+    st.tuples(st.just("file"), st.integers(0, 2)),
+    st.tuples(st.just("res"), st.just(0)),
+    st.tuples(st.just("mod"), st.sampled_from(["os", "sys"])),
+    st.tuples(st.just("lit"), st.sampled_from(["a.py", "x", ""])),
+    st.tuples(st.just("int"), st.sampled_from(["010", "3"])),
+)
+abstract_triples = st.tuples(st.integers(0, 3), st.sampled_from(PREDICATES), _OBJECTS)
+
+
+def _subject(rid: str, i: int) -> str:
+    return resource_uri(rid) if i == 3 else file_uri(rid, f"f{i}.py")
+
+
+def make_triple(rid: str, spec: tuple[int, str, tuple[str, Any]]) -> WriteTriple:
+    s, p, (kind, value) = spec
+    obj: str | Literal
+    if kind == "file":
+        obj = file_uri(rid, f"f{value}.py")
+    elif kind == "res":
+        obj = resource_uri(rid)
+    elif kind == "mod":
+        obj = module_uri(value)
+    elif kind == "lit":
+        obj = Literal(value)
+    else:
+        obj = Literal(value, XSD_INT)
+    return (_subject(rid, s), p, obj)
+
+
+PFX = f"PREFIX uko: <{UKO}>\n"
+# (template, expectation): "refused" must raise QueryError; "exact" must equal
+# the oracle; "loose" (LIMIT without a total order) must match its size.
+SPARQL_TEMPLATES: tuple[tuple[str, str], ...] = (
+    ("SELECT ?s ?p ?o WHERE { ?s ?p ?o }", "exact"),
+    ("SELECT * WHERE { ?s ?p ?o }", "exact"),
+    ("SELECT ?s ?p ?o WHERE { GRAPH ?g { ?s ?p ?o } }", "refused"),
+    ("SELECT ?s ?p ?o WHERE { GRAPH <uko://{R}> { ?s ?p ?o } }", "refused"),
+    ("SELECT ?s ?p ?o FROM <uko://{R}> WHERE { ?s ?p ?o }", "refused"),
+    ("SELECT ?s ?p ?o FROM NAMED <uko://{R}> WHERE { ?s ?p ?o }", "refused"),
+    ("SELECT ?s ?p ?o FROM <file:///etc/passwd> WHERE { ?s ?p ?o }", "refused"),
+    ("SELECT ?s ?p ?o WHERE { SERVICE <http://127.0.0.1:9/q> { ?s ?p ?o } }", "refused"),
+    ("SELECT ?s ?p ?o WHERE { ?s ?p ?o OPTIONAL { GRAPH ?g { ?s ?p ?x } } }", "refused"),
+    ("SELECT ?s ?p ?o WHERE { ?s ?p ?o FILTER EXISTS { GRAPH ?g { ?s ?p ?o } } }", "refused"),
+    ("SELECT ?s ?p ?o WHERE { { SELECT ?s ?p ?o WHERE { GRAPH ?g { ?s ?p ?o } } } }", "refused"),
+    ("ASK { GRAPH ?g { ?s ?p ?o } }", "refused"),
+    ("CONSTRUCT { ?s ?p ?o } WHERE { GRAPH ?g { ?s ?p ?o } }", "refused"),
+    ("LOAD <file:///etc/passwd>", "refused"),
+    ("INSERT DATA { <uko://{R}/f0.py> <urn:p> <urn:o> }", "refused"),
+    ("DROP ALL", "refused"),
+    ("SELECT ?s ?p WHERE { ?s ?p ?o }", "refused"),  # not three variables
+    ("SELECT ?s ?p ?o WHERE { VALUES ?g { <uko://{R}> } ?s ?p ?o }", "exact"),
+    (
+        "SELECT ?s ?p ?o WHERE { VALUES ?s { <uko://{R}/f0.py> <uko://{R2}/f1.py> } ?s ?p ?o }",
+        "exact",
+    ),
+    ("SELECT ?s ?p ?o WHERE { { SELECT ?s ?p ?o WHERE { ?s ?p ?o } } }", "exact"),
+    (
+        "SELECT ?s ?p ?o WHERE { { SELECT ?s (uko:n AS ?p) (COUNT(?x) AS ?o)"
+        " WHERE { ?s ?q ?x } GROUP BY ?s } }",
+        "exact",
+    ),
+    ("SELECT ?s ?p ?o WHERE { ?s uko:imports+ ?o BIND(uko:imports AS ?p) }", "exact"),
+    ("SELECT ?s ?p ?o WHERE { ?s (uko:imports|^uko:imports)* ?o BIND(uko:x AS ?p) }", "exact"),
+    ("SELECT ?s ?p ?o WHERE { ?s (uko:contains/uko:imports)+ ?o BIND(uko:y AS ?p) }", "exact"),
+    (
+        "SELECT ?s ?p ?o WHERE { VALUES ?s { <uko://{R}/f0.py> }"
+        " ?s (uko:imports|^uko:contains)* ?o BIND(uko:z AS ?p) }",
+        "exact",
+    ),
+    ("SELECT ?s ?p ?o WHERE { ?s !(uko:path|uko:name) ?o BIND(uko:neg AS ?p) }", "exact"),
+    ("SELECT ?s ?p ?o WHERE { ?s ?p ?o FILTER(STRSTARTS(STR(?s), 'uko://{R}')) }", "exact"),
+    ("SELECT ?s ?p ?o WHERE { ?s ?p ?o FILTER(?s = <uko://{R}/f1.py>) }", "exact"),
+    ("SELECT ?s ?p ?o WHERE { ?s ?p ?o MINUS { ?s uko:path ?x } }", "exact"),
+    ("SELECT ?s ?p ?o WHERE { ?s ?p ?o } ORDER BY ?s ?p ?o LIMIT 3", "exact"),
+    ("SELECT ?s ?p ?o WHERE { ?s ?p ?o } ORDER BY DESC(?o) ?s ?p OFFSET 1 LIMIT 4", "exact"),
+    ("SELECT ?s ?p ?o WHERE { ?s ?p ?o } LIMIT 2", "loose"),
+    (
+        "SELECT ?s ?p ?o WHERE { BIND(<uko://{R}/leak> AS ?s) BIND(uko:p AS ?p) BIND(1 AS ?o) }",
+        "exact",
+    ),
+    ("SELECT ?s ?p ?o WHERE { BIND(<uko://{r}/f0.py> AS ?s) ?s ?p ?o }", "exact"),
+    (
+        "SELECT ?s ?p ?o WHERE { ?a uko:imports ?b"
+        " BIND(IRI(CONCAT('uko://{R}/', STR(?b))) AS ?s) BIND(uko:c AS ?p) BIND(?a AS ?o) }",
+        "exact",
+    ),
+    ("CONSTRUCT { ?s ?p ?o } WHERE { ?s ?p ?o }", "exact"),
+    ("CONSTRUCT WHERE { ?s uko:imports ?o }", "exact"),
+    ("CONSTRUCT { <uko://{R}/x> uko:sees ?o } WHERE { ?s uko:path ?o }", "exact"),
+    ("DESCRIBE <uko://{R}/f0.py>", "exact"),
+    ("DESCRIBE ?s WHERE { ?s uko:path ?o }", "exact"),
+    ("ASK { <uko://{R}/f0.py> ?p ?o }", "exact"),
+    ("ASK { ?s uko:imports ?o }", "exact"),
+)
+
+sparql_queries = st.tuples(
+    st.sampled_from(SPARQL_TEMPLATES), st.sampled_from(POOL + NEVER), pool_ids
+).map(
+    lambda t: (
+        PFX + t[0][0].replace("{R}", t[1]).replace("{R2}", t[2]).replace("{r}", t[1].lower()),
+        t[0][1],
+    )
+)
+
+
+class GraphScopeMachine(RuleBasedStateMachine):
+    """RdflibGraphBackend on disk: two handles on one directory, reopened at will."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tmp = scratch_dir("acms-sm-graph-")
+        self.path = Path(self.tmp) / "graph"
+        self.handles = [RdflibGraphBackend(self.path), RdflibGraphBackend(self.path)]
+        self.model: dict[str, set[WriteTriple]] = {}
+        self.oracles: dict[frozenset[str], RdflibGraphBackend] = {}
+
+    def teardown(self) -> None:
+        for h in self.handles:
+            h.close()
+        self._changed()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def _changed(self) -> None:
+        for o in self.oracles.values():
+            o.close()
+        self.oracles.clear()
+
+    @initialize(
+        data=st.lists(st.lists(abstract_triples, min_size=2, max_size=10), min_size=4, max_size=4)
+    )
+    def populate(self, data: list[list[Any]]) -> None:
+        for rid, specs in zip(POOL, data, strict=False):
+            self.upsert(rid, specs, [], [], 0)
+
+    @rule(
+        rid=pool_ids,
+        specs=st.lists(abstract_triples, max_size=8),
+        delete_subjects=st.lists(st.integers(0, 3), max_size=2),
+        delete_specs=st.lists(abstract_triples, max_size=2),
+        handle=st.integers(0, 1),
+    )
+    def upsert(
+        self,
+        rid: str,
+        specs: list[Any],
+        delete_subjects: list[int],
+        delete_specs: list[Any],
+        handle: int,
+    ) -> None:
+        triples = [make_triple(rid, s) for s in specs]
+        subjects = {_subject(rid, i) for i in delete_subjects}
+        drop = [make_triple(rid, s) for s in delete_specs]
+        # Mostly delete triples that exist, so the exact-triple path is exercised.
+        drop += sorted(self.model.get(rid, set()), key=repr)[: len(delete_specs)]
+        self.handles[handle].upsert(rid, triples, delete_subjects=subjects, delete_triples=drop)
+        graph = self.model.setdefault(rid, set())
+        graph.difference_update({t for t in graph if t[0] in subjects})
+        graph.difference_update(drop)
+        graph.update(triples)
+        self._changed()
+
+    @rule(rid=pool_ids, other=pool_ids)
+    def upsert_foreign_triple_changes_nothing(self, rid: str, other: str) -> None:
+        if rid == other:
+            return
+        bad = [
+            make_triple(rid, (0, UKO + "path", ("lit", "x"))),
+            (file_uri(rid, "f0.py"), UKO + "imports", file_uri(other, "f0.py")),
+        ]
+        with pytest.raises(ValueError):
+            self.handles[0].upsert(rid, bad)
+
+    @rule(rid=pool_ids, subjects=st.lists(st.integers(0, 3), min_size=1, max_size=2))
+    def delete_subjects(self, rid: str, subjects: list[int]) -> None:
+        doomed = {_subject(rid, i) for i in subjects}
+        self.handles[1].delete(rid, doomed)
+        graph = self.model.get(rid, set())
+        graph.difference_update({t for t in graph if t[0] in doomed})
+        self._changed()
+
+    @rule(rid=pool_ids, handle=st.integers(0, 1))
+    def delete_resource(self, rid: str, handle: int) -> None:
+        self.handles[handle].delete(rid)
+        self.model.pop(rid, None)
+        self._changed()
+
+    @rule()
+    def reopen(self) -> None:
+        for h in self.handles:
+            h.close()
+        self.handles = [RdflibGraphBackend(self.path), RdflibGraphBackend(self.path)]
+
+    def _oracle(self, scope: frozenset[str]) -> RdflibGraphBackend:
+        key = canonical(scope)
+        oracle = self.oracles.get(key)
+        if oracle is None:
+            oracle = RdflibGraphBackend()
+            for rid in sorted(key):
+                if self.model.get(rid):
+                    oracle.upsert(rid, sorted(self.model[rid], key=repr))
+            self.oracles[key] = oracle
+        return oracle
+
+    @rule(scope=scopes, query=sparql_queries, handle=st.integers(0, 1))
+    def sparql(self, scope: frozenset[str], query: tuple[str, str], handle: int) -> None:
+        text, expect = query
+        backend = self.handles[handle]
+        if expect == "refused":
+            with pytest.raises(QueryError):
+                backend.sparql_query(text, scope=scope)
+            return
+        want = self._oracle(scope).sparql_query(text, scope=canonical(scope))
+        got = backend.sparql_query(text, scope=scope)
+        assert_triples_in_scope(got.triples, scope)
+        assert_graph_equal(got, want, exact=expect == "exact")
+        if expect == "loose":
+            full = self._oracle(scope).sparql_query(
+                text.replace("LIMIT 2", ""), scope=canonical(scope)
+            )
+            assert set(got.triples) <= set(full.triples)
+
+    @rule(
+        scope=scopes,
+        rid=st.sampled_from(POOL + NEVER),
+        start=st.integers(0, 3),
+        depth=st.integers(0, 3),
+        handle=st.integers(0, 1),
+    )
+    def walk(self, scope: frozenset[str], rid: str, start: int, depth: int, handle: int) -> None:
+        backend = self.handles[handle]
+        oracle = self._oracle(scope)
+        subject = _subject(rid, start)
+        got = backend.get_triples(subject, scope=scope)
+        assert_triples_in_scope(got.triples, scope)
+        assert got.triples == oracle.get_triples(subject, scope=canonical(scope)).triples
+        got = backend.traverse(subject, depth=depth, scope=scope)
+        assert_triples_in_scope(got.triples, scope)
+        want = oracle.traverse(subject, depth=depth, scope=canonical(scope))
+        assert sorted(got.triples) == sorted(want.triples)
+
+    @rule(handle=st.integers(0, 1))
+    def listing_matches_model(self, handle: int) -> None:
+        h = self.handles[handle]
+        assert h.resource_ids() == {r for r, g in self.model.items() if g}
+        for rid in POOL:
+            assert h.subjects(rid) == {t[0] for t in self.model.get(rid, set())}
+
+
+# ================================================================= indexer + ScopedView
+
+
+IX_DIM = 32
+IX_PATHS = ("a.py", "pkg/b.py", "pkg/c.py", "notes.md", "docs/d.txt")
+IX_WORDS = ("alpha", "beta", "gamma", "parseJson", "delta", "omega")
+IX_QUERIES = (
+    "alpha",
+    "beta gamma",
+    "parse json",
+    "def",
+    "import os",
+    "path:pkg",
+    "resource_id:{R} OR *",
+    "*",
+)
+IX_SPARQL = (
+    "SELECT ?s ?p ?o WHERE { ?s ?p ?o }",
+    "SELECT ?s ?p ?o WHERE { ?s uko:defines ?x . ?x uko:name ?o BIND(uko:defines AS ?p) }",
+    "SELECT ?s ?p ?o WHERE { ?s (uko:contains|uko:hasChunk)+ ?o BIND(uko:r AS ?p) }",
+    "SELECT ?s ?p ?o WHERE { VALUES ?g { <uko://{R}> } ?s uko:inResource ?g BIND(?g AS ?o)"
+    " BIND(uko:inResource AS ?p) }",
+    "CONSTRUCT { ?s ?p ?o } WHERE { ?s ?p ?o FILTER(ISIRI(?o)) }",
+    "SELECT ?s ?p ?o WHERE { GRAPH ?g { ?s ?p ?o } }",
+)
+
+
+def file_body(path: str, words: list[str], funcs: int) -> str:
+    text = " ".join(words)
+    if path.endswith(".py"):
+        lines = ["import os", f'"""{text}"""']
+        lines += [f"def {w}_{i}():\n    return '{text}'\n" for i, w in enumerate(words[:funcs])]
+        return "\n".join(lines) + "\n"
+    return f"# {text}\n\n{text}\n"
+
+
+class IndexerScopeMachine(RuleBasedStateMachine):
+    """The local container's indexer over generated file trees, queried through
+    ``ScopedView`` and compared with a fresh in-memory index of the in-scope
+    trees as they were when last indexed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from cleveragents.application.container import build_container
+
+        self._build = build_container
+        self.tmp = Path(scratch_dir("acms-sm-ix-"))
+        self.data = self.tmp / "data"
+        self.trees = self.tmp / "trees"
+        self.snaps = self.tmp / "snaps"
+        self.container = build_container("local", self.data, embedding_dimension=IX_DIM)
+        self.indexer = self.container.indexer()
+        self.files: dict[str, dict[str, str]] = {}  # live trees
+        self.committed: dict[str, dict[str, str]] = {}  # as last indexed
+        self.tick = 1_700_000_000_000_000_000
+        self.oracles: dict[frozenset[str], Any] = {}
+
+    def teardown(self) -> None:
+        self._close()
+        self._drop_oracles()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def _close(self) -> None:
+        for backend in (
+            self.container.text_backend(),
+            self.container.vector_backend(),
+            self.container.graph_backend(),
+            self.indexer.catalog,
+        ):
+            backend.close()
+
+    def _drop_oracles(self) -> None:
+        for _, close in self.oracles.values():
+            close()
+        self.oracles.clear()
+
+    def _write(self, rid: str, path: str, body: str) -> None:
+        target = self.trees / rid / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(body, encoding="utf-8")
+        # Distinct mtimes: same-size rewrites within one timestamp tick are
+        # covered by their own test below.
+        self.tick += 1_000_000
+        os.utime(target, ns=(self.tick, self.tick))
+        self.files.setdefault(rid, {})[path] = body
+
+    @initialize(
+        trees=st.lists(
+            st.lists(
+                st.tuples(
+                    st.sampled_from(IX_PATHS),
+                    st.lists(st.sampled_from(IX_WORDS), min_size=1, max_size=5),
+                    st.integers(0, 3),
+                ),
+                min_size=1,
+                max_size=4,
+            ),
+            min_size=4,
+            max_size=4,
+        )
+    )
+    def populate(self, trees: list[list[Any]]) -> None:
+        for rid, files in zip(POOL, trees, strict=False):
+            for path, words, funcs in files:
+                self._write(rid, path, file_body(path, words, funcs))
+            self.index(rid, False)
+
+    @rule(
+        rid=pool_ids,
+        path=st.sampled_from(IX_PATHS),
+        words=st.lists(st.sampled_from(IX_WORDS), min_size=1, max_size=5),
+        funcs=st.integers(0, 3),
+    )
+    def write_file(self, rid: str, path: str, words: list[str], funcs: int) -> None:
+        self._write(rid, path, file_body(path, words, funcs))
+
+    @rule(rid=pool_ids, pick=st.integers(0, 10))
+    def delete_file(self, rid: str, pick: int) -> None:
+        present = sorted(self.files.get(rid, {}))
+        if not present:
+            return
+        path = present[pick % len(present)]
+        (self.trees / rid / path).unlink()
+        del self.files[rid][path]
+
+    @rule(rid=pool_ids, full=st.booleans())
+    def index(self, rid: str, full: bool) -> None:
+        root = self.trees / rid
+        root.mkdir(parents=True, exist_ok=True)
+        self.indexer.index_resource(rid, root, "directory", full=full)
+        self.committed[rid] = dict(self.files.get(rid, {}))
+        snap = self.snaps / rid
+        shutil.rmtree(snap, ignore_errors=True)
+        shutil.copytree(root, snap)
+        self._drop_oracles()
+
+    @rule(rid=pool_ids)
+    def delete_resource(self, rid: str) -> None:
+        self.indexer.delete_resource(rid)
+        self.committed.pop(rid, None)
+        shutil.rmtree(self.snaps / rid, ignore_errors=True)
+        self._drop_oracles()
+
+    @rule()
+    def reopen(self) -> None:
+        self._close()
+        self.container = self._build("local", self.data, embedding_dimension=IX_DIM)
+        self.indexer = self.container.indexer()
+
+    def _oracle(self, scope: frozenset[str]) -> Any:
+        from cleveragents.application.services.indexer import Indexer
+        from cleveragents.infrastructure.acms.hashing_embedder import HashingEmbedder
+        from cleveragents.infrastructure.acms.sqlite_catalog import SqliteCatalog
+
+        key = canonical(scope)
+        entry = self.oracles.get(key)
+        if entry is None:
+            text = TantivyTextBackend()
+            vector = FaissVectorBackend(None, dimension=IX_DIM)
+            graph = RdflibGraphBackend()
+            catalog = SqliteCatalog(":memory:")
+            ix = Indexer(text, vector, graph, HashingEmbedder(IX_DIM), catalog)
+            for rid in sorted(key & set(self.committed)):
+                ix.index_resource(rid, self.snaps / rid, "directory")
+
+            def close() -> None:
+                for b in (text, vector, graph, catalog):
+                    b.close()
+
+            entry = (ScopedView(text, vector, graph, key), close)
+            self.oracles[key] = entry
+        return entry[0]
+
+    def _view(self, scope: frozenset[str]) -> ScopedView:
+        c = self.container
+        return ScopedView(c.text_backend(), c.vector_backend(), c.graph_backend(), scope)
+
+    @rule(
+        scope=scopes,
+        query=st.sampled_from(IX_QUERIES),
+        other=st.sampled_from(POOL + NEVER),
+        limit=st.integers(1, 10),
+    )
+    def search(self, scope: frozenset[str], query: str, other: str, limit: int) -> None:
+        query = query.replace("{R}", other)
+        want = self._oracle(scope).search(query, max_results=limit)
+        got = self._view(scope).search(query, max_results=limit)
+        assert_uris_in_scope((r.uko_uri for r in got), scope)
+        assert_text_equal(got, want)
+
+    @rule(
+        scope=scopes,
+        words=st.lists(st.sampled_from(IX_WORDS), min_size=1, max_size=3),
+        top_k=st.integers(1, 10),
+    )
+    def similar(self, scope: frozenset[str], words: list[str], top_k: int) -> None:
+        embedding = self.container.embedder().embed([" ".join(words)])[0]
+        q = embedding.astype(np.float64)
+        q /= np.linalg.norm(q)
+        oracle_vec: FaissVectorBackend = self._oracle(scope)._vector
+        oracle: dict[str, float] = {}
+        for rid in canonical(scope):
+            for uri in oracle_vec.unit_uris(rid):
+                oracle[uri] = math.nan
+        if oracle:
+            full = oracle_vec.similarity_search(
+                q.tolist(), scope=canonical(scope), top_k=len(oracle)
+            )
+            oracle = {r.uko_uri: r.score for r in full}
+        got = self._view(scope).similarity_search(q.tolist(), top_k=top_k)
+        assert_exact_top_k(got, oracle, top_k, scope)
+
+    @rule(scope=scopes, query=st.sampled_from(IX_SPARQL), other=st.sampled_from(POOL + NEVER))
+    def sparql(self, scope: frozenset[str], query: str, other: str) -> None:
+        text = PFX + query.replace("{R}", other)
+        if "GRAPH" in query:
+            with pytest.raises(QueryError):
+                self._view(scope).sparql_query(text)
+            return
+        want = self._oracle(scope).sparql_query(text)
+        got = self._view(scope).sparql_query(text)
+        assert_triples_in_scope(got.triples, scope)
+        assert got.triples == want.triples
+
+    @precondition(lambda self: bool(self.committed))
+    @rule(pick=st.integers(0, 10))
+    def catalog_and_indexes_agree(self, pick: int) -> None:
+        rids = sorted(self.committed)
+        rid = rids[pick % len(rids)]
+        c = self.container
+        records = self.indexer.catalog.records(rid)
+        expected = {u for rec in records.values() for u in rec.unit_uris}
+        assert c.text_backend().unit_uris(rid) == expected
+        assert c.vector_backend().unit_uris(rid) == expected
+        assert set(records) == set(self.committed[rid])
+
+
+# ================================================================= the tests
+
+# Example counts (derandomized, so CI runs the same 720 examples every time):
+# measured on a 2-core machine with tmpfs at about 20 s (text), 14 s (vector),
+# 16 s (graph) and 18 s (indexer), about 70 s together.  Once the Tantivy
+# constant-score bug below is fixed, ``has_match_all`` can go.
+TestTextScope = TextScopeMachine.TestCase
+TestTextScope.settings = _settings(examples=150, steps=30)
+TestVectorScope = VectorScopeMachine.TestCase
+TestVectorScope.settings = _settings(examples=400, steps=40)
+TestGraphScope = GraphScopeMachine.TestCase
+TestGraphScope.settings = _settings(examples=120, steps=30)
+TestIndexerScope = IndexerScopeMachine.TestCase
+TestIndexerScope.settings = _settings(examples=50, steps=25)
+
+
+# ================================================================= found bugs
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="tantivy_text: a constant-score clause (`*`, a range) scores 1.0 or 0.0 depending "
+    "on Tantivy's segment layout, so a scoped score differs from that of an index holding "
+    "only the in-scope units (found by TextScopeMachine)",
+)
+@pytest.mark.parametrize("query", ["resource_id:{A} OR *", "alpha OR resource_id:[0 TO 8]"])
+def test_match_all_scores_depend_on_segment_layout(query: str) -> None:
+    a, b = POOL[:2]
+    query = query.replace("{A}", a)
+    a1, a2 = text_unit(a, "a.py", 1, ["alpha"]), text_unit(a, "a.py", 2, ["beta"])
+    b1 = text_unit(b, "b.py", 1, ["gamma"])
+    backend, oracle = TantivyTextBackend(), TantivyTextBackend()
+    try:
+        backend.upsert(a, [a1, a2])
+        backend.upsert(b, [b1])
+        backend.delete(a, [a2.uko_uri])  # a deleted document: the scoped search uses a view
+        oracle.upsert(a, [a1])
+        oracle.upsert(b, [b1])
+        scope = frozenset({a, b})
+        got = backend.search(query, scope=scope)
+        want = oracle.search(query, scope=scope)
+        assert [r.uko_uri for r in got] == [r.uko_uri for r in want]
+        assert [round(r.score, 6) for r in got] == [round(r.score, 6) for r in want]
+    finally:
+        backend.close()
+        oracle.close()
