@@ -156,7 +156,7 @@ def test_out_of_scope_documents_do_not_change_scores(backend: TantivyTextBackend
     backend.upsert(b, b_units)
     scope = frozenset({a})
     oracle = oracle_of(a_units)
-    for query in ("rare", "common", "rare OR common", "filler OR rare", "*"):
+    for query in ("rare", "common", "rare OR common", "filler OR rare"):
         assert_same_results(backend.search(query, scope=scope), oracle.search(query, scope=scope))
 
 
@@ -212,7 +212,6 @@ queries = st.one_of(
     st.sampled_from(VOCAB),
     st.tuples(st.sampled_from(VOCAB), st.sampled_from(VOCAB)).map(" OR ".join),
     st.tuples(st.sampled_from(VOCAB), st.sampled_from(VOCAB)).map(" ".join),
-    st.just("*"),
 )
 
 
@@ -282,7 +281,10 @@ def test_field_queries_cannot_reach_other_resources(
         "resource_id:*",
         "resource_id:[0 TO Z]",
     ):
-        results = backend.search(query, scope=scope, max_results=50)
+        try:
+            results = backend.search(query, scope=scope, max_results=50)
+        except QueryError:
+            continue  # internal fields and a bare '*' are refused outright
         assert all(resource_id_of(r.uko_uri) == mine for r in results), query
 
 

@@ -58,6 +58,9 @@ _MAX_TOKEN_CHARS = 100
 # one query's work (and a 20,000-term OR) small.
 MAX_QUERY_CHARS = 10_000
 MAX_QUERY_DEPTH = 32
+_QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"')
+_INTERNAL_FIELD = re.compile(r"(?<![\w.])(resource_id|uko_uri|body|metadata)\s*:")
+_BARE_STAR = re.compile(r"(?<![\w*:\\])\*(?![\w*])")
 MAX_QUERY_TERMS = 1_000
 
 _OPERATORS = re.compile(r"\b(?:AND|OR|NOT)\b")
@@ -371,6 +374,18 @@ class TantivyTextBackend:
         terms = len(self._query_analyzer.analyze(_analysable(_OPERATORS.sub(" ", query))))
         if terms > MAX_QUERY_TERMS:
             raise QueryError(f"the query has {terms} terms; the limit is {MAX_QUERY_TERMS}")
+        unquoted = _QUOTED.sub(" ", query)
+        field = _INTERNAL_FIELD.search(unquoted)
+        if field is not None:
+            # The scope already selects resources; these fields are bookkeeping.
+            raise QueryError(
+                f"the field {field.group(1)!r} cannot be searched; search content or path"
+            )
+        if _BARE_STAR.search(unquoted):
+            # Tantivy scores a match-all clause 0 or 1 depending on its segment
+            # layout, so scores would no longer depend on the in-scope
+            # documents alone (found by the scope state machine).
+            raise QueryError("a bare '*' (match everything) is not supported; search for terms")
 
     def _parse(self, index: tantivy.Index, query: str) -> tantivy.Query:
         try:
