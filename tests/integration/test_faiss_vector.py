@@ -543,3 +543,146 @@ def test_concurrent_searches_and_writes_in_process(backend: FaissVectorBackend) 
     for t in threads:
         t.join()
     assert errors == []
+
+
+# ---------------------------------------------------------------- per-resource search
+
+
+@pytest.mark.parametrize("top_k", [1, 2, 5, 15, 16, 100])
+def test_ties_across_the_top_k_boundary_are_broken_by_uri(
+    backend: FaissVectorBackend, top_k: int
+) -> None:
+    """Equal scores straddling ``top_k``, within and across resources: the
+    lowest URIs win, whatever order the rows were inserted in."""
+    r1, r2 = rid(), rid()
+    best = np.zeros(8, dtype=np.float32)
+    best[0] = 1.0
+    tied = np.zeros(8, dtype=np.float32)
+    tied[:2] = 1.0
+    units1 = units_for(r1, 8)
+    units2 = units_for(r2, 8, path="src/other.py")
+    backend.upsert(r1, units1[::-1], np.array([tied] * 7 + [best]))  # units1[0] is `best`
+    backend.upsert(r2, units2[::-1], np.array([tied] * 8))
+    ranked = [units1[0].uko_uri, *sorted(u.uko_uri for u in units1[1:] + units2)]
+    results = backend.similarity_search(best.tolist(), scope=frozenset({r1, r2}), top_k=top_k)
+    assert [r.uko_uri for r in results] == ranked[:top_k]
+    alone = backend.similarity_search(best.tolist(), scope=frozenset({r2}), top_k=top_k)
+    assert [r.uko_uri for r in alone] == sorted(u.uko_uri for u in units2)[:top_k]
+
+
+def test_many_resources_merge_exactly(tmp_path: Path) -> None:
+    rng = np.random.default_rng(21)
+    dim = 16
+    corpus: dict[str, tuple[str, np.ndarray]] = {}
+    owners = [rid() for _ in range(30)]
+    for i, owner in enumerate(owners):
+        for unit in units_for(owner, 1 + i % 7):
+            corpus[unit.uko_uri] = (owner, rng.normal(size=dim))
+    with FaissVectorBackend(tmp_path, dimension=dim) as backend:
+        load(backend, corpus)
+        # Deletes in the middle of a resource keep its rows and ids aligned.
+        doomed = [uri for n, uri in enumerate(sorted(corpus)) if n % 3 == 1]
+        for uri in doomed:
+            backend.delete(corpus[uri][0], [uri])
+            del corpus[uri]
+        for scope_size, top_k in [(1, 3), (5, 10), (30, 25), (30, 10**6)]:
+            scope = frozenset(owners[:scope_size])
+            query = rng.normal(size=dim)
+            results = backend.similarity_search(list(query), scope=scope, top_k=top_k)
+            expected, scores, separated = oracle(corpus, query, scope, top_k)
+            assert_matches_oracle(results, expected, scores, separated)
+
+
+@pytest.mark.parametrize(
+    "convert",
+    [
+        list,
+        tuple,
+        lambda v: np.array(v, dtype=np.float32),
+        lambda v: np.array(v, dtype=np.float64),
+        lambda v: [np.float64(x) for x in v],  # float subclass: the checked path
+        lambda v: [int(x) for x in v],  # ints: the checked path
+    ],
+)
+def test_query_fast_path_agrees_with_the_checked_path(
+    backend: FaissVectorBackend, convert: object
+) -> None:
+    r = rid()
+    rng = np.random.default_rng(5)
+    backend.upsert(r, units_for(r, 20), rng.normal(size=(20, 8)).astype(np.float32))
+    base = [3.0, -1.0, 2.0, 0.0, 5.0, -4.0, 1.0, 2.0]
+    want = backend.similarity_search(base, scope=frozenset({r}), top_k=5)
+    got = backend.similarity_search(convert(base), scope=frozenset({r}), top_k=5)  # type: ignore[operator]
+    assert [h.uko_uri for h in got] == [h.uko_uri for h in want]
+    assert [h.score for h in got] == pytest.approx([h.score for h in want], abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("query", "error"),
+    [
+        ([1.0] * 7 + [True], TypeError),
+        ([1.0] * 7 + ["1.0"], TypeError),
+        ([1.0] * 7 + [float("nan")], ValueError),
+        ((1.0,) * 7 + (float("inf"),), ValueError),
+        ([1.0] * 9, ValueError),
+        (np.array([1.0] * 7 + [np.nan]), ValueError),
+        (np.ones(9), ValueError),
+        ([0.0] * 8, ValueError),
+        ([10**400] + [1.0] * 7, ValueError),
+    ],
+)
+def test_query_fast_path_still_rejects_bad_input(
+    backend: FaissVectorBackend, query: object, error: type[Exception]
+) -> None:
+    r = rid()
+    backend.upsert(r, units_for(r, 1), np.ones((1, 8), dtype=np.float32))
+    with pytest.raises(error):
+        backend.similarity_search(query, scope=frozenset({r}))  # type: ignore[arg-type]
+
+
+def test_tiny_query_components_are_normalised(backend: FaissVectorBackend) -> None:
+    r = rid()
+    backend.upsert(r, units_for(r, 2), np.eye(8, dtype=np.float32)[:2])
+    (hit,) = backend.similarity_search([1e-310] + [0.0] * 7, scope=frozenset({r}), top_k=1)
+    assert hit.score == pytest.approx(1.0)
+
+
+def test_a_row_deleted_behind_the_index_is_index_unavailable(tmp_path: Path) -> None:
+    """A hit whose row vanished without a generation bump (not a write of
+    this adapter) is looked for again, then reported, never a KeyError."""
+    r = rid()
+    with FaissVectorBackend(tmp_path, dimension=8) as backend:
+        backend.upsert(r, units_for(r, 3), np.ones((3, 8), dtype=np.float32))
+        assert len(backend.similarity_search([1.0] * 8, scope=frozenset({r}))) == 3
+        conn = sqlite3.connect(tmp_path / DB_FILENAME)
+        with conn:
+            conn.execute("DELETE FROM units WHERE id = (SELECT MIN(id) FROM units)")
+        conn.close()
+        with pytest.raises(IndexUnavailableError):
+            backend.similarity_search([1.0] * 8, scope=frozenset({r}))
+
+
+def test_a_concurrent_delete_by_another_instance_is_seen(tmp_path: Path) -> None:
+    r = rid()
+    with (
+        FaissVectorBackend(tmp_path, dimension=8) as a,
+        FaissVectorBackend(tmp_path, dimension=8) as b,
+    ):
+        a.upsert(r, units_for(r, 30), np.random.default_rng(1).normal(size=(30, 8)))
+        assert len(b.similarity_search([1.0] * 8, scope=frozenset({r}), top_k=50)) == 30
+        for n in range(1, 30, 2):
+            a.delete(r, [units_for(r, 1, start=n)[0].uko_uri])
+            hits = b.similarity_search([1.0] * 8, scope=frozenset({r}), top_k=50)
+            assert len(hits) == 30 - (n + 1) // 2
+
+
+def test_a_non_finite_embedding_row_is_index_unavailable(tmp_path: Path) -> None:
+    r = rid()
+    with FaissVectorBackend(tmp_path, dimension=8) as backend:
+        backend.upsert(r, units_for(r, 2), np.ones((2, 8), dtype=np.float32))
+    conn = sqlite3.connect(tmp_path / DB_FILENAME)
+    with conn:
+        conn.execute("UPDATE units SET embedding = ?", (np.full(8, np.nan, np.float32).tobytes(),))
+    conn.close()
+    with pytest.raises(IndexUnavailableError):
+        FaissVectorBackend(tmp_path, dimension=8)

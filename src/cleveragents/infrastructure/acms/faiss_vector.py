@@ -8,25 +8,34 @@ resource, content, JSON metadata and its L2-normalised float32 embedding.
 Table ``meta`` holds the dimension and a ``generation`` counter that every
 write bumps in its own transaction.
 
-In memory: ``IndexIDMap2(IndexFlatIP(d))`` keyed by the SQLite ids, plus one
-sorted ``int64`` id array per resource.  The whole table is loaded at open.
-A write commits to SQLite first, then applies the same change to the FAISS
-index.  Each search reads the generation inside its read transaction; when
-another process (or another instance) has written since, the index is
-reloaded in full before searching.  Full reload is O(rows); fine for the
-sizes this project targets, and the place to optimise if it is not.
+In memory: one ``IndexFlatIP`` per resource holding that resource's rows in id
+order, next to a sorted ``int64`` array of their SQLite ids.  These are the
+only in-memory copy of the embeddings (no global index): a scoped search
+scans exactly the in-scope rows, one flat scan per in-scope resource, and
+merges the per-resource top-k exactly.  Measured on 200k x 384 rows in 100
+resources, 100 per-resource scans cost about what one flat scan of all rows
+costs, so full scope needs no separate path.  Content and metadata stay in
+SQLite and are read by primary key for the hits only.
 
-Scope is applied inside the engine before ranking: an ``IDSelectorBatch`` of
-the in-scope ids restricts the exact (flat) search, so ``top_k`` is always
-filled with in-scope units when enough exist.  Everything runs under one
-``RLock``: FAISS forbids a search concurrent with add/remove, and the SQLite
-connection is shared.
+A write commits to SQLite first, then applies the same change to the
+resource's index.  Before each search ``PRAGMA data_version`` (no
+transaction; it changes when another connection commits) tells whether
+someone else wrote; only then is the generation read, and the whole mirror
+reloaded when it moved.  Ids are never reused and a unit's row never changes
+under its id, so a hit whose row has vanished (a concurrent delete) is the
+only possible disagreement: the search then looks again.
+
+Results are exact: equal to brute force over the in-scope rows, ties by URI
+(also at the ``top_k`` boundary).  Everything runs under one ``RLock``: FAISS
+forbids a search concurrent with add/remove, and the SQLite connection is
+shared.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import sqlite3
 import threading
@@ -119,6 +128,20 @@ def _check_uris(uris: Iterable[str], resource_id: str, name: str) -> list[str]:
     return out
 
 
+class _Resource:
+    """One resource's rows: a flat index (row order = id order) and the ids."""
+
+    __slots__ = ("ids", "index")
+
+    def __init__(self, dimension: int) -> None:
+        self.index: Any = faiss.IndexFlatIP(dimension)
+        self.ids: _IdArray = np.empty(0, dtype=np.int64)
+
+
+class _Stale(Exception):
+    """A hit's row vanished from SQLite: another connection deleted it."""
+
+
 class FaissVectorBackend:
     """Exact cosine-similarity search over FAISS, persisted in SQLite.
 
@@ -136,10 +159,12 @@ class FaissVectorBackend:
     def __init__(self, index_path: str | os.PathLike[str] | None = None, *, dimension: int) -> None:
         self._dimension = validate_positive_int(dimension, "dimension")
         self._lock = threading.RLock()
-        self._index: Any = None
-        self._by_resource: dict[str, _IdArray] = {}
+        self._resources: dict[str, _Resource] = {}
         # None = the in-memory index must be rebuilt before the next search.
         self._generation: int | None = None
+        # ``PRAGMA data_version`` when the generation was last checked; None
+        # = check the generation before the next search.
+        self._data_version: int | None = None
         self._conn: sqlite3.Connection | None = None
         self._db_path: Path | None = None
         self._db_identity: tuple[int, int] | None = None
@@ -179,9 +204,9 @@ class FaissVectorBackend:
         """Close the database and drop the in-memory index; idempotent."""
         with self._lock:
             conn, self._conn = self._conn, None
-            self._index = None
-            self._by_resource = {}
+            self._resources = {}
             self._generation = None
+            self._data_version = None
             if conn is not None:
                 try:
                     conn.close()
@@ -279,11 +304,12 @@ class FaissVectorBackend:
         self._db_identity = self._identity()
         self._init_db(conn)
         self._generation = None  # forces a reload from the new file
+        self._data_version = None
 
     # ------------------------------------------------------------ in-memory state
 
     def _reload(self) -> None:
-        """Rebuild the FAISS index and the per-resource ids from SQLite."""
+        """Rebuild the per-resource indexes from SQLite."""
         try:
             with self._transaction() as cur:
                 self._reload_in(cur)
@@ -291,28 +317,52 @@ class FaissVectorBackend:
             raise IndexUnavailableError("cannot read the vector index") from exc
 
     def _reload_in(self, cur: sqlite3.Cursor) -> None:
-        """Rebuild from the snapshot of the caller's read transaction."""
+        """Rebuild from the snapshot of the caller's read transaction.
+
+        Streams the rows grouped by resource (the ``resource_id`` index gives
+        that order), so at most one resource's blobs are held besides the
+        indexes being built.
+        """
         generation = self._read_generation(cur)
-        rows = cur.execute("SELECT id, resource_id, embedding FROM units ORDER BY id").fetchall()
-        width = 4 * self._dimension
-        if any(len(row[2]) != width for row in rows):
-            raise IndexUnavailableError("the vector index holds an embedding of the wrong size")
-        ids = np.fromiter((row[0] for row in rows), dtype=np.int64, count=len(rows))
-        vectors = np.frombuffer(b"".join(row[2] for row in rows), dtype=np.float32)
-        vectors = vectors.reshape(len(rows), self._dimension)
-        grouped: dict[str, list[int]] = {}
-        for row in rows:
-            grouped.setdefault(row[1], []).append(row[0])
         self._generation = None
+        self._resources = {}
+        resources: dict[str, _Resource] = {}
+        width = 4 * self._dimension
+        cur.execute("SELECT resource_id, id, embedding FROM units ORDER BY resource_id, id")
+        current: str | None = None
+        ids: list[int] = []
+        blobs: list[bytes] = []
+        while True:
+            batch = cur.fetchmany(4096)
+            for rid, unit_id, blob in batch:
+                if rid != current:
+                    if current is not None:
+                        resources[current] = self._build(ids, blobs)
+                    current, ids, blobs = rid, [], []
+                if len(blob) != width:
+                    raise IndexUnavailableError(
+                        "the vector index holds an embedding of the wrong size"
+                    )
+                ids.append(unit_id)
+                blobs.append(blob)
+            if not batch:
+                break
+        if current is not None:
+            resources[current] = self._build(ids, blobs)
+        self._resources = resources
+        self._generation = generation
+
+    def _build(self, ids: list[int], blobs: list[bytes]) -> _Resource:
+        res = _Resource(self._dimension)
+        vectors = np.frombuffer(b"".join(blobs), dtype=np.float32)
+        if not np.isfinite(vectors).all():  # would make FAISS return label -1
+            raise IndexUnavailableError("the vector index holds a non-finite embedding")
         try:
-            index = faiss.IndexIDMap2(faiss.IndexFlatIP(self._dimension))
-            if rows:
-                index.add_with_ids(vectors, ids)
+            res.index.add(vectors.reshape(len(ids), self._dimension))
         except (RuntimeError, AssertionError) as exc:
             raise IndexUnavailableError("cannot build the FAISS index") from exc
-        self._index = index
-        self._by_resource = {rid: np.array(v, dtype=np.int64) for rid, v in grouped.items()}
-        self._generation = generation
+        res.ids = np.array(ids, dtype=np.int64)
+        return res
 
     @staticmethod
     def _read_generation(cur: sqlite3.Cursor) -> int:
@@ -321,7 +371,46 @@ class FaissVectorBackend:
             raise IndexUnavailableError("the vector index has no generation counter")
         return int(row[0])
 
+    def _refresh(self) -> sqlite3.Connection:
+        """Bring the mirror up to date with SQLite; return the connection.
+
+        ``PRAGMA data_version`` changes only when another connection commits
+        (our own writes update the mirror themselves), so the common case
+        costs one pragma and no transaction.
+        """
+        conn = self._connection()
+        version = conn.execute("PRAGMA data_version").fetchone()[0]
+        if version != self._data_version or self._generation is None:
+            with self._transaction() as cur:
+                if self._read_generation(cur) != self._generation:
+                    # Another writer committed: rebuild from this snapshot.
+                    self._reload_in(cur)
+            # Read before the check: a commit in between changes it again.
+            self._data_version = version
+        return conn
+
     # ------------------------------------------------------------ read side
+
+    def _query_vector(self, embedding: object) -> npt.NDArray[np.float64]:
+        """The validated query as float64; a fast path for plain float input.
+
+        Equivalent to ``validate_embedding`` (which reports every error): a
+        list or tuple of exact ``float`` values, or a 1-D float32/float64
+        array, of the right length and finite, is converted in bulk.
+        """
+        values: npt.NDArray[np.float64] | None = None
+        if type(embedding) is list or type(embedding) is tuple:
+            if set(map(type, embedding)) == {float}:
+                values = np.array(embedding, dtype=np.float64)
+        elif (
+            isinstance(embedding, np.ndarray)
+            and embedding.ndim == 1
+            and embedding.dtype in (np.float32, np.float64)
+        ):
+            values = embedding.astype(np.float64)
+        if values is None or values.shape[0] != self._dimension or not np.isfinite(values).all():
+            values = np.array(validate_embedding(embedding, self._dimension), dtype=np.float64)
+        return values
 
     def similarity_search(
         self, embedding: list[float], *, scope: frozenset[str], top_k: int = 20
@@ -337,78 +426,142 @@ class FaissVectorBackend:
                 non-positive ``top_k``, or a scope member that is not a ULID.
             IndexUnavailableError: the index cannot be read.
         """
-        values = validate_embedding(embedding, self._dimension)
+        values = self._query_vector(embedding)
         validate_positive_int(top_k, "top_k")
         wanted = validate_scope(scope)
-        query = np.asarray([values], dtype=np.float64)
-        if not np.any(query):
+        # As _normalise_rows, for one row: scale by the peak first.
+        peak = float(np.max(np.abs(values)))
+        if not peak > 0.0:
             raise ValueError("embedding must not be the zero vector")
-        query32 = _normalise_rows(query)
+        scaled = values / peak
+        query = (scaled / math.sqrt(float(scaled @ scaled))).astype(np.float32).reshape(1, -1)
         if not wanted:
             return []
         with self._lock:
-            try:
-                with self._transaction() as cur:
-                    if self._read_generation(cur) != self._generation:
-                        # Another writer committed: rebuild from this snapshot.
-                        self._reload_in(cur)
-                    hits = self._search(query32, wanted, top_k)
+            for _ in range(5):
+                try:
+                    conn = self._refresh()
+                    hits = self._search(conn, query, wanted, top_k)
                     if not hits:
                         return []
-                    rows = cur.execute(
-                        "SELECT id, uri, resource_id, content, metadata FROM units"
-                        " WHERE id IN (SELECT value FROM json_each(?))",
-                        (json.dumps([unit_id for unit_id, _ in hits]),),
-                    ).fetchall()
-            except sqlite3.Error as exc:
-                raise IndexUnavailableError("cannot read the vector index") from exc
-        by_id = {row[0]: row for row in rows}
+                    rows = self._rows(conn, [unit_id for unit_id, _ in hits])
+                except _Stale:
+                    self._data_version = None
+                    continue
+                except sqlite3.Error as exc:
+                    raise IndexUnavailableError("cannot read the vector index") from exc
+                if len(rows) == len(hits):
+                    break
+                # A hit was deleted by another connection since the check.
+                self._data_version = None
+            else:
+                raise IndexUnavailableError("the FAISS index and its database disagree")
         results: list[VectorResult] = []
         for unit_id, score in hits:
-            row = by_id.get(unit_id)
-            if row is None:
-                raise IndexUnavailableError("the FAISS index and its database disagree")
-            metadata: dict[str, str] = json.loads(row[4])
-            metadata["resource_id"] = row[2]
-            results.append(
-                VectorResult(
-                    uko_uri=row[1],
-                    content=row[3],
-                    score=max(0.0, min(1.0, score)),
-                    metadata=metadata,
-                )
-            )
+            row = rows[unit_id]
+            # Most units carry no metadata: skip the JSON parser for them.
+            metadata: dict[str, str] = {} if row[3] == "{}" else json.loads(row[3])
+            metadata["resource_id"] = row[1]
+            results.append(VectorResult(row[0], row[2], max(0.0, min(1.0, score)), metadata))
         results.sort(key=lambda r: (-r.score, r.uko_uri))
         return results
 
+    @staticmethod
+    def _rows(conn: sqlite3.Connection, ids: list[int]) -> dict[int, tuple[Any, ...]]:
+        """id -> (uri, resource_id, content, metadata) of the rows that exist."""
+        if len(ids) <= 256:
+            sql = (
+                "SELECT id, uri, resource_id, content, metadata FROM units WHERE id IN ("
+                + ",".join("?" * len(ids))
+                + ")"
+            )
+            found = conn.execute(sql, ids).fetchall()
+        else:
+            found = conn.execute(
+                "SELECT id, uri, resource_id, content, metadata FROM units"
+                " WHERE id IN (SELECT value FROM json_each(?))",
+                (json.dumps(ids),),
+            ).fetchall()
+        return {row[0]: row[1:] for row in found}
+
     def _search(
-        self, query: _Matrix, wanted: frozenset[str], top_k: int
+        self,
+        conn: sqlite3.Connection,
+        query: _Matrix,
+        wanted: frozenset[str],
+        top_k: int,
     ) -> list[tuple[int, float]]:
-        """Exact search restricted to the in-scope ids; (id, cosine) pairs."""
-        present = [rid for rid in wanted if rid in self._by_resource]
+        """Exact search over the in-scope rows; (id, cosine) pairs, best first.
+
+        One flat scan per in-scope resource (its own top k+1, exact), then a
+        merge.  The extra row per resource shows whether a row left out ties
+        with the k-th best: every row left out scores at most the (k+1)-th
+        best of the merge.  On such a tie every row at or above that score is
+        collected and the boundary is decided by URI, as the API promises.
+        """
+        present = [self._resources[rid] for rid in wanted if rid in self._resources]
         if not present:
             return []
-        params = None
-        if len(present) == len(self._by_resource):
-            candidates = int(self._index.ntotal)
-        else:
-            ids = np.concatenate([self._by_resource[rid] for rid in present])
-            candidates = int(ids.size)
-            params = faiss.SearchParameters()
-            params.sel = faiss.IDSelectorBatch(ids)  # the wrapper keeps ids alive
-        k = min(top_k, candidates)
+        k = min(top_k, sum(int(res.ids.size) for res in present))
+        qptr = faiss.swig_ptr(query)
+        scores: list[_Matrix] = []
+        labels: list[_IdArray] = []
         try:
             # One query is memory-bound: extra OpenMP threads only slow it down.
             faiss.omp_set_num_threads(1)
-            scores, labels = self._index.search(query, k, params=params)
-        except (RuntimeError, AssertionError) as exc:
+            for res in present:
+                n = int(res.ids.size)
+                k_r = min(k + 1, n)
+                dist = np.empty(k_r, dtype=np.float32)
+                pos = np.empty(k_r, dtype=np.int64)
+                res.index.search_c(1, qptr, k_r, faiss.swig_ptr(dist), faiss.swig_ptr(pos), None)
+                scores.append(dist)
+                labels.append(res.ids[pos])
+        except (RuntimeError, AssertionError, IndexError) as exc:
             raise IndexUnavailableError("FAISS search failed") from exc
-        # FAISS pads with id -1 / score -3.4e38 when fewer than k ids qualify.
+        if len(present) == 1:  # FAISS returns one query's hits best first
+            top_scores, top_ids = scores[0], labels[0]
+            order = np.arange(top_scores.size)
+        else:
+            top_scores = np.concatenate(scores)
+            top_ids = np.concatenate(labels)
+            order = np.argsort(-top_scores, kind="stable")
+        if k < top_scores.size and top_scores[order[k]] == top_scores[order[k - 1]]:
+            return self._search_ties(conn, query, present, k, float(top_scores[order[k - 1]]))
+        chosen = order[:k]
         return [
-            (int(label), float(score))
-            for label, score in zip(labels[0], scores[0], strict=True)
-            if label >= 0
+            (int(unit_id), float(score))
+            for unit_id, score in zip(top_ids[chosen], top_scores[chosen], strict=True)
         ]
+
+    def _search_ties(
+        self,
+        conn: sqlite3.Connection,
+        query: _Matrix,
+        present: list[_Resource],
+        k: int,
+        kth: float,
+    ) -> list[tuple[int, float]]:
+        """Rows tie with the k-th best across the boundary: rank every row
+        scoring at least ``kth`` (less a rounding margin) by (-score, URI)."""
+        radius = kth - 1e-6
+        found: list[tuple[int, float]] = []
+        try:
+            for res in present:
+                lims, dist, pos = res.index.range_search(query, radius)
+                found += zip(res.ids[pos[lims[0] : lims[1]]].tolist(), dist.tolist(), strict=True)
+        except (RuntimeError, AssertionError, IndexError) as exc:
+            raise IndexUnavailableError("FAISS search failed") from exc
+        uris = dict(
+            conn.execute(
+                "SELECT id, uri FROM units WHERE id IN (SELECT value FROM json_each(?))",
+                (json.dumps([unit_id for unit_id, _ in found]),),
+            ).fetchall()
+        )
+        if len(uris) != len(found):
+            raise _Stale
+        found.sort(key=lambda hit: (-hit[1], uris[hit[0]]))
+        return found[:k]
 
     # ------------------------------------------------------------ write side
 
@@ -482,7 +635,7 @@ class FaissVectorBackend:
         units: list[IndexUnit],
         vectors: _Matrix,
     ) -> None:
-        """Commit one change to SQLite, then mirror it in the FAISS index.
+        """Commit one change to SQLite, then mirror it in memory.
 
         ``removals`` None deletes every unit of ``rid``.
         """
@@ -493,13 +646,14 @@ class FaissVectorBackend:
                     before = self._read_generation(cur)
                     if removals is None:
                         removed = cur.execute(
-                            "DELETE FROM units WHERE resource_id = ? RETURNING id", (rid,)
+                            "DELETE FROM units WHERE resource_id = ? RETURNING resource_id, id",
+                            (rid,),
                         ).fetchall()
                     else:
                         removed = []
                     removed += cur.execute(
                         "DELETE FROM units WHERE uri IN (SELECT value FROM json_each(?))"
-                        " RETURNING id",
+                        " RETURNING resource_id, id",
                         (json.dumps((removals or []) + replaced),),
                     ).fetchall()
                     added = [
@@ -519,44 +673,46 @@ class FaissVectorBackend:
                     if not removed and not added:
                         return
                     cur.execute("UPDATE meta SET value = value + 1 WHERE key = 'generation'")
-                    remaining = cur.execute(
-                        "SELECT id FROM units WHERE resource_id = ? ORDER BY id", (rid,)
-                    ).fetchall()
             except sqlite3.Error as exc:
                 raise IndexUnavailableError("cannot write the vector index") from exc
             if before != self._generation:
                 # Someone else wrote since we last looked: our mirror is stale.
                 self._reload()
                 return
-            self._apply(
-                rid,
-                np.array([row[0] for row in removed], dtype=np.int64),
-                np.array(added, dtype=np.int64),
-                vectors,
-                np.array([row[0] for row in remaining], dtype=np.int64),
-                before + 1,
-            )
+            by_resource: dict[str, list[int]] = {}
+            for owner, unit_id in removed:
+                by_resource.setdefault(owner, []).append(unit_id)
+            self._apply(rid, by_resource, np.array(added, dtype=np.int64), vectors, before + 1)
 
     def _apply(
         self,
         rid: str,
-        removed: _IdArray,
+        removed: dict[str, list[int]],
         added: _IdArray,
         vectors: _Matrix,
-        remaining: _IdArray,
         generation: int,
     ) -> None:
         """Mirror a committed write in memory; on failure force a reload."""
         self._generation = None
         try:
-            if removed.size:
-                self._index.remove_ids(removed)
+            for owner, unit_ids in removed.items():
+                res = self._resources.get(owner)
+                if res is None:
+                    continue
+                gone = np.isin(res.ids, np.array(unit_ids, dtype=np.int64))
+                if gone.all():
+                    del self._resources[owner]
+                elif gone.any():
+                    # Rows are compacted in place, keeping their order.
+                    res.index.remove_ids(faiss.IDSelectorBatch(np.flatnonzero(gone)))
+                    res.ids = res.ids[~gone]
             if added.size:
-                self._index.add_with_ids(vectors, added)
+                res = self._resources.get(rid)
+                if res is None:
+                    res = self._resources[rid] = _Resource(self._dimension)
+                # AUTOINCREMENT ids only grow: appending keeps ``ids`` sorted.
+                res.index.add(vectors)
+                res.ids = np.concatenate([res.ids, added])
         except (RuntimeError, AssertionError) as exc:
             raise IndexUnavailableError("cannot update the FAISS index") from exc
-        if remaining.size:
-            self._by_resource[rid] = remaining
-        else:
-            self._by_resource.pop(rid, None)
         self._generation = generation
