@@ -555,3 +555,83 @@ def test_upsert_gives_up_after_lock_timeout(tmp_path: Path) -> None:
     assert not marker.exists()
     assert b.resource_ids() == set()
     b.close()
+
+
+# ---------------------------------------------------------------- query-path caches
+
+
+def test_cached_query_and_scope_keep_every_refusal(backend: TantivyTextBackend) -> None:
+    rid = new_ulid()
+    backend.upsert(rid, [unit(rid, "a.py", "needle hay")])
+    scope = frozenset({rid})
+    for _ in range(3):  # the parsed query and the validated scope are now cached
+        assert uris(backend.search("needle", scope=scope)) == [unit_uri(rid, "a.py", "L1-L5")]
+        for refused in ("resource_id:" + rid, "*", "(" * 40 + "needle" + ")" * 40):
+            with pytest.raises(QueryError):
+                backend.search(refused, scope=scope)
+        with pytest.raises(ValueError):
+            backend.search("needle", scope=frozenset({rid, "not-a-ulid"}))
+        with pytest.raises(TypeError):
+            backend.search("needle", scope=set(scope))  # type: ignore[arg-type]
+        with pytest.raises(ValueError):
+            backend.search("needle", scope=scope, max_results=0)
+        assert backend.search("needle", scope=frozenset()) == []
+
+
+class _LooksLikeAUlid:
+    """Hashes and compares equal to a ULID string without being one."""
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+    def __eq__(self, other: object) -> bool:
+        return other == self._value
+
+
+def test_a_cached_scope_does_not_admit_non_string_members(backend: TantivyTextBackend) -> None:
+    rid = new_ulid()
+    backend.upsert(rid, [unit(rid, "a.py", "needle")])
+    assert len(backend.search("needle", scope=frozenset({rid}))) == 1
+    impostor = frozenset({_LooksLikeAUlid(rid)})
+    assert impostor == frozenset({rid})
+    with pytest.raises(TypeError):
+        backend.search("needle", scope=impostor)  # type: ignore[arg-type]
+
+
+def test_ties_beyond_twice_the_limit_are_still_cut_by_uri(backend: TantivyTextBackend) -> None:
+    rid, other = new_ulid(), new_ulid()
+    same = [unit(rid, f"t/{i:03d}.py", "twin text") for i in range(70)]
+    backend.upsert(rid, [*same, unit(rid, "best.py", "twin twin twin")])
+    backend.upsert(other, [unit(other, "o.py", "twin elsewhere")])
+    scope = frozenset({rid})
+    oracle = oracle_of([*same, unit(rid, "best.py", "twin twin twin")])
+    for k in (1, 2, 5, 30, 71, 100):
+        got = backend.search("twin", scope=scope, max_results=k)
+        assert_same_results(got, oracle.search("twin", scope=scope, max_results=k))
+        assert uris(got)[0] == unit_uri(rid, "best.py", "L1-L5")
+        assert uris(got)[1:] == sorted(u.uko_uri for u in same)[: k - 1]
+
+
+def test_views_follow_repeated_commits_with_a_cached_query(tmp_path: Path) -> None:
+    writer = TantivyTextBackend(tmp_path / "text")
+    reader = TantivyTextBackend(tmp_path / "text")
+    a, b = new_ulid(), new_ulid()
+    corpus = {a: [unit(a, "a.py", "needle one")], b: [unit(b, "b.py", "needle two needle")]}
+    for step in range(4):
+        corpus[a] = [unit(a, f"a{i}.py", "needle " + "hay " * i) for i in range(step + 1)]
+        writer.upsert(a, corpus[a])
+        writer.upsert(b, corpus[b])
+        if step == 2:
+            writer.delete(b)
+            corpus[b] = []
+        units = corpus[a] + corpus[b]
+        oracle = oracle_of(units)
+        for scope in (frozenset({a}), frozenset({a, b})):
+            want = oracle.search("needle", scope=scope, max_results=10)
+            assert_same_results(reader.search("needle", scope=scope, max_results=10), want)
+        oracle.close()
+    writer.close()
+    reader.close()

@@ -1,15 +1,18 @@
 """Tantivy adapter for the :class:`~cleveragents.domain.models.acms.backends.TextIndex` port.
 
 The on-disk (or in-RAM) *main* index is the durable store.  A query never
-builds its scope into the query string; the scope is a ``Must`` clause of a
-zero-scored term-set query on ``resource_id``, which a user query cannot widen.
+builds its scope into the query string.
 
 BM25 statistics (IDF, average field length) are index-wide, and deleted
 documents keep counting until a merge drops them.  So that nothing outside a
 scope can influence a score, a query runs on the main index only when the
 scope covers every present resource and the index holds no deleted documents;
 otherwise it runs on a *view*: an in-RAM index holding only the in-scope
-documents, copied out of the main index and cached per (scope, generation).
+documents, copied out of the main index (through a zero-scored term-set query
+on ``resource_id``) and cached per (scope, generation).  Either way the
+searcher holds exactly the in-scope documents, so the user query runs on it
+unchanged (a scope filter would only add work: it cost more than the query),
+and every hit's ``resource_id`` is checked against the scope once more.
 """
 
 from __future__ import annotations
@@ -68,6 +71,8 @@ _OPERATORS = re.compile(r"\b(?:AND|OR|NOT)\b")
 _SEARCH_FIELDS = ["content", "path"]
 _SCORE_HALF = 8.0  # the raw BM25 score that normalises to 0.5
 _WRITER_HEAP = 50_000_000
+_PARSED_CACHE_SIZE = 64  # parsed queries kept per index (they depend on the query only)
+_SCOPE_CACHE_SIZE = 64  # validated scopes kept
 _LOCK_BACKOFF_START = 0.01
 _LOCK_BACKOFF_MAX = 0.5
 
@@ -113,6 +118,22 @@ def _document(uri: str, rid: str, content: str, metadata: Mapping[str, str]) -> 
         doc.add_text("path", _analysable(path))
     doc.add_bytes("body", content.encode("utf-8", "surrogatepass"))
     doc.add_bytes("metadata", json.dumps(dict(metadata), sort_keys=True).encode("ascii"))
+    return doc
+
+
+def _copy(stored: tantivy.Document) -> tantivy.Document:
+    """A stored document re-indexed as :func:`_document` indexed it (stored bytes kept)."""
+    body = bytes(stored.get_first("body") or b"")
+    raw_metadata = bytes(stored.get_first("metadata") or b"{}")
+    doc = tantivy.Document()
+    doc.add_text("uko_uri", str(stored.get_first("uko_uri")))
+    doc.add_text("resource_id", str(stored.get_first("resource_id")))
+    doc.add_text("content", _analysable(body.decode("utf-8", "surrogatepass")))
+    path = json.loads(raw_metadata.decode("ascii")).get("path")
+    if path:
+        doc.add_text("path", _analysable(str(path)))
+    doc.add_bytes("body", body)
+    doc.add_bytes("metadata", raw_metadata)
     return doc
 
 
@@ -251,6 +272,11 @@ class TantivyTextBackend:
         self._snapshot: _Snapshot | None = None
         self._views: OrderedDict[tuple[frozenset[str], object], tantivy.Index] = OrderedDict()
         self._query_analyzer = _analyzer()
+        # Parsed queries of the index object ``_parsed_for`` (a query that
+        # passed the caps and parsed once parses the same way again).
+        self._parsed: dict[str, tantivy.Query] = {}
+        self._parsed_for: tantivy.Index | None = None
+        self._scopes: dict[frozenset[str], frozenset[str]] = {}
         self._index: tantivy.Index | None = self._open()
 
     # ------------------------------------------------------------ lifecycle
@@ -279,6 +305,8 @@ class TantivyTextBackend:
             self._index = None
             self._snapshot = None
             self._views.clear()
+            self._parsed.clear()
+            self._parsed_for = None
 
     def _main(self) -> tantivy.Index:
         if self._index is None:
@@ -311,16 +339,27 @@ class TantivyTextBackend:
                 (:class:`QueryError`).
             IndexUnavailableError: the index cannot be read.
         """
-        validate_non_empty(query, "query")
-        wanted = validate_scope(scope)
-        limit = validate_positive_int(max_results, "max_results")
-        self._check_caps(query)
-        if not wanted:
-            return []
         with self._read_lock:
-            index = self._main()
-            parsed = self._parse(index, query)
-            snapshot = self._current()
+            validate_non_empty(query, "query")
+            wanted = self._canonical_scope(scope)
+            limit = validate_positive_int(max_results, "max_results")
+            index = self._index
+            parsed = self._parsed.get(query) if index is self._parsed_for else None
+            if parsed is None:
+                self._check_caps(query)
+                if not wanted:
+                    return []
+                index = self._main()
+                parsed = self._parse(index, query)
+                if self._parsed_for is not index:
+                    self._parsed_for = index
+                    self._parsed.clear()
+                self._parsed[query] = parsed
+                if len(self._parsed) > _PARSED_CACHE_SIZE:
+                    del self._parsed[next(iter(self._parsed))]
+            elif not wanted:
+                return []
+            snapshot = self._fresh()
             ids = wanted & snapshot.present
             if not ids:
                 return []
@@ -328,15 +367,28 @@ class TantivyTextBackend:
                 searcher = snapshot.searcher
             else:
                 searcher = self._view(snapshot, ids).searcher()
-            # searcher holds exactly the in-scope units (see above).  Tantivy
-            # allocates for the limit and panics near 2**63: never ask for more.
+            # searcher holds exactly the in-scope units (see above), so the
+            # parsed query runs on it as is: a scope filter could only add
+            # work.  Tantivy allocates for the limit and panics near 2**63:
+            # never ask for more than there are documents.
             limit = min(limit, searcher.num_docs)
             if limit == 0:
                 return []
-            combined = tantivy.Query.boolean_query(
-                [(tantivy.Occur.Must, parsed), (tantivy.Occur.Must, self._scope_filter(ids))]
-            )
-            return self._top(searcher, combined, limit)
+            return self._top(searcher, parsed, limit, ids)
+
+    def _canonical_scope(self, scope: object) -> frozenset[str]:
+        """:func:`validate_scope`, remembering recent scopes of plain strings."""
+        if type(scope) is frozenset:
+            known = self._scopes.get(scope)
+            # Equal members of another type could pass the lookup: check them.
+            if known is not None and all(type(member) is str for member in scope):
+                return known
+        wanted = validate_scope(scope)
+        if type(scope) is frozenset and all(type(member) is str for member in scope):
+            if len(self._scopes) >= _SCOPE_CACHE_SIZE:
+                del self._scopes[next(iter(self._scopes))]
+            self._scopes[scope] = wanted
+        return wanted
 
     def unit_uris(self, resource_id: str) -> set[str]:
         """URIs of the units indexed for a resource.
@@ -401,30 +453,47 @@ class TantivyTextBackend:
         terms = tantivy.Query.term_set_query(self._schema, "resource_id", sorted(ids))
         return tantivy.Query.const_score_query(terms, 0.0)
 
-    def _top(self, searcher: tantivy.Searcher, query: tantivy.Query, k: int) -> list[TextResult]:
+    def _top(
+        self, searcher: tantivy.Searcher, query: tantivy.Query, k: int, ids: frozenset[str]
+    ) -> list[TextResult]:
         # Fetch past the k-th hit until the last fetched score is below it, so
         # hits tied with the k-th are all seen and ordered by URI, not by
-        # engine internals.
-        fetch = k + 1
+        # engine internals.  One search with twice the room usually suffices.
+        fetch = 2 * k + 1
         while True:
             hits = self._run(searcher, query, fetch)
             if len(hits) < fetch or hits[-1][0] < hits[k - 1][0]:
                 break
             fetch *= 2
+        if len(hits) > k:
+            # Only the hits tied with the k-th can displace one of the top k.
+            cutoff = hits[k - 1][0]
+            end = k
+            while end < len(hits) and hits[end][0] >= cutoff:
+                end += 1
+            hits = hits[:end]
         try:
-            found = [(float(score), _read_stored(searcher.doc(addr))) for score, addr in hits]
+            docs = [(float(score), searcher.doc(addr)) for score, addr in hits]
+            keyed = [(-score, str(doc.get_first("uko_uri")), doc) for score, doc in docs]
+            keyed.sort(key=lambda hit: hit[:2])
+            # Decode the stored fields of the k winners only.
+            found = [(-neg, _read_stored(doc)) for neg, _, doc in keyed[:k]]
         except (OSError, ValueError) as exc:
             raise IndexUnavailableError(f"cannot read the text index: {exc}") from exc
-        found.sort(key=lambda hit: (-hit[0], hit[1].uri))
-        return [
-            TextResult(
-                uko_uri=stored.uri,
-                content=stored.content,
-                score=_normalise(raw),
-                metadata={**stored.metadata, "resource_id": stored.rid},
+        results: list[TextResult] = []
+        for raw, stored in found:
+            if stored.rid not in ids:  # cannot happen: the searcher holds only the scope
+                _log.error("acms.tantivy_text.out_of_scope_hit", uko_uri=stored.uri)
+                continue
+            results.append(
+                TextResult(
+                    uko_uri=stored.uri,
+                    content=stored.content,
+                    score=_normalise(raw),
+                    metadata={**stored.metadata, "resource_id": stored.rid},
+                )
             )
-            for raw, stored in found[:k]
-        ]
+        return results
 
     @staticmethod
     def _run(
@@ -450,6 +519,21 @@ class TantivyTextBackend:
         except OSError as exc:
             raise IndexUnavailableError(f"the text index at {self._path!r} is gone") from exc
         return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def _fresh(self) -> _Snapshot:
+        """:meth:`_current`, checking for a relinked path only when the generation moved.
+
+        A rebuild that relinks the path makes ``meta.json`` (read through the
+        path) another file, so an unchanged generation means an unchanged index.
+        """
+        snapshot = self._snapshot
+        if (
+            self._index is not None
+            and snapshot is not None
+            and snapshot.generation == self._generation()
+        ):
+            return snapshot
+        return self._current()
 
     def _current(self) -> _Snapshot:
         """The snapshot of the latest commit (reloading when it changed)."""
@@ -488,6 +572,19 @@ class TantivyTextBackend:
         except (OSError, ValueError) as exc:
             raise IndexUnavailableError(f"cannot read the text index: {exc}") from exc
 
+    def _stored_docs(
+        self, searcher: tantivy.Searcher, ids: frozenset[str]
+    ) -> list[tantivy.Document]:
+        """Every live document of the resources ``ids``, as stored."""
+        try:
+            upper = sum(searcher.doc_freq("resource_id", rid) for rid in ids)
+            if upper == 0:
+                return []
+            hits = searcher.search(self._scope_filter(ids), upper, count=False).hits
+            return [searcher.doc(addr) for _, addr in hits]
+        except (OSError, ValueError) as exc:
+            raise IndexUnavailableError(f"cannot read the text index: {exc}") from exc
+
     def _view(self, snapshot: _Snapshot, ids: frozenset[str]) -> tantivy.Index:
         key = (ids, snapshot.generation)
         view = self._views.get(key)
@@ -495,14 +592,14 @@ class TantivyTextBackend:
             self._views.move_to_end(key)
             return view
         started = time.perf_counter()
-        units = self._stored(snapshot.searcher, ids)
+        units = self._stored_docs(snapshot.searcher, ids)
         try:
             view = tantivy.Index(self._schema)
             view.register_tokenizer(ANALYZER_NAME, _analyzer())
             view.config_reader(reload_policy="manual")
             writer = view.writer(heap_size=_WRITER_HEAP, num_threads=1)
             for unit in units:
-                writer.add_document(_document(unit.uri, unit.rid, unit.content, unit.metadata))
+                writer.add_document(_copy(unit))
             writer.commit()
             writer.wait_merging_threads()
             view.reload()
