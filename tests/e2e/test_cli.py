@@ -275,3 +275,41 @@ def test_quickstart_indexes_the_sample_and_runs_each_query_kind(tmp_path: Path) 
         timeout=60,
     )
     assert bad.returncode == 2 and "not a directory" in bad.stderr
+
+
+_ENGINE_PROBE = (
+    "import sys\n"
+    "import cleveragents.cli.main as m\n"
+    "code = m.main(sys.argv[1:])\n"
+    "engines = sorted(e for e in ('tantivy', 'faiss', 'rdflib') if e in sys.modules)\n"
+    "print(engines, file=sys.stderr)\n"
+    "sys.exit(code)\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("args", "engines"),
+    [
+        (("search", "text", "aardvark"), ["tantivy"]),
+        (("search", "vector", "aardvark engine"), ["faiss"]),
+        (("sparql", "SELECT ?s ?p ?o WHERE { ?s ?p ?o } LIMIT 1"), ["rdflib"]),
+        (("triples", "uko://x"), ["rdflib"]),
+        (("traverse", "uko://x"), ["rdflib"]),
+        (("project", "list"), []),
+        (("resource", "list"), []),
+    ],
+)
+def test_each_command_imports_only_the_engine_it_queries(
+    world: dict[str, Any], args: tuple[str, ...], engines: list[str]
+) -> None:
+    cli = world["cli"]
+    scope = ("--project", "local/alpha") if args[0] not in ("project", "resource") else ()
+    done = subprocess.run(
+        [sys.executable, "-c", _ENGINE_PROBE, *args, *scope],
+        capture_output=True,
+        text=True,
+        env=cli.env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == repr(engines)

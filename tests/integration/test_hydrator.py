@@ -301,3 +301,36 @@ def test_store_failure_is_logged_and_skipped(repo: Path) -> None:
     assert n == len(EXPECTED_FRAGMENTS) - 1
     failed = [e for e in logs if e["event"] == "context_hydrator.store_failed"]
     assert [(e["path"], e["log_level"]) for e in failed] == [("README.md", "debug")]
+
+
+def test_a_rerun_fetches_full_records_only_for_changed_or_vanished_files(
+    repo: Path, container: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A clean re-run compares (size, mtime) only: it decodes no record's units,
+    and one changed file costs one record fetch, not the resource's."""
+    ix: Indexer = container.indexer()
+    ix.index_resource(RID, repo)
+    catalog = ix.catalog
+    fetched: list[list[str]] = []
+    real_get = catalog.get
+
+    def no_records(resource_id: str) -> Any:
+        raise AssertionError("a clean session must not load every record")
+
+    def spy_get(resource_id: str, paths: Any) -> Any:
+        fetched.append(list(paths))
+        return real_get(resource_id, fetched[-1])
+
+    monkeypatch.setattr(catalog, "records", no_records)
+    monkeypatch.setattr(catalog, "get", spy_get)
+    again = ix.index_resource(RID, repo)
+    assert (again.files_read, again.index_writes) == (0, 0)
+    assert fetched == []
+
+    (repo / "pkg" / "util.py").write_text("def renamed_function():\n    return 43\n")
+    (repo / "notes.txt").unlink()
+    changed = ix.index_resource(RID, repo)
+    assert (changed.files_read, changed.files_indexed, changed.files_deleted) == (1, 1, 1)
+    assert fetched == [["pkg/util.py"], ["notes.txt"]]
+    assert "notes.txt" not in indexed_paths(container, RID)
+    assert container.text_backend().search("renamed", scope=frozenset({RID}))

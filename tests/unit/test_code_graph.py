@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from cleveragents.application.services.chunking import chunk_text, make_units
 from cleveragents.application.services.code_graph import (
     FileFacts,
+    ModuleLookup,
     extract_facts,
     file_triples,
     module_index,
@@ -456,3 +457,52 @@ def test_stdlib_collections() -> None:
     imports = {o for _, p, o in triples if p == UKO + "imports"}
     assert module_uri("heapq") in imports
     assert module_uri("itertools.chain") not in imports  # a name, not a module
+
+
+_SEGMENTS = st.sampled_from(["src", "pkg", "a", "b", "__init__", "my-dir", "x.y", "1a", "src2"])
+_TAILS = st.sampled_from([".py", ".pyi", ".md", "", "/__init__.py", "/__init__.pyi"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    paths=st.lists(
+        st.tuples(st.lists(_SEGMENTS, min_size=1, max_size=4), _TAILS).map(
+            lambda t: "/".join(t[0]) + t[1]
+        ),
+        max_size=30,
+    ),
+    probes=st.lists(st.lists(_SEGMENTS, min_size=1, max_size=4).map(".".join), max_size=10),
+)
+def test_module_lookup_agrees_with_module_index(paths: list[str], probes: list[str]) -> None:
+    """The per-name lookup a small re-run uses finds exactly what the full index maps."""
+    index = module_index(paths)
+    lookup = ModuleLookup(paths)
+    for name in [*index, *probes]:
+        assert lookup.get(name) == index.get(name), name
+    assert dict(lookup) == index
+
+
+def test_module_lookup_resolves_imports_like_the_full_index() -> None:
+    files = ["pkg/__init__.py", "pkg/core.py", "pkg/helpers.py", "src/lib/b.py"]
+    text = "from pkg import helpers\nimport lib.b\n"
+    chunks = chunk_text(text, "python")
+    facts = extract_facts("pkg/core.py", text, "python")
+    rid = "01JD5TD11B0000000000000000"
+    full = file_triples(rid, "pkg/core.py", "python", chunks, facts, module_index(files))
+    lazy = file_triples(rid, "pkg/core.py", "python", chunks, facts, ModuleLookup(files))
+    assert full == lazy
+
+
+def test_extract_facts_is_safe_from_many_threads() -> None:
+    """CPython 3.11 can raise SystemError when two threads build ASTs at once;
+    indexing from threads must give the same facts as doing it alone."""
+    import sysconfig
+    from concurrent.futures import ThreadPoolExecutor
+    from pathlib import Path
+
+    files = sorted(Path(sysconfig.get_paths()["stdlib"], "json").glob("*.py"))
+    texts = [(f.name, f.read_text()) for f in files] * 8
+    alone = [extract_facts(name, text, "python") for name, text in texts]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        together = list(pool.map(lambda nt: extract_facts(nt[0], nt[1], "python"), texts))
+    assert together == alone

@@ -24,11 +24,10 @@ import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dependency_injector import containers, providers
 
-from cleveragents.application.services.context_tier_service import ContextTierService
-from cleveragents.application.services.indexer import Indexer
 from cleveragents.domain.models.acms.backends import GraphIndex, TextIndex, VectorIndex
 from cleveragents.domain.models.acms.embedding import Embedder
 from cleveragents.domain.models.acms.registry import ProjectRepository, ResourceRegistry
@@ -37,6 +36,12 @@ from cleveragents.domain.models.acms.stubs import (
     InMemoryTextBackend,
     InMemoryVectorBackend,
 )
+
+if TYPE_CHECKING:
+    # Imported where built: the indexer pulls in numpy and the parsers, the
+    # tier service pydantic, and a query command needs neither.
+    from cleveragents.application.services.context_tier_service import ContextTierService
+    from cleveragents.application.services.indexer import Indexer
 
 __all__ = [
     "DEFAULT_EMBEDDING_DIMENSION",
@@ -101,6 +106,7 @@ def _hashing_embedder(dimension: int) -> Embedder:
 def _indexer(
     text: TextIndex, vector: VectorIndex, graph: GraphIndex, embedder: Embedder, data_dir: str
 ) -> Indexer:
+    from cleveragents.application.services.indexer import Indexer
     from cleveragents.infrastructure.acms.sqlite_catalog import SqliteCatalog
 
     catalog = SqliteCatalog(_live(data_dir, "catalog") / CATALOG_FILE)
@@ -122,6 +128,7 @@ def build_index_set(
 
     Returns the indexer and a function that closes its backends and catalog.
     """
+    from cleveragents.application.services.indexer import Indexer
     from cleveragents.infrastructure.acms.sqlite_catalog import SqliteCatalog
 
     base = Path(root)
@@ -149,6 +156,12 @@ def collect_index_garbage(data_dir: Path) -> None:
     from cleveragents.infrastructure.acms.index_layout import collect_garbage
 
     collect_garbage(data_dir, INDEX_NAMES)
+
+
+def _context_tier_service() -> ContextTierService:
+    from cleveragents.application.services.context_tier_service import ContextTierService
+
+    return ContextTierService()
 
 
 def _project_repository(data_dir: str) -> ProjectRepository:
@@ -179,7 +192,7 @@ class Container(containers.DeclarativeContainer):
     embedder: providers.Provider[Embedder | None] = providers.Object(None)
     indexer: providers.Provider[Indexer | None] = providers.Object(None)
 
-    context_tier_service = providers.Singleton(ContextTierService)
+    context_tier_service = providers.Singleton(_context_tier_service)
     project_repository = providers.Singleton(_project_repository, config.data_dir)
     resource_registry = providers.Singleton(_resource_registry, config.data_dir)
 

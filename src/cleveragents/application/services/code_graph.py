@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import re
+import threading
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from cleveragents.domain.models.acms.ulids import canonical_ulid
 
 __all__ = [
     "FileFacts",
+    "ModuleLookup",
     "extract_facts",
     "file_triples",
     "module_index",
@@ -114,6 +116,58 @@ def module_index(rel_paths: Iterable[str]) -> dict[str, str]:
     return {name: rank[2] for name, rank in best.items()}
 
 
+class ModuleLookup(Mapping[str, str]):
+    """What :func:`module_index` maps, found per name on demand.
+
+    ``module_index`` visits every path; a session that re-indexes a few files
+    of a large resource only resolves those files' imports, so this looks a
+    dotted name up by building the few paths that could define it
+    (``[src/]a/b.py``, ``[src/]a/b/__init__.py``, and ``.pyi``) and checking
+    them against the listed paths, with the same preference order.
+    Iterating (rarely needed) builds the whole index once.
+    """
+
+    __slots__ = ("_all", "_cache", "_paths")
+
+    def __init__(self, rel_paths: Iterable[str]) -> None:
+        self._paths = rel_paths if isinstance(rel_paths, set | frozenset) else set(rel_paths)
+        self._cache: dict[str, str | None] = {}
+        self._all: dict[str, str] | None = None
+
+    def __getitem__(self, name: str) -> str:
+        if name in self._cache:
+            found = self._cache[name]
+        else:
+            found = self._cache[name] = self._find(name)
+        if found is None:
+            raise KeyError(name)
+        return found
+
+    def _find(self, name: str) -> str | None:
+        stem = name.replace(".", "/")
+        best: tuple[bool, bool, str] | None = None
+        for prefix in ("", "src/"):
+            for tail in (".py", ".pyi", "/__init__.py", "/__init__.pyi"):
+                rel = prefix + stem + tail
+                if rel not in self._paths or python_module_name(rel) != name:
+                    continue
+                rank = (rel.startswith("src/"), rel.endswith(".pyi"), rel)
+                if best is None or rank < best:
+                    best = rank
+        return None if best is None else best[2]
+
+    def _index(self) -> dict[str, str]:
+        if self._all is None:
+            self._all = module_index(self._paths)
+        return self._all
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._index())
+
+    def __len__(self) -> int:
+        return len(self._index())
+
+
 def _package_of(rel_path: str) -> list[str] | None:
     """The package a Python file's relative imports start from, as parts."""
     path = PurePosixPath(rel_path.strip("/"))
@@ -172,13 +226,20 @@ class _Collector:
         )
 
 
+# CPython 3.11's AST builder keeps its recursion depth in shared state:
+# parsing in two threads at once can fail with "SystemError: AST constructor
+# recursion depth mismatch" (seen in CI), and warnings.catch_warnings() swaps
+# process-wide filters.  Both are serialised here.
+_AST_LOCK = threading.Lock()
+
+
 def _python_facts(rel_path: str, text: str) -> FileFacts:
     if len(text) <= _MAX_AST_CHARS:
         try:
-            with warnings.catch_warnings():
+            with _AST_LOCK, warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 tree = ast.parse(text)
-        except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+        except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError, SystemError):
             pass
         else:
             return _python_ast_facts(rel_path, tree)

@@ -63,7 +63,7 @@ import numpy as np
 import structlog
 
 from cleveragents.application.services.chunking import chunk_text, detect_language, make_units
-from cleveragents.application.services.code_graph import extract_facts, file_triples, module_index
+from cleveragents.application.services.code_graph import ModuleLookup, extract_facts, file_triples
 from cleveragents.application.services.fault_injection import checkpoint
 from cleveragents.application.services.resource_files import (
     ListedFile,
@@ -96,6 +96,8 @@ class Catalog(Protocol):
     """Where the indexer remembers what it indexed (see ``SqliteCatalog``)."""
 
     def records(self, resource_id: str) -> dict[str, FileRecord]: ...
+    def file_stats(self, resource_id: str) -> dict[str, tuple[int, int]]: ...
+    def get(self, resource_id: str, paths: Iterable[str]) -> dict[str, FileRecord]: ...
     def put(self, resource_id: str, records: Iterable[FileRecord]) -> None: ...
     def remove(self, resource_id: str, paths: Iterable[str] | None = None) -> None: ...
     def resource_ids(self) -> set[str]: ...
@@ -249,8 +251,17 @@ class IndexSession:
         self.full = full
         self.stats = IndexStats()
         self._t0 = time.perf_counter()
-        self._records = indexer.catalog.records(resource_id)
-        self._modules = module_index(listed_paths)
+        # A re-run compares the listing with each file's (size, mtime) only;
+        # the full record (unit URIs, subjects) is fetched for the few files
+        # that changed or vanished.  Nothing here is O(resource) beyond that.
+        self._catalog_stats = indexer.catalog.file_stats(resource_id)
+        self._records: dict[str, FileRecord] = {}
+        self._listed_paths = (
+            listed_paths
+            if isinstance(listed_paths, list | tuple | set | frozenset)
+            else list(listed_paths)
+        )
+        self._module_lookup: ModuleLookup | None = None
         self._seen: set[str] = set()
         self._touched: list[FileRecord] = []
         self._pending: list[_Pending] = []
@@ -264,7 +275,27 @@ class IndexSession:
         # A previous session of this resource did not finish: check, then sweep.
         self._dirty_at_start = indexer.catalog.get_meta(_dirty_key(resource_id)) is not None
         self._dirty = self._dirty_at_start
+        if self._dirty_at_start:
+            self._records = indexer.catalog.records(resource_id)
         self._suspect = self._find_suspects() if self._dirty_at_start else set()
+
+    def _old(self, path: str) -> FileRecord | None:
+        """The catalog's record of ``path`` (fetched on first need)."""
+        if path not in self._catalog_stats:
+            return None
+        old = self._records.get(path)
+        if old is None:
+            old = self._ix.catalog.get(self.resource_id, [path]).get(path)
+            if old is not None:
+                self._records[path] = old
+        return old
+
+    @property
+    def _modules(self) -> ModuleLookup:
+        """The Python modules of the listing, looked up per name when needed."""
+        if self._module_lookup is None:
+            self._module_lookup = ModuleLookup(self._listed_paths)
+        return self._module_lookup
 
     def _find_suspects(self) -> set[str]:
         """Paths whose catalog row names a unit or subject some index lacks."""
@@ -298,12 +329,9 @@ class IndexSession:
         """True when the index needs this file's bytes (new, or size/mtime changed)."""
         if listed.size > self._ix.max_file_bytes:
             return False
-        old = self._records.get(listed.rel_path)
         return (
             self.full
-            or old is None
-            or old.size != listed.size
-            or old.mtime_ns != listed.mtime_ns
+            or self._catalog_stats.get(listed.rel_path) != (listed.size, listed.mtime_ns)
             or listed.rel_path in self._suspect
         )
 
@@ -341,7 +369,7 @@ class IndexSession:
         path = listed.rel_path
         self._seen.add(path)
         sha = hashlib.sha256(data).hexdigest()
-        old = self._records.get(path)
+        old = self._old(path)
         if is_binary(path, data[:8192]):
             # Recorded with no units, so an unchanged binary file is never re-read.
             self.stats.skip("binary")
@@ -473,7 +501,9 @@ class IndexSession:
             checkpoint("index.touch")
             self._touched.clear()
         rid = self.resource_id
-        gone = [rec for path, rec in self._records.items() if path not in self._seen]
+        seen = self._seen
+        gone_paths = [path for path in self._catalog_stats if path not in seen]
+        gone = list(self._ix.catalog.get(rid, gone_paths).values()) if gone_paths else []
         if gone:
             uris = [u for rec in gone for u in rec.unit_uris]
             subjects = [

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import structlog
 from ulid import ULID
@@ -37,12 +37,16 @@ from cleveragents.application.container import (
     collect_index_garbage,
     install_index,
 )
-from cleveragents.application.services.context_tier_hydrator import hydrate_tiers_from_project
-from cleveragents.application.services.context_tier_service import ContextTierService
 from cleveragents.application.services.fault_injection import checkpoint
-from cleveragents.application.services.indexer import Indexer
 from cleveragents.application.services.reindex_lock import ReindexLock
-from cleveragents.domain.models.acms.backends import GraphIndex, TextIndex, VectorIndex
+from cleveragents.domain.models.acms.backends import (
+    GraphBackend,
+    GraphIndex,
+    TextBackend,
+    TextIndex,
+    VectorBackend,
+    VectorIndex,
+)
 from cleveragents.domain.models.acms.embedding import Embedder
 from cleveragents.domain.models.acms.errors import AcmsError, NotFoundError
 from cleveragents.domain.models.acms.indexing import IndexStats
@@ -56,6 +60,12 @@ from cleveragents.domain.models.acms.registry import (
 from cleveragents.domain.models.acms.scope import ScopedView
 from cleveragents.domain.models.acms.uko import path_of
 from cleveragents.domain.models.acms.ulids import canonical_ulid
+
+if TYPE_CHECKING:
+    # Imported where used: a query command needs neither the indexer (numpy,
+    # parsers) nor the tier service (pydantic).
+    from cleveragents.application.services.context_tier_service import ContextTierService
+    from cleveragents.application.services.indexer import Indexer
 
 __all__ = ["AcmsOperations", "ReindexReport", "VerifyProblem", "detect_resource_type"]
 
@@ -254,8 +264,18 @@ class AcmsOperations:
         return frozenset(ids)
 
     def view(self, scope: frozenset[str]) -> ScopedView:
-        """The three backends seen through ``scope``."""
-        return ScopedView(self._text(), self._vector(), self._graph(), scope)
+        """The three backends seen through ``scope``.
+
+        Each backend is built (and its engine imported) on the view's first
+        call to it: ``search`` opens only the text index, ``similarity_search``
+        only the vector index, the graph queries only the graph.
+        """
+        return ScopedView(
+            cast(TextBackend, _LazyBackend(self._text)),
+            cast(VectorBackend, _LazyBackend(self._vector)),
+            cast(GraphBackend, _LazyBackend(self._graph)),
+            scope,
+        )
 
     def embed_query(self, text: str) -> list[float]:
         """Embed a query text with the configured embedder."""
@@ -381,6 +401,10 @@ class AcmsOperations:
 
     def hydrate(self, tier_service: ContextTierService, projects: Iterable[str]) -> int:
         """Hydrate a tier service (and the indexes) for projects, as a plan does."""
+        from cleveragents.application.services.context_tier_hydrator import (
+            hydrate_tiers_from_project,
+        )
+
         total = 0
         with ReindexLock(self.data_dir):
             self._recover_interrupted_rebuild(self._indexer())
@@ -468,6 +492,22 @@ class AcmsOperations:
                     sample = sorted(missing or extra)[0]
                     problems.append(VerifyProblem(rid, name, len(missing), len(extra), sample))
         return problems
+
+
+class _LazyBackend:
+    """Stands for a backend and builds it on the first attribute looked up."""
+
+    __slots__ = ("_factory", "_target")
+
+    def __init__(self, factory: Callable[[], object]) -> None:
+        self._factory = factory
+        self._target: object | None = None
+
+    def __getattr__(self, name: str) -> Any:  # noqa: ANN401 - whatever the backend has
+        target = self._target
+        if target is None:
+            target = self._target = self._factory()
+        return getattr(target, name)
 
 
 def _per_resource(

@@ -110,6 +110,8 @@ _GIT_REDIRECT_VARS = (
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
 _READ_CHUNK = 64 * 1024
+# Directories opened only to ``fstatat`` beneath them: no read permission needed.
+_PATH_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,9 +155,10 @@ def _split_safe(rel_path: str) -> list[str] | None:
 
 
 def _extension(rel_path: str) -> str:
-    name = rel_path.rsplit("/", 1)[-1].lower()
-    dot = name.rfind(".")
-    return name[dot:] if dot >= 0 else ""
+    dot = rel_path.rfind(".")
+    if dot < 0 or "/" in rel_path[dot:]:
+        return ""
+    return rel_path[dot:].lower()
 
 
 def is_binary(rel_path: str, head: bytes) -> bool:
@@ -228,78 +231,123 @@ def _git_paths(root: str) -> list[str] | None:
 
 
 def _walk_paths(root: str) -> list[str]:
-    """Return every non-directory entry under ``root``, never entering SKIP_DIRS or symlinks."""
+    """Return every non-directory entry under ``root``, never entering SKIP_DIRS or symlinks.
 
-    def on_error(exc: OSError) -> None:
-        where = exc.filename if isinstance(exc.filename, str) else root
-        _skip(os.path.relpath(where, root).replace(os.sep, "/"), "unreadable", error=str(exc))
-
+    One ``scandir`` per directory; the entry types come from the directory
+    itself (no ``stat``).  Symlinks, to directories too, are returned as
+    candidates so the listing refuses (and logs) them like any other.
+    """
     paths: list[str] = []
-    for dirpath, dirnames, filenames in os.walk(root, onerror=on_error, followlinks=False):
-        dirnames[:] = [name for name in dirnames if name not in SKIP_DIRS]
-        rel_dir = os.path.relpath(dirpath, root)
-        prefix = "" if rel_dir == os.curdir else rel_dir.replace(os.sep, "/") + "/"
-        paths.extend(prefix + name for name in filenames)
-        # Symlinks to directories land in dirnames and are not descended; report them.
-        for name in dirnames:
-            if os.path.islink(os.path.join(dirpath, name)):
-                _skip(prefix + name, "symlink")
+    pending = [""]
+    while pending:
+        prefix = pending.pop()
+        try:
+            with os.scandir(os.path.join(root, prefix) if prefix else root) as entries:
+                for entry in entries:
+                    name = entry.name
+                    try:
+                        is_dir = entry.is_dir(follow_symlinks=False)
+                    except OSError:
+                        is_dir = False
+                    if not is_dir:
+                        paths.append(prefix + name)
+                    elif name not in SKIP_DIRS:
+                        pending.append(prefix + name + "/")
+        except OSError as exc:
+            _skip(prefix.rstrip("/") or ".", "unreadable", error=str(exc))
     return paths
 
 
-def _parent_is_safe(root: str, parts: list[str], cache: dict[str, bool]) -> bool:
-    """Tell whether every directory component of ``parts`` is a real directory (no symlink).
-
-    ``lstat`` only refuses a symlink as the last component; a symlinked parent
-    would silently lead it outside the root.
-    """
-    prefix = ""
-    for part in parts[:-1]:
-        prefix = f"{prefix}/{part}" if prefix else part
-        known = cache.get(prefix)
-        if known is None:
-            try:
-                known = stat.S_ISDIR(os.lstat(os.path.join(root, prefix)).st_mode)
-            except OSError:
-                known = False
-            cache[prefix] = known
-        if not known:
-            return False
-    return True
-
-
 def _listed(root: str, candidates: Iterable[str]) -> Iterator[ListedFile]:
-    parent_cache: dict[str, bool] = {}
-    for rel_path in sorted(set(candidates)):
-        parts = _split_safe(rel_path)
-        if parts is None:
-            _skip(rel_path, "outside_root")
-            continue
-        if any(part in SKIP_DIRS for part in parts[:-1]):
-            _skip(rel_path, "skip_dir")
-            continue
-        if _extension(rel_path) in BINARY_EXTENSIONS:
-            _skip(rel_path, "binary")
-            continue
-        if not _parent_is_safe(root, parts, parent_cache):
-            _skip(rel_path, "symlink")
-            continue
+    """``lstat`` each candidate through an ``O_NOFOLLOW`` chain of directory descriptors.
+
+    Candidates are visited in sorted order, so the files of one directory
+    come together (every path sharing a prefix is contiguous): each directory
+    is opened once, ``O_DIRECTORY | O_NOFOLLOW`` relative to its parent's
+    descriptor, and each file is ``fstatat``-ed relative to its directory's,
+    never following a link.  A directory component that is a symlink (or
+    not a directory) cannot be opened, so nothing under it is listed.
+    """
+    paths = sorted(set(candidates))
+    if not paths:
+        return
+    try:
+        root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        _skip(".", "unreadable", error=str(exc))
+        return
+    names: list[str] = []  # the directory components currently open
+    fds: list[int] = [root_fd]
+    current: str | None = ""  # the directory of the previous candidate
+    dir_fd: int | None = root_fd  # its descriptor, None when it is refused
+    dir_reason = ""
+    is_reg, is_lnk = stat.S_ISREG, stat.S_ISLNK
+    try:
+        for rel_path in paths:
+            directory, _, name = rel_path.rpartition("/")
+            if directory != current:
+                current = directory
+                dir_fd, dir_reason = _open_directory(directory, names, fds)
+            if dir_reason and dir_reason != "symlink":
+                _skip(rel_path, dir_reason)
+                continue
+            if name in ("", ".", "..") or "\0" in name or rel_path.startswith("/"):
+                _skip(rel_path, "outside_root")
+                continue
+            if _extension(name) in BINARY_EXTENSIONS:
+                _skip(rel_path, "binary")
+                continue
+            if dir_fd is None:
+                _skip(rel_path, dir_reason)
+                continue
+            try:
+                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                _log.debug("context_hydrator.vanished", path=rel_path)
+                _skip(rel_path, "vanished")
+                continue
+            except OSError as exc:
+                _skip(rel_path, "unreadable", error=str(exc))
+                continue
+            mode = st.st_mode
+            if not is_reg(mode):
+                _skip(rel_path, "symlink" if is_lnk(mode) else "not_regular")
+                continue
+            yield ListedFile(rel_path, st.st_size, st.st_mtime_ns)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _open_directory(directory: str, names: list[str], fds: list[int]) -> tuple[int | None, str]:
+    """Make ``fds[-1]`` the descriptor of ``directory`` (``names`` its open components).
+
+    Keeps the descriptors of the common prefix, closes the rest, opens the
+    missing components ``O_NOFOLLOW``.  Returns the descriptor, or None and
+    the reason to log for every file under a refused directory.
+    """
+    parts = directory.split("/") if directory else []
+    if any(part in ("", ".", "..") or "\0" in part for part in parts):
+        return None, "outside_root"
+    if any(part in SKIP_DIRS for part in parts):
+        return None, "skip_dir"
+    common = 0
+    limit = min(len(parts), len(names))
+    while common < limit and names[common] == parts[common]:
+        common += 1
+    while len(names) > common:
+        names.pop()
+        os.close(fds.pop())
+    for part in parts[common:]:
         try:
-            st = os.lstat(os.path.join(root, *parts))
-        except FileNotFoundError:
-            _log.debug("context_hydrator.vanished", path=rel_path)
-            _skip(rel_path, "vanished")
-            continue
-        except OSError as exc:
-            _skip(rel_path, "unreadable", error=str(exc))
-            continue
-        if stat.S_ISLNK(st.st_mode):
-            _skip(rel_path, "symlink")
-            continue
-        if not stat.S_ISREG(st.st_mode):
-            _skip(rel_path, "not_regular")
-            continue
-        yield ListedFile(rel_path=rel_path, size=st.st_size, mtime_ns=st.st_mtime_ns)
+            fd = os.open(part, _PATH_FLAGS, dir_fd=fds[-1])
+        except OSError:
+            # A symlink (ELOOP/ENOTDIR), a file, or gone: lstat-ing under it
+            # would follow it out of the tree.
+            return None, "symlink"
+        names.append(part)
+        fds.append(fd)
+    return fds[-1], ""
 
 
 def list_files(

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -39,8 +40,32 @@ CREATE TABLE IF NOT EXISTS files (
     indexed_at TEXT NOT NULL DEFAULT (datetime('now')),
     PRIMARY KEY (resource_id, path)
 ) WITHOUT ROWID;
+-- What a re-run reads: (size, mtime) per path, without the wide JSON columns.
+CREATE INDEX IF NOT EXISTS files_stat ON files (resource_id, path, size, mtime_ns);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
+
+_FS_ENCODING = sys.getfilesystemencoding()
+
+
+def _fsdecode(raw: bytes) -> str:
+    """``os.fsdecode`` of a stored path, without its type dispatch."""
+    return raw.decode(_FS_ENCODING, "surrogateescape")
+
+
+# Paths per ``get`` query: under SQLite's default host-parameter limit.
+_GET_BATCH = 500
+
+
+def _record(row: tuple[bytes, int, int, str, str, str]) -> FileRecord:
+    return FileRecord(
+        path=os.fsdecode(row[0]),
+        size=row[1],
+        mtime_ns=row[2],
+        sha256=row[3],
+        unit_uris=tuple(json.loads(row[4])),
+        graph_subjects=tuple(json.loads(row[5])),
+    )
 
 
 class SqliteCatalog:
@@ -114,17 +139,41 @@ class SqliteCatalog:
             ).fetchall()
         except sqlite3.Error as exc:
             raise IndexUnavailableError(f"catalog {self._path}: {exc}") from exc
-        return {
-            os.fsdecode(r[0]): FileRecord(
-                path=os.fsdecode(r[0]),
-                size=r[1],
-                mtime_ns=r[2],
-                sha256=r[3],
-                unit_uris=tuple(json.loads(r[4])),
-                graph_subjects=tuple(json.loads(r[5])),
-            )
-            for r in rows
-        }
+        records = (_record(r) for r in rows)
+        return {rec.path: rec for rec in records}
+
+    def file_stats(self, resource_id: str) -> dict[str, tuple[int, int]]:
+        """``(size, mtime_ns)`` of every file of a resource, by path.
+
+        What a re-run compares the listing with: it reads neither the unit
+        URIs nor the subjects (see :meth:`get` for the few files that changed).
+        """
+        try:
+            rows = self._conn.execute(
+                "SELECT path, size, mtime_ns FROM files WHERE resource_id = ?", (resource_id,)
+            ).fetchall()
+        except sqlite3.Error as exc:
+            raise IndexUnavailableError(f"catalog {self._path}: {exc}") from exc
+        return {_fsdecode(path): (size, mtime) for path, size, mtime in rows}
+
+    def get(self, resource_id: str, paths: Iterable[str]) -> dict[str, FileRecord]:
+        """The records of some files of a resource (paths with no record are left out)."""
+        keys = [os.fsencode(p) for p in paths]
+        out: dict[str, FileRecord] = {}
+        try:
+            for i in range(0, len(keys), _GET_BATCH):
+                part = keys[i : i + _GET_BATCH]
+                rows = self._conn.execute(
+                    "SELECT path, size, mtime_ns, sha256, unit_uris, graph_subjects FROM files "
+                    f"WHERE resource_id = ? AND path IN ({','.join('?' * len(part))})",
+                    (resource_id, *part),
+                ).fetchall()
+                for row in rows:
+                    rec = _record(row)
+                    out[rec.path] = rec
+        except sqlite3.Error as exc:
+            raise IndexUnavailableError(f"catalog {self._path}: {exc}") from exc
+        return out
 
     def put(self, resource_id: str, records: Iterable[FileRecord]) -> None:
         """Insert or replace records of one resource, in one transaction."""
