@@ -66,9 +66,10 @@ def test_traverse_reaches_imported_files(view: ScopedView) -> None:
 
 
 def test_sparql_finds_the_class_definition(view: ScopedView) -> None:
+    # The literal in the pattern, not a FILTER: rdflib joins patterns in order.
     query = (
-        f"SELECT ?f ?kind ?n WHERE {{ ?f <{UKO}defines> ?s . ?s <{UKO}name> ?n . "
-        f'?s <{UKO}kind> ?kind . FILTER(?n = "OrderedDict") }}'
+        f'SELECT ?f ?kind ?n WHERE {{ ?s <{UKO}name> "OrderedDict" . ?s <{UKO}name> ?n . '
+        f"?s <{UKO}kind> ?kind . ?f <{UKO}defines> ?s }}"
     )
     rows = view.sparql_query(query).triples
     assert (file_uri(RID, "collections/__init__.py"), "class", "OrderedDict") in rows
