@@ -122,7 +122,13 @@ def row(name: str, ours: dict[str, float], ref: dict[str, float], ref_name: str)
     }
 
 
-def bench_text(tmp: Path, n_resources: int, docs_per_resource: int, repeats: int) -> list[dict]:
+def bench_text(
+    tmp: Path,
+    n_resources: int,
+    docs_per_resource: int,
+    repeats: int,
+    scopes: tuple[int, ...] = (1, 10),
+) -> list[dict]:
     rng = np.random.default_rng(1)
     rids = [str(ULID()) for _ in range(n_resources)]
     backend = TantivyTextBackend(tmp / "text")
@@ -147,7 +153,7 @@ def bench_text(tmp: Path, n_resources: int, docs_per_resource: int, repeats: int
     raw_searcher = raw_index.searcher()
     schema = raw_index.schema
     fields = ["content", "path"]
-    for label, scope_ids in (("1 resource", rids[:1]), ("10 resources", rids[:10])):
+    for label, scope_ids in ((f"{k} resource(s)", rids[:k]) for k in scopes):
         scope = frozenset(scope_ids)
         ours = timed(
             lambda scope=scope: backend.search(query, scope=scope, max_results=20), repeats
@@ -211,7 +217,13 @@ def bench_vector(tmp: Path, n: int, dim: int, n_resources: int, repeats: int) ->
     return out
 
 
-def bench_graph(tmp: Path, n_resources: int, files_per_resource: int, repeats: int) -> list[dict]:
+def bench_graph(
+    tmp: Path,
+    n_resources: int,
+    files_per_resource: int,
+    repeats: int,
+    depths: tuple[int, ...] = (2,),
+) -> list[dict]:
     rng = np.random.default_rng(3)
     rids = [str(ULID()) for _ in range(n_resources)]
     backend = RdflibGraphBackend(tmp / "graph")
@@ -246,24 +258,27 @@ def bench_graph(tmp: Path, n_resources: int, files_per_resource: int, repeats: i
                 rdflib.Literal(o.value) if isinstance(o, Literal) else rdflib.URIRef(o),
             )
         )
-    ours = timed(lambda: backend.sparql_query(query, scope=scope), repeats)
-    ref = timed(lambda: list(g.query(query)), repeats)
+    pattern = f"SELECT ?s ?p ?o WHERE {{ ?s ?p ?o . FILTER(?p = <{UKO}defines>) }}"
     n_triples = n_resources * files_per_resource * 8
-    out = [
-        row(
-            f"SPARQL 2-hop join, {n_triples} triples, scope 1%",
-            ours,
-            ref,
-            "rdflib Graph of only the in-scope triples",
+    out = []
+    for label, q in (("pattern", pattern), ("2-hop join", query)):
+        ours = timed(lambda q=q: backend.sparql_query(q, scope=scope), repeats)
+        ref = timed(lambda q=q: list(g.query(q)), repeats)
+        out.append(
+            row(
+                f"SPARQL {label}, {n_triples} triples, scope 1%",
+                ours,
+                ref,
+                "rdflib Graph of only the in-scope triples",
+            )
         )
-    ]
     adj: dict[str, set[tuple[str, str]]] = {}
     for s, p, o in in_scope:
         if not isinstance(o, Literal):
             adj.setdefault(s, set()).add((p, o))
     start = resource_uri(rids[0])
 
-    def dict_bfs(depth: int = 2) -> set[tuple[str, str, str]]:
+    def dict_bfs(depth: int) -> set[tuple[str, str, str]]:
         seen, frontier, found = {start}, [start], set()
         for _ in range(depth):
             nxt = []
@@ -276,9 +291,12 @@ def bench_graph(tmp: Path, n_resources: int, files_per_resource: int, repeats: i
             frontier = nxt
         return found
 
-    ours_t = timed(lambda: backend.traverse(start, depth=2, scope=scope), repeats)
-    ref_t = timed(dict_bfs, repeats)
-    out.append(row("traverse depth 2, scope 1%", ours_t, ref_t, "dict-of-sets BFS"))
+    for depth in depths:
+        ours_t = timed(
+            lambda depth=depth: backend.traverse(start, depth=depth, scope=scope), repeats
+        )
+        ref_t = timed(lambda depth=depth: dict_bfs(depth), repeats)
+        out.append(row(f"traverse depth {depth}, scope 1%", ours_t, ref_t, "dict-of-sets BFS"))
     backend.close()
     return out
 

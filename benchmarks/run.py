@@ -1,0 +1,302 @@
+"""The whole benchmark suite in one command: a table on stdout and a JSON file.
+
+    python benchmarks/run.py                 # a few minutes on 2 cores
+    python benchmarks/run.py --quick         # small sizes, for a smoke run
+    python benchmarks/run.py --json benchmarks/results.json
+
+Every figure is a median over repeated runs with its spread (p10..p90), next
+to a reference measured in the same process on the same data; the ratio is
+the figure to read.  Targets come from issue 6; a row that misses its target
+says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import structlog
+import tantivy
+from ulid import ULID
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_backends import bench_graph, bench_text, bench_vector, timed
+
+from cleveragents.application.services.chunking import make_units
+from cleveragents.domain.models.acms.backends import IndexUnit
+from cleveragents.infrastructure.acms.tantivy_text import (
+    ANALYZER_NAME,
+    TantivyTextBackend,
+    _analyzer,
+    _schema,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def memory_bandwidth_gbs(size_mb: int = 512, repeats: int = 7) -> float:
+    """Read bandwidth of this machine: summing a large float32 array."""
+    data = np.ones(size_mb * 1024 * 1024 // 4, dtype=np.float32)
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        float(data.sum())
+        samples.append(time.perf_counter() - t0)
+    return data.nbytes / statistics.median(samples) / 1e9
+
+
+def bench_unscoped_vector(rows: list[dict[str, Any]], bandwidth: float) -> dict[str, Any]:
+    """Bandwidth share of a full-scope single query (from the 100% vector row)."""
+    full = next(r for r in rows if "scope 100%" in r["what"] and "flat" in r["reference"])
+    n, dim = 200_000, 384
+    if "10000x" in full["what"]:
+        n = 10_000
+    scanned = n * dim * 4
+    achieved = scanned / (full["ours"]["p50_ms"] / 1000) / 1e9
+    return {
+        "what": f"unscoped vector search {n}x{dim}, single query",
+        "ours": full["ours"],
+        "reference": f"memory read bandwidth {bandwidth:.1f} GB/s",
+        "ref": {"p50_ms": scanned / (bandwidth * 1e9) * 1000},
+        "ratio_p50": full["ours"]["p50_ms"] / (scanned / (bandwidth * 1e9) * 1000),
+        "note": f"{achieved:.1f} GB/s = {achieved / bandwidth:.0%} of bandwidth (target >= 65%)",
+    }
+
+
+def bench_text_indexing(tmp: Path, n_files: int) -> dict[str, Any]:
+    """MB/s of source through TantivyTextBackend.upsert vs a raw tantivy-py add loop."""
+    import sysconfig
+
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    rid = str(ULID())
+    units: list[IndexUnit] = []
+    size = 0
+    for path in sorted(stdlib.glob("*.py"))[:n_files]:
+        text = path.read_text(errors="replace")
+        size += len(text.encode())
+        units += make_units(rid, path.name, text)
+
+    def ours_once() -> float:
+        d = Path(tempfile.mkdtemp(dir=tmp))
+        backend = TantivyTextBackend(d / "t")
+        t0 = time.perf_counter()
+        for i in range(0, len(units), 2000):
+            backend.upsert(rid, units[i : i + 2000])
+        elapsed = time.perf_counter() - t0
+        backend.close()
+        return elapsed
+
+    def raw_once() -> float:
+        d = Path(tempfile.mkdtemp(dir=tmp))
+        index = tantivy.Index(_schema(), path=str(d))
+        index.register_tokenizer(ANALYZER_NAME, _analyzer())
+        t0 = time.perf_counter()
+        for i in range(0, len(units), 2000):
+            writer = index.writer(50_000_000, 1)
+            for u in units[i : i + 2000]:
+                writer.add_document(
+                    tantivy.Document(
+                        uko_uri=u.uko_uri,
+                        resource_id=rid,
+                        content=u.content,
+                        path=u.metadata.get("path", ""),
+                    )
+                )
+            writer.commit()
+            writer.wait_merging_threads()
+        index.reload()
+        return time.perf_counter() - t0
+
+    ours = [ours_once() for _ in range(3)]
+    raw = [raw_once() for _ in range(3)]
+    mb = size / 1e6
+    o, r = statistics.median(ours), statistics.median(raw)
+    return {
+        "what": f"text indexing, {len(units)} chunks / {mb:.1f} MB of stdlib source",
+        "ours": {
+            "p50_ms": o * 1000,
+            "p10_ms": min(ours) * 1000,
+            "p90_ms": max(ours) * 1000,
+            "p99_ms": max(ours) * 1000,
+        },
+        "reference": "raw tantivy-py add loop, same chunks and analyzer",
+        "ref": {"p50_ms": r * 1000},
+        "ratio_p50": o / r,
+        "note": f"ours {mb / o:.2f} MB/s, raw {mb / r:.2f} MB/s (target: ours >= raw / 1.5)",
+    }
+
+
+def bench_cold_start(tmp: Path, repeats: int) -> list[dict[str, Any]]:
+    """`acms search text` in a new process vs importing the package vs `python -c pass`."""
+    data = tmp / "cli-data"
+    env = {**os.environ, "ACMS_DATA_DIR": str(data)}
+    acms = [sys.executable, "-m", "cleveragents.acms"]
+    subprocess.run(
+        [*acms, "project", "add", "local/bench"], env=env, check=True, capture_output=True
+    )
+    rid = subprocess.run(
+        [*acms, "resource", "add", str(REPO / "data" / "sample"), "--project", "local/bench"],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    subprocess.run([*acms, "reindex"], env=env, check=True, capture_output=True)
+
+    def run(cmd: list[str]) -> Callable[[], None]:
+        return lambda: subprocess.run(cmd, env=env, check=True, capture_output=True)
+
+    search = [*acms, "search", "text", "quokkasample", "--resource", rid]
+    ours = timed(run(search), repeats)
+    imp = timed(run([sys.executable, "-c", "import cleveragents"]), repeats)
+    bare = timed(run([sys.executable, "-c", "pass"]), repeats)
+    probe = (
+        "import sys, runpy; sys.argv = ['acms', 'search', 'text', 'quokkasample', "
+        f"'--resource', '{rid}'];\n"
+        "import cleveragents.cli.main as m\n"
+        "try:\n    m.main(sys.argv[1:])\nfinally:\n"
+        "    print(sorted(e for e in ('tantivy', 'faiss', 'rdflib') if e in sys.modules), "
+        "file=sys.stderr)"
+    )
+    loaded = (
+        subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True)
+        .stderr.strip()
+        .splitlines()[-1]
+    )
+    return [
+        {
+            "what": "CLI `acms search text` cold start",
+            "ours": ours,
+            "reference": "python -c 'import cleveragents'",
+            "ref": imp,
+            "ratio_p50": ours["p50_ms"] / imp["p50_ms"],
+            "note": f"engines imported: {loaded}",
+        },
+        {
+            "what": "CLI `acms search text` cold start",
+            "ours": ours,
+            "reference": "python -c pass",
+            "ref": bare,
+            "ratio_p50": ours["p50_ms"] / bare["p50_ms"],
+        },
+    ]
+
+
+def bench_memory(tmp: Path) -> list[dict[str, Any]]:
+    """Peak RSS of an indexing process and of a query process, vs the data size."""
+    import sysconfig
+
+    stdlib = Path(sysconfig.get_paths()["stdlib"]) / "email"
+    data = tmp / "mem-data"
+    env = {**os.environ, "ACMS_DATA_DIR": str(data)}
+    acms = [sys.executable, "-m", "cleveragents.acms"]
+    subprocess.run([*acms, "project", "add", "local/mem"], env=env, check=True, capture_output=True)
+    rid = subprocess.run(
+        [*acms, "resource", "add", str(stdlib), "--project", "local/mem", "--type", "directory"],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    size = sum(p.stat().st_size for p in stdlib.rglob("*.py"))
+
+    def peak(cmd: list[str]) -> int:
+        code = (
+            "import resource, subprocess, sys\n"
+            f"subprocess.run({cmd!r}, check=True, capture_output=True)\n"
+            "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True
+        ).stdout
+        return int(out.strip()) * 1024
+
+    index_peak = peak([*acms, "reindex"])
+    query_peak = peak([*acms, "search", "text", "message", "--resource", rid])
+    bare_peak = peak([sys.executable, "-c", "import numpy"])
+    return [
+        {
+            "what": "peak memory (RSS)",
+            "ours": {"p50_ms": float("nan")},
+            "reference": f"{size / 1e6:.1f} MB of source indexed",
+            "ref": {"p50_ms": float("nan")},
+            "ratio_p50": float("nan"),
+            "note": (
+                f"indexing {index_peak / 1e6:.0f} MB, query {query_peak / 1e6:.0f} MB, "
+                f"python+numpy alone {bare_peak / 1e6:.0f} MB"
+            ),
+        }
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    q = args.quick
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        bandwidth = memory_bandwidth_gbs(128 if q else 512)
+        rows += bench_text(
+            tmp,
+            n_resources=100,
+            docs_per_resource=20 if q else 100,
+            repeats=50 if q else 300,
+            scopes=(1, 100),
+        )
+        vec = bench_vector(
+            tmp, n=10_000 if q else 200_000, dim=384, n_resources=100, repeats=20 if q else 50
+        )
+        rows += vec
+        rows.append(bench_unscoped_vector(vec, bandwidth))
+        rows.append(bench_text_indexing(tmp, 40 if q else 200))
+        rows += bench_graph(
+            tmp,
+            n_resources=100,
+            files_per_resource=20 if q else 1250,
+            repeats=5 if q else 10,
+            depths=(2, 3),
+        )
+        rows += bench_cold_start(tmp, 3 if q else 7)
+        rows += bench_memory(tmp)
+    print_table(rows)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2, default=str))
+    print("\nhydrate / re-run figures: python benchmarks/bench_hydrate.py")
+    return 0
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    width = max(len(r["what"]) for r in rows)
+    print(
+        f"{'what':<{width}}  {'ours p50 (p10..p90)':>26}  {'ref p50':>10}  {'ratio':>6}  reference"
+    )
+    for r in rows:
+        o = r["ours"]
+        lo, hi = o.get("p10_ms", float("nan")), o.get("p90_ms", float("nan"))
+        spread = f"{o['p50_ms']:.3f} ({lo:.2f}..{hi:.2f})"
+        print(
+            f"{r['what']:<{width}}  {spread:>26}  {r['ref']['p50_ms']:>8.3f}ms  "
+            f"{r['ratio_p50']:>5.2f}x  {r['reference']}"
+        )
+        if r.get("note"):
+            print(f"{'':<{width}}  {r['note']}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
