@@ -23,7 +23,7 @@ from cleveragents.infrastructure.acms import sparql_worker
 from cleveragents.infrastructure.acms.rdflib_graph import RdflibGraphBackend
 from cleveragents.infrastructure.acms.tantivy_text import TantivyTextBackend
 
-TIMEOUT = 1.0
+TIMEOUT = 2.0  # long enough for the normal queries under load, short for CI
 # The bound: a stopped query ends within its limit plus one second.
 SLACK = 1.0
 EVIL_REGEX = 'SELECT ?s ?p ?o WHERE { ?s ?p ?o FILTER(REGEX(?o, "^(a+)+$")) }'
@@ -101,11 +101,11 @@ def test_runaway_query_is_stopped_at_the_time_limit(graph, rid, query: str) -> N
     scope = frozenset({rid})
     children, fds = _children(), _fds()
     message = _timed_limit(graph, query, scope)
-    assert "time limit" in message and "1 s" in message, message
+    assert "time limit" in message and f"{TIMEOUT:g} s" in message, message
     # The next query is served normally, and nothing is left behind.
     assert graph.sparql_query(PLAIN, scope=scope).metadata["rows"] == graph.rows
-    assert _children() == children
-    assert _fds() == fds
+    assert _children() <= children  # none left behind (others may have ended)
+    assert _fds() <= fds  # none leaked
 
 
 def test_next_queries_after_a_timeout_are_served(graph, rid) -> None:
@@ -163,7 +163,7 @@ def test_timeout_with_threads_running_in_the_parent(tmp_path, graph, rid) -> Non
         text.close()
     assert isinstance(results["evil"], QueryLimitError)
     assert results["plain"] == results["plain2"] == graph.rows
-    assert _children() == children
+    assert _children() <= children  # none left behind (others may have ended)
 
 
 # ------------------------------------------------------------------ SPARQL: row cap
@@ -309,7 +309,7 @@ def test_worker_that_dies_is_a_query_error(graph, rid, monkeypatch) -> None:
     children = _children()
     with pytest.raises(QueryError, match="killed by signal 9"):
         graph.sparql_query(PLAIN, scope=frozenset({rid}))
-    assert _children() == children
+    assert _children() <= children  # none left behind (others may have ended)
 
 
 # ------------------------------------------------------------------ Tantivy

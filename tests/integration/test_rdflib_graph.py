@@ -689,3 +689,141 @@ def test_upsert_can_drop_single_triples(cycle) -> None:
     )
     assert backend.get_triples(n["b"]).triples == []
     assert n["b"] not in backend.subjects(rid)
+
+
+# ------------------------------------------------------------------ change log
+
+
+def _files_of(tmp_path: Path, rid: str) -> tuple[Path, Path]:
+    return tmp_path / "graphs" / f"{rid}.nt", tmp_path / "graphs" / f"{rid}.log"
+
+
+def _big_resource(rid: str, n: int = 2000) -> list:
+    return [(file_uri(rid, f"m{i}.py"), UKO + "path", Literal(f"m{i}.py")) for i in range(n)]
+
+
+def test_a_small_change_appends_only_the_change(tmp_path: Path) -> None:
+    rid = new_ulid()
+    f = file_uri(rid, "m7.py")
+    with RdflibGraphBackend(tmp_path) as backend:
+        backend.upsert(rid, _big_resource(rid))
+        base, log = _files_of(tmp_path, rid)
+        base_before = base.stat()
+        backend.upsert(rid, [(f, UKO + "lines", Literal("3"))], delete_subjects=[f])
+        assert base.stat().st_ino == base_before.st_ino  # the base was not rewritten
+        assert 0 < log.stat().st_size < 500
+        expected = backend.get_triples(f).triples
+        assert expected == [(f, UKO + "lines", "3")]
+    with RdflibGraphBackend(tmp_path) as reopened:
+        assert reopened.get_triples(f).triples == expected
+        assert len(reopened.subjects(rid)) == 2000
+
+
+def test_the_log_is_compacted_once_it_outgrows_the_base(tmp_path: Path) -> None:
+    rid = new_ulid()
+    f = file_uri(rid, "a.py")
+    with RdflibGraphBackend(tmp_path) as backend:
+        backend.upsert(rid, [(f, UKO + "path", Literal("a.py"))])
+        base, log = _files_of(tmp_path, rid)
+        for i in range(400):
+            backend.upsert(rid, [(f, UKO + "n", Literal(str(i)))], delete_subjects=[f])
+        assert not log.exists() or log.stat().st_size <= max(base.stat().st_size, 1 << 16) + 200
+        final = backend.get_triples(f).triples
+    assert final == [(f, UKO + "n", "399")]
+    with RdflibGraphBackend(tmp_path) as reopened:
+        assert reopened.get_triples(f).triples == final
+
+
+def test_a_torn_log_tail_is_ignored_and_cut_by_the_next_writer(tmp_path: Path) -> None:
+    rid = new_ulid()
+    f, g = file_uri(rid, "a.py"), file_uri(rid, "b.py")
+    with RdflibGraphBackend(tmp_path) as backend:
+        backend.upsert(rid, [(f, UKO + "path", Literal("a.py"))])
+        backend.upsert(rid, [(g, UKO + "path", Literal("b.py"))])
+    _, log = _files_of(tmp_path, rid)
+    committed = log.read_bytes()
+    torn = f'+<{f}> <{UKO}x> <urn:torn> .\n-<{g}> <{UKO}path> "b'.encode()
+    log.write_bytes(committed + torn)
+    with RdflibGraphBackend(tmp_path) as reader:
+        assert reader.get_triples(f).triples == [(f, UKO + "path", "a.py")]
+        assert reader.get_triples(g).triples == [(g, UKO + "path", "b.py")]
+        reader.upsert(rid, [(f, UKO + "y", "urn:y")])
+    assert log.read_bytes().startswith(committed)
+    assert b"torn" not in log.read_bytes()
+    with RdflibGraphBackend(tmp_path) as reopened:
+        assert reopened.get_triples(f).triples == [
+            (f, UKO + "path", "a.py"),
+            (f, UKO + "y", "urn:y"),
+        ]
+
+
+def test_a_second_instance_follows_appends_deletes_and_compaction(tmp_path: Path) -> None:
+    rid = new_ulid()
+    f = file_uri(rid, "a.py")
+    q = "SELECT ?s ?p ?o WHERE { ?s ?p ?o }"
+    with RdflibGraphBackend(tmp_path) as first, RdflibGraphBackend(tmp_path) as second:
+        first.upsert(rid, _big_resource(rid, 50))
+        assert len(second.subjects(rid)) == 50
+        for i in range(3):
+            first.upsert(rid, [(f, UKO + "n", Literal(str(i)))], delete_subjects=[f])
+            assert second.get_triples(f).triples == [(f, UKO + "n", str(i))]
+            assert second.traverse(f, depth=1, scope=frozenset({rid})).triples == [
+                (f, UKO + "n", str(i))
+            ]
+        assert len(second.sparql_query(q, scope=frozenset({rid})).triples) == 51
+        for i in range(400):  # forces a compaction
+            first.upsert(rid, [(f, UKO + "n", Literal(str(i)))], delete_subjects=[f])
+        assert second.get_triples(f).triples == [(f, UKO + "n", "399")]
+        second.delete(rid)
+        assert first.resource_ids() == set()
+        first.upsert(rid, [(f, UKO + "n", Literal("again"))])
+        assert second.get_triples(f).triples == [(f, UKO + "n", "again")]
+
+
+def test_a_log_without_a_base_is_ignored(tmp_path: Path) -> None:
+    rid = new_ulid()
+    f = file_uri(rid, "a.py")
+    (tmp_path / "graphs").mkdir()
+    _, log = _files_of(tmp_path, rid)
+    log.write_bytes(f"+<{f}> <{UKO}x> <urn:stale> .\nC\n".encode())
+    with RdflibGraphBackend(tmp_path) as backend:
+        assert backend.resource_ids() == set()
+        backend.upsert(rid, [(f, UKO + "x", "urn:new")])
+        assert backend.get_triples(f).triples == [(f, UKO + "x", "urn:new")]
+    with RdflibGraphBackend(tmp_path) as reopened:
+        assert reopened.get_triples(f).triples == [(f, UKO + "x", "urn:new")]
+
+
+def test_a_failed_generation_bump_takes_the_appended_change_back(
+    tmp_path: Path, monkeypatch
+) -> None:
+    from cleveragents.infrastructure.acms import rdflib_graph
+
+    rid = new_ulid()
+    f = file_uri(rid, "a.py")
+    with RdflibGraphBackend(tmp_path) as backend:
+        backend.upsert(rid, [(f, UKO + "x", "urn:y")])
+        backend.upsert(rid, [(f, UKO + "x", "urn:z")])
+        _, log = _files_of(tmp_path, rid)
+        size = log.stat().st_size
+
+        def broken(path, data):
+            raise OSError("disk full")
+
+        monkeypatch.setattr(rdflib_graph, "_atomic_write", broken)
+        with pytest.raises(IndexUnavailableError, match="disk full"):
+            backend.upsert(rid, [(f, UKO + "x", "urn:w")], delete_subjects=[f])
+        assert log.stat().st_size == size
+        monkeypatch.undo()
+        assert len(backend.get_triples(f).triples) == 2
+    with RdflibGraphBackend(tmp_path) as reopened:
+        assert reopened.get_triples(f).triples == [(f, UKO + "x", "urn:y"), (f, UKO + "x", "urn:z")]
+
+
+def test_traverse_lists_an_iri_and_an_equal_literal_once(tmp_path: Path) -> None:
+    rid = new_ulid()
+    f = file_uri(rid, "a.py")
+    with RdflibGraphBackend(tmp_path) as backend:
+        backend.upsert(rid, [(f, UKO + "x", "urn:y"), (f, UKO + "x", Literal("urn:y"))])
+        assert backend.traverse(f, depth=2).triples == [(f, UKO + "x", "urn:y")]
+        assert backend.get_triples(f).triples == [(f, UKO + "x", "urn:y")]

@@ -1,22 +1,31 @@
-"""``GraphIndex`` over rdflib: one in-memory graph per resource, N-Triples on disk.
+"""``GraphIndex`` over rdflib: compact per-resource graphs, N-Triples plus a change log on disk.
 
 Layout under ``store_path``::
 
-    graphs/<ULID>.nt    one file per non-empty resource graph (atomic replace)
+    graphs/<ULID>.nt    a resource's base graph (sorted N-Triples, atomic replace)
+    graphs/<ULID>.log   changes since the base: ``+``/``-`` N-Triples lines, each
+                        write one ``write()`` ending with a ``C`` commit line, fsynced
     generation          a counter bumped after every write (atomic replace)
     lock                flock'ed by writers so processes write one at a time
 
-Reads first compare the ``generation`` file with the last one seen; when
-another process wrote, the resource files whose (mtime_ns, size, inode)
-changed are reloaded and removed ones dropped.
+A write appends only its change to the resource's log, so its cost follows the
+change, not the resource; the log is folded into the base (compaction) once it
+outgrows it.  A record without its commit line (a writer killed mid-write) is
+ignored by readers and cut off by the next writer.  A log without a base is
+the leftover of a deletion and is ignored.  Reads first compare the
+``generation`` file with the last one seen; when another process wrote, a grown
+log is read from where this process stopped and a replaced base reloaded.
 
-SPARQL from a model is checked by :mod:`.sparql_guard` and evaluated only
-against a plain ``Graph`` holding the union of the in-scope resource graphs
-(cached per scope), never against a Dataset, so no query can name another
-resource's graph.  Evaluation runs in a forked child process killed at the
-time limit, with a row cap (:mod:`.sparql_worker`).  The N-Triples files are
-written and read here, not by rdflib, so literals keep their lexical form
-exactly (rdflib's parser normalises ``"010"^^xsd:integer`` to ``"10"``).
+Resource graphs are held as plain strings (subject -> {(predicate, object)}),
+not rdflib stores: loading is faster, memory smaller (so forking the SPARQL
+worker is cheaper) and ``traverse`` runs on them directly.  SPARQL from a model
+is checked by :mod:`.sparql_guard` and evaluated only against a plain rdflib
+``Graph`` holding the union of the in-scope resource graphs (cached per scope),
+never against a Dataset, so no query can name another resource's graph.
+Evaluation runs in a forked child process killed at the time limit, with a row
+cap (:mod:`.sparql_worker`).  The N-Triples are written and read here, not by
+rdflib, so literals keep their lexical form exactly (rdflib's parser
+normalises ``"010"^^xsd:integer`` to ``"10"``).
 """
 
 from __future__ import annotations
@@ -32,13 +41,12 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Self, cast
+from typing import Self
 
 import structlog
-from rdflib import BNode, Graph, URIRef
+from rdflib import Graph, URIRef
 from rdflib import Literal as RdfLiteral
 from rdflib.plugins.stores.memory import Memory
-from rdflib.term import Node
 
 from cleveragents.domain.models.acms.backends import (
     GraphResult,
@@ -62,12 +70,20 @@ _log = structlog.get_logger("cleveragents.acms.rdflib_graph")
 # Prefixes a query may use without declaring them (rdflib adds rdf, rdfs, xsd, ...).
 _INIT_NS = {"uko": UKO}
 
-_RdfTriple = tuple[URIRef, URIRef, URIRef | RdfLiteral]
+# An object is an IRI (``str``) or a literal (lexical form, datatype IRI or None).
+_Lit = tuple[str, str | None]
+_Obj = str | _Lit
+_Edge = tuple[str, _Obj]  # (predicate, object) of one subject
+_Op = tuple[bool, str, str, _Obj]  # (add?, subject, predicate, object)
 _Stat = tuple[int, int, int]
 
 # An absolute IRI that N-Triples can hold verbatim: a scheme, then no space,
 # control character, surrogate or any of <>"{}|^`\ .
 _IRI_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:[^\x00-\x20\x7f<>\"{}|^`\\\ud800-\udfff]*")
+
+# Fold the log into the base once it is larger than the base and this.
+_COMPACT_MIN_BYTES = 1 << 16
+_COMMIT = b"C\n"
 
 # ---------------------------------------------------------------- N-Triples
 
@@ -101,60 +117,60 @@ def _unescape_match(m: re.Match[str]) -> str:
     return _UNESCAPES[char]
 
 
-def _nt_line(triple: _RdfTriple) -> str:
-    s, p, o = triple
-    if isinstance(o, RdfLiteral):
-        obj = f'"{_escape(str(o))}"'
-        if o.datatype is not None:
-            obj += f"^^<{o.datatype}>"
-    else:
-        obj = f"<{o}>"
-    return f"<{s}> <{p}> {obj} .\n"
+def _nt_line(s: str, p: str, o: _Obj) -> str:
+    if isinstance(o, str):
+        return f"<{s}> <{p}> <{o}> .\n"
+    lexical, datatype = o
+    if datatype is None:
+        return f'<{s}> <{p}> "{_escape(lexical)}" .\n'
+    return f'<{s}> <{p}> "{_escape(lexical)}"^^<{datatype}> .\n'
 
 
-def _serialize(graph: Graph) -> bytes:
-    lines = sorted(_nt_line(t) for t in _rdf_triples(graph))
-    return "".join(lines).encode("utf-8", "surrogatepass")
+def _encode(text: str) -> bytes:
+    return text.encode("utf-8", "surrogatepass")
 
 
-def _parse(data: bytes) -> Graph:
-    graph = _new_graph()
-    for number, line in enumerate(data.decode("utf-8").split("\n"), start=1):
-        if not line.strip() or line.startswith("#"):
-            continue
-        m = _NT_LINE.fullmatch(line.rstrip("\r"))
+class _Parser:
+    """Parses the lines this store writes; shares equal strings across a load.
+
+    ``foreign`` turns true when a triple names a resource other than ``rid``
+    (never written by this store, so only a hand-edited file has one).
+    """
+
+    def __init__(self, rid: str) -> None:
+        self._rid = rid
+        self._memo: dict[str, str] = {}
+        self.foreign = False
+
+    def _iri(self, iri: str) -> str:
+        found = self._memo.get(iri)
+        if found is not None:
+            return found
+        owner = resource_id_of(iri)
+        if owner is not None and owner != self._rid:
+            self.foreign = True
+        self._memo[iri] = iri
+        return iri
+
+    def triple(self, line: str) -> tuple[str, str, _Obj] | None:
+        """The triple of one line; ``None`` for blank lines and comments."""
+        m = _NT_LINE.fullmatch(line)
         if m is None:
-            raise ValueError(f"line {number} is not an N-Triples triple this store writes")
+            if not line.strip() or line.startswith("#"):
+                return None
+            raise ValueError("a line is not an N-Triples triple this store writes")
         s, p, iri, lexical, datatype = m.groups()
-        obj: URIRef | RdfLiteral
+        memo = self._memo
+        s = memo.get(s) or self._iri(s)
+        p = memo.get(p) or self._iri(p)
         if iri is not None:
-            obj = URIRef(iri)
-        else:
-            value = _UNESCAPE_RE.sub(_unescape_match, lexical) if "\\" in lexical else lexical
-            obj = _literal(value, datatype)
-        graph.add((URIRef(s), URIRef(p), obj))
-    return graph
+            return s, p, memo.get(iri) or self._iri(iri)
+        value = _UNESCAPE_RE.sub(_unescape_match, lexical) if "\\" in lexical else lexical
+        return s, p, (value, None if datatype is None else self._iri(datatype))
 
 
-def _literal(value: str, datatype: str | None) -> RdfLiteral:
-    # normalize=False keeps the lexical form exactly as written.
-    return RdfLiteral(value, datatype=URIRef(datatype) if datatype else None, normalize=False)
-
-
-def _new_graph() -> Graph:
-    # An explicit store instance: no plugin lookup, never a Dataset.
-    return Graph(store=Memory())
-
-
-def _rdf_triples(graph: Graph) -> Iterator[_RdfTriple]:
-    # Resource graphs hold only IRIs and literals (checked on write and read).
-    return cast("Iterator[_RdfTriple]", iter(graph))
-
-
-def _term(node: Node) -> str:
-    if isinstance(node, BNode):
-        return f"_:{node}"
-    return str(node)
+def _term_str(o: _Obj) -> str:
+    return o if isinstance(o, str) else o[0]
 
 
 def _in_scope(triple: Triple, scope: frozenset[str]) -> bool:
@@ -166,12 +182,110 @@ def _in_scope(triple: Triple, scope: frozenset[str]) -> bool:
     return True
 
 
+def _result(triples: list[Triple], metadata: dict[str, str]) -> GraphResult:
+    """A GraphResult of triples built here (three ``str`` each, by construction)."""
+    result = object.__new__(GraphResult)
+    object.__setattr__(result, "triples", triples)
+    object.__setattr__(result, "metadata", metadata)
+    return result
+
+
 def _validate_timeout(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"query_timeout must be a number of seconds, not {type(value).__name__}")
     if not 0 < value < math.inf:
         raise ValueError(f"query_timeout must be positive and finite, got {value}")
     return float(value)
+
+
+# ---------------------------------------------------------------- graphs
+
+
+class _ResourceGraph:
+    """One resource's triples as strings: subject -> {(predicate, object)}."""
+
+    __slots__ = ("by_subject", "edges", "foreign", "size")
+
+    def __init__(self) -> None:
+        self.by_subject: dict[str, set[_Edge]] = {}
+        # subject -> (its triples as strings, sorted; the IRIs it points to)
+        self.edges: dict[str, tuple[list[Triple], list[str]]] = {}
+        self.foreign = False
+        self.size = 0
+
+    def add(self, s: str, p: str, o: _Obj) -> bool:
+        edges = self.by_subject.get(s)
+        if edges is None:
+            edges = self.by_subject[s] = set()
+        elif (p, o) in edges:
+            return False
+        edges.add((p, o))
+        self.size += 1
+        self.edges.pop(s, None)
+        return True
+
+    def remove(self, s: str, p: str, o: _Obj) -> bool:
+        edges = self.by_subject.get(s)
+        if edges is None or (p, o) not in edges:
+            return False
+        edges.remove((p, o))
+        if not edges:
+            del self.by_subject[s]
+        self.size -= 1
+        self.edges.pop(s, None)
+        return True
+
+    def edges_of(self, s: str) -> tuple[list[Triple], list[str]]:
+        cached = self.edges.get(s)
+        if cached is None:
+            cached = _sorted_edges(self.edges_pairs(s))
+            self.edges[s] = cached
+        return cached
+
+    def edges_pairs(self, s: str) -> Iterator[tuple[Triple, bool]]:
+        for p, o in self.by_subject.get(s, ()):
+            yield (s, p, _term_str(o)), isinstance(o, str)
+
+    def triples(self) -> Iterator[tuple[str, str, _Obj]]:
+        for s, edges in self.by_subject.items():
+            for p, o in edges:
+                yield s, p, o
+
+    def serialize(self) -> bytes:
+        return _encode("".join(sorted(_nt_line(s, p, o) for s, p, o in self.triples())))
+
+
+def _sorted_edges(pairs: Iterable[tuple[Triple, bool]]) -> tuple[list[Triple], list[str]]:
+    """Triples sorted, each once; the IRIs they point to in the same order."""
+    triples: list[Triple] = []
+    targets: list[str] = []
+    for triple, iri in sorted(pairs):
+        if not triples or triples[-1] != triple:
+            triples.append(triple)
+        if iri:
+            targets.append(triple[2])
+    return triples, targets
+
+
+def _rdf_graph(graphs: Iterable[_ResourceGraph]) -> Graph:
+    # An explicit store instance: no plugin lookup, never a Dataset.
+    graph = Graph(store=Memory())
+    refs: dict[str, URIRef] = {}
+    for res in graphs:
+        for s, edges in res.by_subject.items():
+            subject = refs.get(s) or refs.setdefault(s, URIRef(s))
+            for p, o in edges:
+                predicate = refs.get(p) or refs.setdefault(p, URIRef(p))
+                obj: URIRef | RdfLiteral
+                if isinstance(o, str):
+                    obj = refs.get(o) or refs.setdefault(o, URIRef(o))
+                else:
+                    # normalize=False keeps the lexical form exactly as written.
+                    obj = RdfLiteral(
+                        o[0], datatype=None if o[1] is None else URIRef(o[1]), normalize=False
+                    )
+                graph.add((subject, predicate, obj))
+    return graph
 
 
 # ---------------------------------------------------------------- files
@@ -202,6 +316,62 @@ def _atomic_write(path: Path, data: bytes) -> None:
             os.unlink(tmp)
         raise
     _fsync_dir(path.parent)
+
+
+def _append(path: Path, data: bytes) -> tuple[int, int]:
+    """Append ``data`` with one ``write()`` and fsync; (inode, size before)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    try:
+        st = os.fstat(fd)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    if st.st_size == 0:
+        _fsync_dir(path.parent)
+    return st.st_ino, st.st_size
+
+
+def _read_from(path: Path, offset: int) -> tuple[int, bytes] | None:
+    """(inode, bytes from ``offset``) of a regular file; ``None`` if missing."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        ino = os.fstat(fh.fileno()).st_ino
+        fh.seek(offset)
+        return ino, fh.read()
+
+
+def _committed(data: bytes) -> tuple[list[bytes], int]:
+    """The records of ``data`` that end with a commit line, and their length."""
+    end = data.rfind(b"\n" + _COMMIT)
+    if end < 0:
+        return ([], 2) if data.startswith(_COMMIT) else ([], 0)
+    end += 1 + len(_COMMIT)
+    return data[:end].split(b"\n")[:-1], end
+
+
+@contextlib.contextmanager
+def _corrupt_is_unavailable(path: Path) -> Iterator[None]:
+    try:
+        yield
+    except ValueError as exc:  # UnicodeDecodeError included
+        raise IndexUnavailableError(f"corrupt graph file {path}: {exc}") from exc
+
+
+class _Files:
+    """What this process last read of one resource's files."""
+
+    __slots__ = ("base", "log_ino", "log_offset")
+
+    def __init__(self, base: _Stat, log_ino: int | None, log_offset: int) -> None:
+        self.base = base
+        self.log_ino = log_ino
+        self.log_offset = log_offset
 
 
 # ---------------------------------------------------------------- backend
@@ -237,13 +407,10 @@ class RdflibGraphBackend:
         self._query_timeout = _validate_timeout(query_timeout)
         self._max_rows = validate_positive_int(max_rows, "max_rows")
         self._lock = threading.RLock()
-        self._graphs: dict[str, Graph] = {}
-        self._subject_index: dict[Node, set[str]] = {}
+        self._graphs: dict[str, _ResourceGraph] = {}
+        self._subject_index: dict[str, set[str]] = {}
         self._unions: OrderedDict[frozenset[str], Graph] = OrderedDict()
-        # Per resource: subject -> its triples as strings (sorted) and whether
-        # each object is an IRI; built lazily, dropped when the resource changes.
-        self._adjacency: dict[str, dict[str, list[tuple[Triple, bool]]]] = {}
-        self._file_stats: dict[str, _Stat] = {}
+        self._files: dict[str, _Files] = {}
         self._generation_seen: _Stat | None = None
         self._closed = False
         self._lock_fd: int | None = None
@@ -273,7 +440,7 @@ class RdflibGraphBackend:
             self._graphs.clear()
             self._subject_index.clear()
             self._unions.clear()
-            self._adjacency.clear()
+            self._files.clear()
             if self._lock_fd is not None:
                 os.close(self._lock_fd)
                 self._lock_fd = None
@@ -344,13 +511,18 @@ class RdflibGraphBackend:
         """
         validate_non_empty(subject, "subject")
         canonical = None if scope is None else validate_scope(scope)
+        found: set[Triple] = set()
+        foreign = False
         with self._lock:
             self._refresh()
-            found = self._triples_of(URIRef(subject), canonical)
-        triples = sorted({(_term(s), _term(p), _term(o)) for s, p, o in found})
-        if canonical is not None:
+            for rid in self._rids_of(subject, canonical):
+                res = self._graphs[rid]
+                found.update(res.edges_of(subject)[0])
+                foreign = foreign or res.foreign
+        triples = sorted(found)
+        if canonical is not None and foreign:
             triples = [t for t in triples if _in_scope(t, canonical)]
-        return GraphResult(triples=triples, metadata={"rows": str(len(triples))})
+        return _result(triples, {"rows": str(len(triples))})
 
     def traverse(
         self, start: str, *, depth: int = 2, scope: frozenset[str] | None = None
@@ -370,28 +542,57 @@ class RdflibGraphBackend:
         validate_depth(depth)
         canonical = None if scope is None else validate_scope(scope)
         out: list[Triple] = []
-        seen: set[Triple] = set()
+        foreign = False
         with self._lock:
             self._refresh()
+            graphs = self._graphs
+            index = self._subject_index
+            seen: set[Triple] | None = None  # needed once a subject is in two graphs
             visited = {start}
             frontier = [start]
             for _ in range(depth):
                 reached: list[str] = []
                 for current in frontier:
-                    for triple, iri in self._edges_of(current, canonical):
-                        if triple not in seen:
-                            seen.add(triple)
-                            out.append(triple)
-                        target = triple[2]
-                        if iri and target not in visited:
+                    rids = index.get(current)
+                    if not rids:
+                        continue
+                    if len(rids) == 1:
+                        (rid,) = rids
+                        if canonical is not None and rid not in canonical:
+                            continue
+                        res = graphs[rid]
+                        foreign = foreign or res.foreign
+                        triples, targets = res.edges_of(current)
+                        if seen is None:
+                            out.extend(triples)
+                        else:
+                            for triple in triples:
+                                if triple not in seen:
+                                    seen.add(triple)
+                                    out.append(triple)
+                    else:
+                        if seen is None:
+                            seen = set(out)
+                        pairs: set[tuple[Triple, bool]] = set()
+                        for rid in rids if canonical is None else rids & canonical:
+                            res = graphs[rid]
+                            foreign = foreign or res.foreign
+                            pairs.update(res.edges_pairs(current))
+                        triples, targets = _sorted_edges(pairs)
+                        for triple in triples:
+                            if triple not in seen:
+                                seen.add(triple)
+                                out.append(triple)
+                    for target in targets:
+                        if target not in visited:
                             visited.add(target)
                             reached.append(target)
                 if not reached:
                     break
                 frontier = reached
-        if canonical is not None:
+        if canonical is not None and foreign:
             out = [t for t in out if _in_scope(t, canonical)]
-        return GraphResult(triples=out, metadata={"rows": str(len(out))})
+        return _result(out, {"rows": str(len(out))})
 
     # ------------------------------------------------------------ write side
 
@@ -417,9 +618,9 @@ class RdflibGraphBackend:
             IndexUnavailableError: the change could not be written.
         """
         rid = canonical_ulid(resource_id)
-        checked: dict[str, URIRef] = {}
+        checked: dict[str, str] = {}
         to_add = [_check_triple(t, rid, checked) for t in _materialise(triples, "triples")]
-        doomed = {URIRef(s) for s in _check_subjects(delete_subjects, "delete_subjects")}
+        doomed = set(_check_subjects(delete_subjects, "delete_subjects"))
         drop = [
             _check_triple(t, rid, checked) for t in _materialise(delete_triples, "delete_triples")
         ]
@@ -434,16 +635,14 @@ class RdflibGraphBackend:
             IndexUnavailableError: the change could not be written.
         """
         rid = canonical_ulid(resource_id)
-        doomed = (
-            None if subjects is None else {URIRef(s) for s in _check_subjects(subjects, "subjects")}
-        )
+        doomed = None if subjects is None else set(_check_subjects(subjects, "subjects"))
         with self._lock, self._writer_lock():
             if doomed is not None:
                 self._change(rid, doomed, [])
                 return
             self._refresh()
             if rid in self._graphs:
-                self._persist(rid, None)
+                self._remove_files(rid)
                 self._install(rid, None)
                 self._bump_generation()
 
@@ -452,8 +651,8 @@ class RdflibGraphBackend:
         rid = canonical_ulid(resource_id)
         with self._lock:
             self._refresh()
-            graph = self._graphs.get(rid)
-            return set() if graph is None else {str(s) for s in graph.subjects(unique=True)}
+            res = self._graphs.get(rid)
+            return set() if res is None else set(res.by_subject)
 
     def resource_ids(self) -> set[str]:
         """ULIDs of the resources whose graph is non-empty."""
@@ -467,38 +666,9 @@ class RdflibGraphBackend:
         if self._closed:
             raise IndexUnavailableError("the graph store is closed")
 
-    def _edges_of(self, subject: str, scope: frozenset[str] | None) -> list[tuple[Triple, bool]]:
-        """The triples of ``subject`` in in-scope graphs, as strings, sorted."""
-        rids = self._subject_index.get(URIRef(subject), set())
-        if scope is not None:
-            rids = rids & scope
-        edges: list[tuple[Triple, bool]] = []
-        for rid in rids:
-            adjacency = self._adjacency.get(rid)
-            if adjacency is None:
-                adjacency = {}
-                for s, p, o in self._graphs[rid]:
-                    key = _term(s)
-                    triple = (key, _term(p), _term(o))
-                    adjacency.setdefault(key, []).append((triple, isinstance(o, URIRef)))
-                for entries in adjacency.values():
-                    entries.sort()
-                self._adjacency[rid] = adjacency
-            edges.extend(adjacency.get(subject, ()))
-        if len(rids) > 1:
-            edges.sort()
-        return edges
-
-    def _triples_of(
-        self, subject: URIRef, scope: frozenset[str] | None
-    ) -> set[tuple[Node, Node, Node]]:
+    def _rids_of(self, subject: str, scope: frozenset[str] | None) -> set[str]:
         rids = self._subject_index.get(subject, set())
-        if scope is not None:
-            rids = rids & scope
-        found: set[tuple[Node, Node, Node]] = set()
-        for rid in rids:
-            found.update(self._graphs[rid].triples((subject, None, None)))
-        return found
+        return rids if scope is None else rids & scope
 
     def _union(self, scope: frozenset[str]) -> Graph:
         with self._lock:
@@ -508,96 +678,194 @@ class RdflibGraphBackend:
             if union is not None:
                 self._unions.move_to_end(present)
                 return union
-            union = _new_graph()
-            for rid in sorted(present):
-                union += self._graphs[rid]
+            union = _rdf_graph(self._graphs[rid] for rid in sorted(present))
             self._unions[present] = union
             while len(self._unions) > self._union_cache_size:
                 self._unions.popitem(last=False)
             return union
 
-    def _change(
-        self,
-        rid: str,
-        doomed: set[URIRef],
-        to_add: list[_RdfTriple],
-        drop: Sequence[_RdfTriple] = (),
-    ) -> None:
-        """Apply one write in place; on a failed write, undo it and re-raise.
-
-        Changing the resource graph in place keeps a write proportional to its
-        size, not the resource's.  Readers are safe: every read of resource
-        graphs holds ``self._lock``, and SPARQL runs on union copies.
-        """
-        self._refresh()
-        graph = self._graphs.get(rid)
-        if graph is None:
-            graph = _new_graph()
-        removed = [t for s in doomed for t in graph.triples((s, None, None))]
-        removed += [t for t in dict.fromkeys(drop) if t[0] not in doomed and t in graph]
-        for t in removed:
-            graph.remove(t)
-        added = [t for t in dict.fromkeys(to_add) if t not in graph]
-        for t in added:
-            graph.add(t)
-        if not removed and not added:
-            return
-        try:
-            self._persist(rid, graph if len(graph) else None)
-        except IndexUnavailableError:
-            for t in added:
-                graph.remove(t)
-            for t in removed:
-                graph.add(t)
-            raise
-        for subject in doomed | {t[0] for t in added} | {t[0] for t in removed}:
-            rids = self._subject_index.setdefault(subject, set())
-            if (subject, None, None) in graph:
-                rids.add(rid)
+    def _apply(self, rid: str, ops: Iterable[_Op]) -> list[_Op]:
+        """Apply ``ops`` to ``rid``'s graph and indexes; the ones that changed it."""
+        res = self._graphs.get(rid)
+        if res is None:
+            res = self._graphs[rid] = _ResourceGraph()
+        done: list[_Op] = []
+        touched: set[str] = set()
+        for op in ops:
+            add, s, p, o = op
+            if res.add(s, p, o) if add else res.remove(s, p, o):
+                done.append(op)
+                touched.add(s)
+        index = self._subject_index
+        for s in touched:
+            if s in res.by_subject:
+                index.setdefault(s, set()).add(rid)
             else:
-                rids.discard(rid)
-                if not rids:
-                    del self._subject_index[subject]
-        if len(graph):
-            self._graphs[rid] = graph
-        else:
-            self._graphs.pop(rid, None)
-        self._unions.clear()
-        self._adjacency.pop(rid, None)
-        self._bump_generation()
-
-    def _persist(self, rid: str, graph: Graph | None) -> None:
-        """Write the resource's file (remove it for ``None``); no-op in memory."""
-        if self._root is None:
-            return
-        path = self._root / "graphs" / f"{rid}.nt"
-        try:
-            if graph is not None:
-                _atomic_write(path, _serialize(graph))
-                self._file_stats[rid] = _stat_key(path.stat())
-            else:
-                with contextlib.suppress(FileNotFoundError):
-                    path.unlink()
-                _fsync_dir(path.parent)
-                self._file_stats.pop(rid, None)
-        except OSError as exc:
-            raise IndexUnavailableError(f"cannot write graph of {rid}: {exc}") from exc
-
-    def _install(self, rid: str, graph: Graph | None) -> None:
-        old = self._graphs.pop(rid, None)
-        if old is not None:
-            for s in old.subjects(unique=True):
-                rids = self._subject_index.get(s)
+                rids = index.get(s)
                 if rids is not None:
                     rids.discard(rid)
                     if not rids:
-                        del self._subject_index[s]
-        if graph is not None:
-            self._graphs[rid] = graph
-            for s in graph.subjects(unique=True):
-                self._subject_index.setdefault(s, set()).add(rid)
-        self._unions.clear()
-        self._adjacency.pop(rid, None)
+                        del index[s]
+        if not res.size:
+            del self._graphs[rid]
+        if done:
+            self._drop_unions(rid)
+        return done
+
+    def _drop_unions(self, rid: str) -> None:
+        for key in [key for key in self._unions if rid in key]:
+            del self._unions[key]
+
+    def _change(
+        self,
+        rid: str,
+        doomed: set[str],
+        to_add: list[tuple[str, str, _Obj]],
+        drop: Sequence[tuple[str, str, _Obj]] = (),
+    ) -> None:
+        """Apply one write; on a failed write, undo it and re-raise.
+
+        Only the change is written (appended to the resource's log), so a
+        write costs about its size, not the resource's.  Readers are safe:
+        every read of resource graphs holds ``self._lock``, and SPARQL runs
+        on union copies.
+        """
+        self._refresh()
+        self._sync_for_write(rid)
+        res = self._graphs.get(rid)
+        ops: list[_Op] = []
+        if res is not None:
+            for s in doomed:
+                ops.extend((False, s, p, o) for p, o in res.by_subject.get(s, ()))
+            ops.extend((False, s, p, o) for s, p, o in dict.fromkeys(drop) if s not in doomed)
+        ops.extend((True, s, p, o) for s, p, o in dict.fromkeys(to_add))
+        done = self._apply(rid, ops)
+        if not done:
+            return
+        undo: list[_Op] = [(not add, s, p, o) for add, s, p, o in reversed(done)]
+        try:
+            self._persist(rid, done)
+        except IndexUnavailableError:
+            self._apply(rid, undo)
+            raise
+        self._bump_generation_or_undo(rid, undo)
+        self._maybe_compact(rid)
+
+    # ------------------------------------------------------------ persistence
+
+    def _paths(self, rid: str) -> tuple[Path, Path]:
+        assert self._root is not None
+        graphs = self._root / "graphs"
+        return graphs / f"{rid}.nt", graphs / f"{rid}.log"
+
+    def _persist(self, rid: str, done: list[_Op]) -> None:
+        """Write one applied change to disk; no-op in memory."""
+        if self._root is None:
+            return
+        base, log = self._paths(rid)
+        res = self._graphs.get(rid)
+        files = self._files.get(rid)
+        try:
+            if res is None:
+                self._remove_files(rid)
+            elif files is None:
+                # A new resource: its whole graph is the change.  A log left by
+                # an interrupted deletion goes first.
+                with contextlib.suppress(FileNotFoundError):
+                    log.unlink()
+                _atomic_write(base, res.serialize())
+                self._files[rid] = _Files(_stat_key(base.stat()), None, 0)
+            else:
+                record = "".join(("+" if add else "-") + _nt_line(s, p, o) for add, s, p, o in done)
+                data = _encode(record) + _COMMIT
+                ino, size = _append(log, data)
+                files.log_ino, files.log_offset = ino, size + len(data)
+        except OSError as exc:
+            raise IndexUnavailableError(f"cannot write graph of {rid}: {exc}") from exc
+
+    def _remove_files(self, rid: str) -> None:
+        """Delete a resource's files: the base first (a log alone is ignored)."""
+        if self._root is None:
+            return
+        try:
+            for path in self._paths(rid):
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+            _fsync_dir(self._root / "graphs")
+        except OSError as exc:
+            raise IndexUnavailableError(f"cannot write graph of {rid}: {exc}") from exc
+        self._files.pop(rid, None)
+
+    def _bump_generation_or_undo(self, rid: str, undo: list[_Op]) -> None:
+        files = self._files.get(rid)
+        try:
+            self._bump_generation()
+        except IndexUnavailableError:
+            # Other processes look only after a bump: take the change back.
+            with contextlib.suppress(OSError):
+                self._take_back(rid, files, undo)
+            self._apply(rid, undo)
+            raise
+
+    def _take_back(self, rid: str, files: _Files | None, undo: list[_Op]) -> None:
+        if self._root is None:
+            return
+        base, log = self._paths(rid)
+        if files is None:  # the change removed the resource's files: rewrite them
+            res = _ResourceGraph()
+            for _, s, p, o in undo:
+                res.add(s, p, o)
+            _atomic_write(base, res.serialize())
+            self._files[rid] = _Files(_stat_key(base.stat()), None, 0)
+        elif files.log_ino is None:  # a new resource: its base was the change
+            base.unlink()
+            self._files.pop(rid, None)
+        else:
+            record = sum(len(_encode(_nt_line(s, p, o))) + 1 for _, s, p, o in undo)
+            offset = files.log_offset - record - len(_COMMIT)
+            os.truncate(log, offset)
+            files.log_offset = offset
+
+    def _maybe_compact(self, rid: str) -> None:
+        """Fold a log that outgrew its base into a new base (content unchanged)."""
+        files = self._files.get(rid)
+        res = self._graphs.get(rid)
+        if self._root is None or files is None or res is None or files.log_ino is None:
+            return
+        if files.log_offset <= max(files.base[1], _COMPACT_MIN_BYTES):
+            return
+        base, log = self._paths(rid)
+        try:
+            # A crash between the two steps leaves a log whose replay on the
+            # new base changes nothing: each triple ends as its last op left it.
+            _atomic_write(base, res.serialize())
+            key = _stat_key(base.stat())
+            log.unlink()
+            _fsync_dir(base.parent)
+        except OSError as exc:  # the data is safe in base + log; try again later
+            _log.warning("rdflib_graph.compaction_failed", resource=rid, error=str(exc))
+            return
+        self._files[rid] = _Files(key, None, 0)
+
+    def _install(self, rid: str, res: _ResourceGraph | None) -> None:
+        old = self._graphs.pop(rid, None)
+        index = self._subject_index
+        if old is not None:
+            for s in old.by_subject:
+                rids = index.get(s)
+                if rids is not None:
+                    rids.discard(rid)
+                    if not rids:
+                        del index[s]
+        if res is not None and res.size:
+            self._graphs[rid] = res
+            for s in res.by_subject:
+                rids = index.get(s)
+                if rids is None:
+                    index[s] = {rid}
+                else:
+                    rids.add(rid)
+        self._drop_unions(rid)
 
     def _bump_generation(self) -> None:
         if self._root is None:
@@ -629,41 +897,163 @@ class RdflibGraphBackend:
         if generation == self._generation_seen:
             return
         graphs_dir = self._root / "graphs"
-        on_disk: dict[str, _Stat] = {}
+        bases: dict[str, _Stat] = {}
+        logs: dict[str, tuple[int, int]] = {}
         with os.scandir(graphs_dir) as entries:
             for entry in entries:
                 stem, dot, ext = entry.name.partition(".")
-                if dot and ext == "nt" and is_ulid(stem) and stem == stem.upper():
-                    on_disk[stem] = _stat_key(entry.stat(follow_symlinks=False))
+                if not dot or not is_ulid(stem) or stem != stem.upper():
+                    continue
+                if ext == "nt":
+                    bases[stem] = _stat_key(entry.stat(follow_symlinks=False))
+                elif ext == "log":
+                    st = entry.stat(follow_symlinks=False)
+                    logs[stem] = (st.st_ino, st.st_size)
         changed = 0
-        for rid in set(self._file_stats) - set(on_disk):
-            self._file_stats.pop(rid)
+        for rid in set(self._files) - set(bases):
+            self._files.pop(rid)
             self._install(rid, None)
             changed += 1
-        for rid, key in on_disk.items():
-            if self._file_stats.get(rid) != key:
-                self._load(rid, graphs_dir / f"{rid}.nt")
-                changed += 1
+        for rid, key in bases.items():
+            changed += self._sync(rid, key, logs.get(rid))
         self._generation_seen = generation
         if changed:
             _log.debug("rdflib_graph.reloaded", resources=changed, store=str(self._root))
 
-    def _load(self, rid: str, path: Path) -> None:
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        except FileNotFoundError:
-            self._file_stats.pop(rid, None)
-            self._install(rid, None)
+    def _sync_for_write(self, rid: str) -> None:
+        """Read what a killed writer committed to ``rid`` and cut off its torn tail."""
+        if self._root is None:
             return
-        with os.fdopen(fd, "rb") as fh:
-            key = _stat_key(os.fstat(fh.fileno()))
-            data = fh.read()
+        base, log = self._paths(rid)
         try:
-            graph = _parse(data)
-        except ValueError as exc:  # UnicodeDecodeError included
-            raise IndexUnavailableError(f"corrupt graph file {path}: {exc}") from exc
-        self._file_stats[rid] = key
-        self._install(rid, graph if len(graph) else None)
+            try:
+                key = _stat_key(os.stat(base, follow_symlinks=False))
+            except FileNotFoundError:
+                if rid in self._files:
+                    self._files.pop(rid)
+                    self._install(rid, None)
+                return
+            try:
+                st = os.stat(log, follow_symlinks=False)
+                log_stat: tuple[int, int] | None = (st.st_ino, st.st_size)
+            except FileNotFoundError:
+                log_stat = None
+            self._sync(rid, key, log_stat)
+            files = self._files.get(rid)
+            if files is not None and log_stat is not None and files.log_ino == log_stat[0]:
+                size = os.stat(log, follow_symlinks=False).st_size
+                if size > files.log_offset:
+                    os.truncate(log, files.log_offset)
+        except OSError as exc:
+            raise IndexUnavailableError(f"cannot read graph store {self._root}: {exc}") from exc
+
+    def _sync(self, rid: str, base_key: _Stat, log_stat: tuple[int, int] | None) -> int:
+        """Bring ``rid`` up to date with its files; 1 if anything was read."""
+        files = self._files.get(rid)
+        if files is None or files.base != base_key:
+            self._load(rid)
+            return 1
+        if log_stat is None:
+            if files.log_ino is None:
+                return 0
+            self._load(rid)
+            return 1
+        ino, size = log_stat
+        if files.log_ino is None:
+            offset = 0  # a log started since the base was read
+        elif files.log_ino == ino:
+            offset = files.log_offset
+        else:
+            self._load(rid)
+            return 1
+        if size == offset:
+            return 0
+        if size < offset or not self._read_log_tail(rid, files, ino, offset):
+            self._load(rid)
+        return 1
+
+    def _read_log_tail(self, rid: str, files: _Files, ino: int, offset: int) -> bool:
+        """Apply the records committed past ``offset``; False if the log was replaced."""
+        _, log = self._paths(rid)
+        read = _read_from(log, offset)
+        if read is None or read[0] != ino:
+            return False
+        lines, length = _committed(read[1])
+        ops = self._ops(rid, lines, log)
+        files.log_ino, files.log_offset = ino, offset + length
+        if ops:
+            self._apply(rid, ops)
+        return True
+
+    def _ops(self, rid: str, lines: list[bytes], path: Path) -> list[_Op]:
+        parser = _Parser(rid)
+        ops: list[_Op] = []
+        with _corrupt_is_unavailable(path):
+            for raw in lines:
+                if raw == b"C":
+                    continue
+                sign, line = raw[:1], raw[1:].decode("utf-8")
+                triple = parser.triple(line)
+                if sign not in (b"+", b"-") or triple is None:
+                    raise ValueError("a log line is not a change this store writes")
+                ops.append((sign == b"+", *triple))
+        if parser.foreign:
+            res = self._graphs.get(rid)
+            if res is not None:
+                res.foreign = True
+        return ops
+
+    def _load(self, rid: str) -> None:
+        """Read ``rid``'s base and committed log afresh."""
+        base, log = self._paths(rid)
+        for _ in range(8):
+            try:
+                fd = os.open(base, os.O_RDONLY | os.O_NOFOLLOW)
+            except FileNotFoundError:
+                self._files.pop(rid, None)
+                self._install(rid, None)
+                return
+            with os.fdopen(fd, "rb") as fh:
+                key = _stat_key(os.fstat(fh.fileno()))
+                data = fh.read()
+            read = _read_from(log, 0)
+            try:
+                if _stat_key(os.stat(base, follow_symlinks=False)) != key:
+                    continue  # compacted meanwhile: the log may belong to the new base
+            except FileNotFoundError:
+                continue
+            break
+        else:
+            raise IndexUnavailableError(f"graph file {base} keeps changing")
+        parser = _Parser(rid)
+        res = _ResourceGraph()
+        by_subject = res.by_subject
+        size = 0
+        triple = parser.triple
+        with _corrupt_is_unavailable(base):
+            for line in data.decode("utf-8").split("\n"):
+                parsed = triple(line.rstrip("\r"))
+                if parsed is None:
+                    continue
+                s, p, o = parsed
+                edges = by_subject.get(s)
+                if edges is None:
+                    by_subject[s] = {(p, o)}
+                    size += 1
+                elif (p, o) not in edges:
+                    edges.add((p, o))
+                    size += 1
+        res.size = size
+        res.foreign = parser.foreign
+        files = _Files(key, None, 0)
+        self._files[rid] = files
+        self._install(rid, res)
+        if read is not None:
+            lines, length = _committed(read[1])
+            ops = self._ops(rid, lines, log)
+            files.log_ino, files.log_offset = read[0], length
+            if ops:
+                self._apply(rid, ops)
 
     @contextlib.contextmanager
     def _writer_lock(self) -> Iterator[None]:
@@ -694,7 +1084,7 @@ def _check_subjects(subjects: object, name: str) -> list[str]:
     return out
 
 
-def _check_iri(value: object, name: str, rid: str, checked: dict[str, URIRef]) -> URIRef:
+def _check_iri(value: object, name: str, rid: str, checked: dict[str, str]) -> str:
     # ``checked`` memoises the IRIs of one write: subjects and predicates repeat.
     if isinstance(value, str) and value in checked:
         return checked[value]
@@ -704,24 +1094,23 @@ def _check_iri(value: object, name: str, rid: str, checked: dict[str, URIRef]) -
     owner = resource_id_of(iri)
     if owner is not None and owner != rid:
         raise ValueError(f"{name} {iri[:80]!r} names resource {owner}, not {rid}")
-    checked[iri] = URIRef(iri)
+    # A plain str (not a subclass) so the stored graphs hold only plain strings.
+    checked[iri] = str(iri)
     return checked[iri]
 
 
-def _check_triple(triple: object, rid: str, checked: dict[str, URIRef]) -> _RdfTriple:
+def _check_triple(triple: object, rid: str, checked: dict[str, str]) -> tuple[str, str, _Obj]:
     if not isinstance(triple, tuple) or len(triple) != 3:
         raise TypeError("each triple must be a tuple (subject, predicate, object)")
     s, p, o = triple
     subject = _check_iri(s, "subject", rid, checked)
     predicate = _check_iri(p, "predicate", rid, checked)
-    obj: URIRef | RdfLiteral
+    obj: _Obj
     if isinstance(o, Literal):
         if not isinstance(o.value, str):
             raise TypeError(f"a literal value must be a str, not {type(o.value).__name__}")
-        datatype = (
-            None if o.datatype is None else str(_check_iri(o.datatype, "datatype", rid, checked))
-        )
-        obj = _literal(o.value, datatype)
+        datatype = None if o.datatype is None else _check_iri(o.datatype, "datatype", rid, checked)
+        obj = (str(o.value), datatype)
     elif isinstance(o, str):
         obj = _check_iri(o, "object", rid, checked)
     else:
