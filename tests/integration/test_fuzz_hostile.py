@@ -71,6 +71,7 @@ from cleveragents.infrastructure.acms.rdflib_graph import RdflibGraphBackend
 from cleveragents.infrastructure.acms.sqlite_registry import open_registry
 from cleveragents.infrastructure.acms.tantivy_text import TantivyTextBackend
 from gitrepo import git
+from listening import accepted, listening_socket
 
 A = "01ARZ3NDEKTSV4RRFFQ69G5FAV"
 B = "01BX5ZZKBKACTAV9WEVGEMMVRZ"
@@ -311,24 +312,11 @@ def test_native_panic_in_the_query_engine_becomes_a_query_error(
 
 @pytest.fixture(scope="module")
 def listener() -> Iterator[socket.socket]:
-    """A local HTTP-ish endpoint that SERVICE / FROM could try to reach."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(16)
-    sock.setblocking(False)
-    yield sock
-    sock.close()
+    with listening_socket() as sock:
+        yield sock
 
 
-def _connections(sock: socket.socket) -> int:
-    count = 0
-    while True:
-        try:
-            conn, _ = sock.accept()
-        except BlockingIOError:
-            return count
-        conn.close()
-        count += 1
+_connections = accepted
 
 
 def _graph_triples(rid: str) -> list[tuple[str, str, Any]]:

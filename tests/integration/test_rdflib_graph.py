@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from cleveragents.domain.models.acms.uko import (
     resource_uri,
 )
 from cleveragents.infrastructure.acms.rdflib_graph import RdflibGraphBackend
+from listening import accepted, listening_socket
 
 XSD_INT = "http://www.w3.org/2001/XMLSchema#integer"
 PREFIX = f"PREFIX uko: <{UKO}>\n"
@@ -328,25 +330,12 @@ _HOSTILE = [
 
 
 @pytest.fixture
-def listener():
-    """A local TCP socket; any connection attempt lands in its backlog."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(8)
-    sock.setblocking(False)
-    yield sock
-    sock.close()
+def listener() -> Iterator[socket.socket]:
+    with listening_socket() as sock:
+        yield sock
 
 
-def _accepted(sock: socket.socket) -> int:
-    count = 0
-    while True:
-        try:
-            conn, _ = sock.accept()
-        except BlockingIOError:
-            return count
-        conn.close()
-        count += 1
+_accepted = accepted
 
 
 @pytest.mark.parametrize("template", _HOSTILE)
