@@ -222,17 +222,27 @@ def _text_queries() -> st.SearchStrategy[str]:
 text_queries = _text_queries()
 
 
-class TextScopeMachine(RuleBasedStateMachine):
-    """TantivyTextBackend on disk: two handles on one directory, reopened at will."""
+class _TwoHandleMachine(RuleBasedStateMachine):
+    """One backend directory, two handles on it, oracles cached per scope.
+
+    Subclasses give ``_open`` (a handle on ``self.path``) and ``_new_oracle``;
+    rules that delete a whole resource or reopen the handles are shared.
+    """
+
+    prefix = "acms-sm-"
+    dirname = "index"
 
     def __init__(self) -> None:
         super().__init__()
-        self.tmp = scratch_dir("acms-sm-text-")
-        self.path = Path(self.tmp) / "text"
-        self.handles = [TantivyTextBackend(self.path), TantivyTextBackend(self.path)]
-        self.model: dict[str, dict[str, IndexUnit]] = {}
+        self.tmp = scratch_dir(self.prefix)
+        self.path = Path(self.tmp) / self.dirname
+        self.handles = [self._open(), self._open()]
+        self.model: dict[str, Any] = {}
         self.version = 0
-        self.oracles: dict[frozenset[str], TantivyTextBackend] = {}
+        self.oracles: dict[frozenset[str], Any] = {}
+
+    def _open(self) -> Any:
+        raise NotImplementedError
 
     def teardown(self) -> None:
         for h in self.handles:
@@ -248,6 +258,28 @@ class TextScopeMachine(RuleBasedStateMachine):
     def _changed(self) -> None:
         self.version += 1
         self._drop_oracles()
+
+    @rule(rid=pool_ids, handle=st.integers(0, 1))
+    def delete_resource(self, rid: str, handle: int) -> None:
+        self.handles[handle].delete(rid)
+        self.model.pop(rid, None)
+        self._changed()
+
+    @rule()
+    def reopen(self) -> None:
+        for h in self.handles:
+            h.close()
+        self.handles = [self._open(), self._open()]
+
+
+class TextScopeMachine(_TwoHandleMachine):
+    """TantivyTextBackend on disk: two handles on one directory, reopened at will."""
+
+    prefix, dirname = "acms-sm-text-", "text"
+    model: dict[str, dict[str, IndexUnit]]
+
+    def _open(self) -> TantivyTextBackend:
+        return TantivyTextBackend(self.path)
 
     @initialize(data=st.lists(text_units, min_size=4, max_size=4))
     def populate(self, data: list[list[Any]]) -> None:
@@ -290,18 +322,6 @@ class TextScopeMachine(RuleBasedStateMachine):
         for uri in doomed:
             del self.model[rid][uri]
         self._changed()
-
-    @rule(rid=pool_ids, handle=st.integers(0, 1))
-    def delete_resource(self, rid: str, handle: int) -> None:
-        self.handles[handle].delete(rid)
-        self.model.pop(rid, None)
-        self._changed()
-
-    @rule()
-    def reopen(self) -> None:
-        for h in self.handles:
-            h.close()
-        self.handles = [TantivyTextBackend(self.path), TantivyTextBackend(self.path)]
 
     def _oracle(self, scope: frozenset[str]) -> TantivyTextBackend:
         key = canonical(scope)
@@ -358,19 +378,15 @@ def unit_vector(values: list[int]) -> np.ndarray:
     return v / np.linalg.norm(v)
 
 
-class VectorScopeMachine(RuleBasedStateMachine):
+class VectorScopeMachine(_TwoHandleMachine):
     """FaissVectorBackend on disk: two handles on one directory, reopened at will.
 
     Small integer embeddings make exact ties common, so the top-k check is
     tie aware: equal score multisets, and every strictly better unit present.
     """
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.tmp = scratch_dir("acms-sm-vec-")
-        self.path = Path(self.tmp) / "vectors"
-        self.handles = [self._open(), self._open()]
-        self.model: dict[str, dict[str, np.ndarray]] = {}
+    prefix, dirname = "acms-sm-vec-", "vectors"
+    model: dict[str, dict[str, np.ndarray]]
 
     def _open(self) -> FaissVectorBackend:
         return FaissVectorBackend(self.path, dimension=DIM)
@@ -379,11 +395,6 @@ class VectorScopeMachine(RuleBasedStateMachine):
     def populate(self, data: list[list[Any]]) -> None:
         for rid, units in zip(POOL, data, strict=False):
             self.upsert(rid, units, 0, [])
-
-    def teardown(self) -> None:
-        for h in self.handles:
-            h.close()
-        shutil.rmtree(self.tmp, ignore_errors=True)
 
     @rule(
         rid=pool_ids,
@@ -423,17 +434,6 @@ class VectorScopeMachine(RuleBasedStateMachine):
         self.handles[1].delete(rid, doomed)
         for uri in doomed:
             del self.model[rid][uri]
-
-    @rule(rid=pool_ids, handle=st.integers(0, 1))
-    def delete_resource(self, rid: str, handle: int) -> None:
-        self.handles[handle].delete(rid)
-        self.model.pop(rid, None)
-
-    @rule()
-    def reopen(self) -> None:
-        for h in self.handles:
-            h.close()
-        self.handles = [self._open(), self._open()]
 
     @rule(
         scope=scopes,
@@ -572,27 +572,14 @@ sparql_queries = st.tuples(
 )
 
 
-class GraphScopeMachine(RuleBasedStateMachine):
+class GraphScopeMachine(_TwoHandleMachine):
     """RdflibGraphBackend on disk: two handles on one directory, reopened at will."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.tmp = scratch_dir("acms-sm-graph-")
-        self.path = Path(self.tmp) / "graph"
-        self.handles = [RdflibGraphBackend(self.path), RdflibGraphBackend(self.path)]
-        self.model: dict[str, set[WriteTriple]] = {}
-        self.oracles: dict[frozenset[str], RdflibGraphBackend] = {}
+    prefix, dirname = "acms-sm-graph-", "graph"
+    model: dict[str, set[WriteTriple]]
 
-    def teardown(self) -> None:
-        for h in self.handles:
-            h.close()
-        self._changed()
-        shutil.rmtree(self.tmp, ignore_errors=True)
-
-    def _changed(self) -> None:
-        for o in self.oracles.values():
-            o.close()
-        self.oracles.clear()
+    def _open(self) -> RdflibGraphBackend:
+        return RdflibGraphBackend(self.path)
 
     @initialize(
         data=st.lists(st.lists(abstract_triples, min_size=2, max_size=10), min_size=4, max_size=4)
@@ -646,18 +633,6 @@ class GraphScopeMachine(RuleBasedStateMachine):
         graph = self.model.get(rid, set())
         graph.difference_update({t for t in graph if t[0] in doomed})
         self._changed()
-
-    @rule(rid=pool_ids, handle=st.integers(0, 1))
-    def delete_resource(self, rid: str, handle: int) -> None:
-        self.handles[handle].delete(rid)
-        self.model.pop(rid, None)
-        self._changed()
-
-    @rule()
-    def reopen(self) -> None:
-        for h in self.handles:
-            h.close()
-        self.handles = [RdflibGraphBackend(self.path), RdflibGraphBackend(self.path)]
 
     def _oracle(self, scope: frozenset[str]) -> RdflibGraphBackend:
         key = canonical(scope)
