@@ -382,7 +382,9 @@ def guarded(prog: str, body: Callable[[], int]) -> int:
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
-    except Exception as exc:
+    except SystemExit:
+        raise  # argparse's --help and explicit exits keep their code
+    except BaseException as exc:  # native panics (pyo3) derive from BaseException
         log.debug("cli.internal_error", exc_info=True)
         print(f"{prog}: internal error: {type(exc).__name__}: {_one_line(exc)}", file=sys.stderr)
         return EXIT_FAILURE
