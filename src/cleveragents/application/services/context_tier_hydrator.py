@@ -34,12 +34,11 @@ from typing import Any
 import structlog
 
 from cleveragents.application.services.context_tier_service import ContextTierService
-from cleveragents.application.services.indexer import Indexer
+from cleveragents.application.services.indexer import NOT_READ, Indexer, NotRead
 from cleveragents.application.services.resource_files import (
-    BINARY_EXTENSIONS,
     MAX_FILE_BYTES,
     MAX_TOTAL_BYTES,
-    ListedFile,
+    ReadFile,
     decode_text,
     is_binary,
     list_files,
@@ -128,42 +127,18 @@ def hydrate_tiers_from_project(
     )
     stored = 0
     total_bytes = 0
-    index_cap = indexer.max_file_bytes if indexer is not None else 0
-    for f in listed:
-        if session is not None:
-            session.stats.files_seen += 1
-        if _has_binary_extension(f.rel_path):
-            if session is not None:
-                session.skip(f, "binary")
-            continue
+    for f in listed:  # binary extensions and skip directories never get listed
         want_tier = f.size <= MAX_FILE_BYTES and total_bytes + f.size <= MAX_TOTAL_BYTES
-        want_index = session is not None and session.needs_read(f)
-        if not want_tier and not want_index:
-            if session is not None:
-                if f.size > index_cap:
-                    session.skip(f, "too_large")
-                else:
-                    session.keep(f)
-            continue
-        read = read_file(
-            resource_location, f, max_bytes=max(MAX_FILE_BYTES if want_tier else 0, index_cap)
-        )
-        if read is None:
-            if session is not None:
-                session.skip(f, "unreadable")
+        read: ReadFile | NotRead | None = NOT_READ
+        if want_tier or (session is not None and session.needs_read(f)):
+            # One read serves both: up to the larger of the two caps.
+            cap = max(MAX_FILE_BYTES, indexer.max_file_bytes if indexer else 0)
+            read = read_file(resource_location, f, max_bytes=cap)
+        if session is not None:
+            session.visit(f, read)
+        if not isinstance(read, ReadFile):
             continue
         data = read.data
-        current = ListedFile(f.rel_path, read.size, read.mtime_ns)
-        if session is not None:
-            if want_index:
-                # Only reads the index asked for count as the index's reads.
-                session.stats.files_read += 1
-                session.stats.bytes_read += len(data)
-                session.update(current, data)
-            elif len(data) > index_cap:
-                session.skip(current, "too_large")
-            else:
-                session.keep(current)
         if not want_tier or len(data) > MAX_FILE_BYTES or total_bytes + len(data) > MAX_TOTAL_BYTES:
             continue
         if is_binary(f.rel_path, data[:8192]):
@@ -195,7 +170,3 @@ def hydrate_tiers_from_project(
         total_bytes=total_bytes,
     )
     return stored
-
-
-def _has_binary_extension(rel_path: str) -> bool:
-    return os.path.splitext(rel_path)[1].lower() in BINARY_EXTENSIONS

@@ -67,6 +67,7 @@ from cleveragents.application.services.code_graph import ModuleLookup, extract_f
 from cleveragents.application.services.fault_injection import checkpoint
 from cleveragents.application.services.resource_files import (
     ListedFile,
+    ReadFile,
     decode_text,
     is_binary,
     list_files,
@@ -84,7 +85,14 @@ from cleveragents.domain.models.acms.indexing import FileRecord, IndexStats
 from cleveragents.domain.models.acms.uko import UKO, file_uri, path_of, resource_uri
 from cleveragents.domain.models.acms.ulids import canonical_ulid
 
-__all__ = ["DEFAULT_INDEX_FILE_BYTES", "Catalog", "IndexSession", "Indexer"]
+__all__ = [
+    "DEFAULT_INDEX_FILE_BYTES",
+    "NOT_READ",
+    "Catalog",
+    "IndexSession",
+    "Indexer",
+    "NotRead",
+]
 
 DEFAULT_INDEX_FILE_BYTES = 1024 * 1024
 _EMBED_BATCH = 256
@@ -233,6 +241,13 @@ class Indexer:
         self._force_full = False
 
 
+class NotRead:
+    """Marker type: the caller did not read the file (see ``IndexSession.visit``)."""
+
+
+NOT_READ = NotRead()
+
+
 class IndexSession:
     """One resource's pass: visit (or read and update) each listed file, then finish."""
 
@@ -335,16 +350,28 @@ class IndexSession:
             or listed.rel_path in self._suspect
         )
 
-    def visit(self, listed: ListedFile) -> None:
-        """Handle one listed file, reading it only when the index needs it."""
+    def visit(self, listed: ListedFile, preread: ReadFile | NotRead | None = NOT_READ) -> None:
+        """Handle one listed file, reading it only when the index needs it.
+
+        ``preread`` is what a caller already read for its own purpose (the
+        hydrator's tier): the bytes, or None when that read failed.  Reads
+        count in the stats only when the index needed them.
+        """
         self.stats.files_seen += 1
         if listed.size > self._ix.max_file_bytes:
             self.skip(listed, "too_large")
             return
+        if preread is None:
+            self.skip(listed, "unreadable")
+            return
         if not self.needs_read(listed):
             self.keep(listed)
             return
-        read = read_file(self.root, listed, max_bytes=self._ix.max_file_bytes)
+        read = (
+            read_file(self.root, listed, max_bytes=self._ix.max_file_bytes)
+            if isinstance(preread, NotRead)
+            else preread
+        )
         if read is None:
             self.skip(listed, "unreadable")
             return
