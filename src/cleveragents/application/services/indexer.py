@@ -70,7 +70,7 @@ from cleveragents.application.services.resource_files import (
     ReadFile,
     decode_text,
     is_binary,
-    list_files,
+    list_resource,
     read_file,
 )
 from cleveragents.domain.models.acms.backends import (
@@ -82,6 +82,7 @@ from cleveragents.domain.models.acms.backends import (
 )
 from cleveragents.domain.models.acms.embedding import Embedder
 from cleveragents.domain.models.acms.indexing import FileRecord, IndexStats
+from cleveragents.domain.models.acms.secret_filter import DEFAULT_SECRET_FILTER, SecretFilter
 from cleveragents.domain.models.acms.uko import UKO, file_uri, path_of, resource_uri
 from cleveragents.domain.models.acms.ulids import canonical_ulid
 
@@ -182,13 +183,22 @@ class Indexer:
         *,
         full: bool = False,
         progress: Callable[[int, int], None] | None = None,
+        secrets: SecretFilter = DEFAULT_SECRET_FILTER,
     ) -> IndexStats:
         """List and index one resource on its own (the ``reindex`` path).
 
-        ``progress(done, total)`` is called after each file.
+        ``progress(done, total)`` is called after each file.  Files the
+        ``secrets`` deny-list leaves out count as ``skipped["secret"]``.
+
+        Raises:
+            ResourceListingError: git cannot list a git resource (nothing is
+                written: its units stay as they were).
         """
-        listed = list(list_files(root, resource_type))
+        listing = list_resource(root, resource_type, secrets=secrets)
+        listed = listing.files
         session = self.session(resource_id, root, [f.rel_path for f in listed], full=full)
+        for _ in listing.secret_skipped:
+            session.stats.skip("secret")
         for done, f in enumerate(listed, 1):
             session.visit(f)
             if progress is not None:
