@@ -309,7 +309,7 @@ def test_not_a_git_directory_is_an_error_not_a_walk(
         message = _listing_error(tmp_path)
     assert "not a git repository" in message and "--type directory" in message
     [failed] = [e for e in logs if e["event"] == "context_hydrator.git_failed"]
-    assert failed["reason"] == "git_failed" and failed["log_level"] == "warning"
+    assert failed["reason"] == "git_failed" and failed["log_level"] == "debug"
     assert not skipped(logs)  # nothing was walked
     # The same tree registered as a plain directory is walked as before.
     assert [f.rel_path for f in list_files(tmp_path, "directory")] == ["a.py"]

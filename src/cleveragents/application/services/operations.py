@@ -374,7 +374,7 @@ class AcmsOperations:
                         secrets=secret_filter_of(resource),
                     )
                 except ResourceListingError as exc:
-                    _log.error("reindex.resource_failed", resource_id=rid, error=str(exc))
+                    _log.info("reindex.resource_failed", resource_id=rid, error=str(exc))
                     report.failed[rid] = str(exc)
                     continue
                 report.resources[rid] = stats

@@ -212,7 +212,7 @@ _DIRECTORY_HINT = "or register it with '--type directory' to index every file, .
 
 
 def _git_failed(root: str, reason: str, detail: str, fix: str) -> ResourceListingError:
-    _log.warning("context_hydrator.git_failed", root=root, reason=reason, detail=detail, fix=fix)
+    _log.debug("context_hydrator.git_failed", root=root, reason=reason, detail=detail, fix=fix)
     return ResourceListingError(f"git cannot list {root}: {detail} (fix: {fix})")
 
 
