@@ -58,6 +58,14 @@ SECRET_PATHS = [
 ]
 # Binary containers: their marker sits in text so a leak would be searchable.
 SECRET_PATHS += ["certs/bundle.p12", "certs/bundle.pfx", "java/store.jks", "vault.kdbx"]
+# Ordinary names, secret contents (assembled here so this file holds no token).
+CONTENT_SECRETS = {
+    "app/aws.py": "KEY = 'AKIA" + "Q3EGRL5ZXN7MVB2H'\n",
+    "docs/setup.md": "export GITHUB_TOKEN=ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8" + "\n",
+    "deploy/values.yaml": "tls: |\n  -----BEGIN RSA " + "PRIVATE KEY-----\n  MIIE\n",
+    "bot/slack.js": "const token = 'xoxb-" + "123456789012-abcdefghijkl';\n",
+}
+SECRET_PATHS += list(CONTENT_SECRETS)
 MARKERS = {path: f"secretmarker{i}" for i, path in enumerate(SECRET_PATHS)}
 
 
@@ -67,8 +75,13 @@ def repo(tmp_path: Path) -> Path:
     root.mkdir()
     for path, marker in MARKERS.items():
         (root / path).parent.mkdir(parents=True, exist_ok=True)
-        (root / path).write_text(f"token = {marker}\npassword = {marker}\n")
+        (root / path).write_text(
+            f"token = {marker}\npassword = {marker}\n{CONTENT_SECRETS.get(path, '')}"
+        )
     (root / "README.md").write_text("# Demo\n\npublicmarker\n")
+    # AWS's documented example key is not a secret.
+    (root / "docs").mkdir(exist_ok=True)
+    (root / "docs" / "aws.md").write_text("examplemarker AKIAIOSFODNN7EXAMPLE\n")
     (root / ".env.example").write_text("API_TOKEN=templatemarker\n")
     (root / "app").mkdir(exist_ok=True)
     (root / "app" / "settings.py").write_text("def load_settings():\n    return 'codemarker'\n")
@@ -139,22 +152,35 @@ def test_no_secret_reaches_a_tier_or_any_index(repo: Path, container: Any) -> No
     view = view_of(container)
     for marker in ("publicmarker", "templatemarker", "codemarker"):
         assert view.search(marker), marker
+    assert view.search("examplemarker")
     assert {f.metadata["path"] for f in tiers.fragments()} == {
         "README.md",
         ".env.example",
         "app/settings.py",
+        "docs/aws.md",
     }
-    # Each skip is logged with its path, reason and rule, at INFO.
+    # Each skip is logged with its path, reason and rule (or token kind), at INFO.
     skips = {
         e["path"]: e
         for e in logs
-        if e["event"] == "context_hydrator.file_skipped" and e["reason"] == "secret"
+        if e["event"] == "context_hydrator.file_skipped"
+        and e["reason"] in ("secret", "secret_content")
     }
     assert set(skips) == set(SECRET_PATHS)
-    assert all(e["log_level"] == "info" and e["rule"] for e in skips.values())
-    # And counted: a re-run reports every one of them.
-    stats = container.indexer().index_resource(RID, repo, "git-checkout")
+    assert all(e["log_level"] == "info" for e in skips.values())
+    by_content = {p: e["kind"] for p, e in skips.items() if e["reason"] == "secret_content"}
+    assert by_content == {
+        "app/aws.py": "aws_key_id",
+        "docs/setup.md": "github_token",
+        "deploy/values.yaml": "private_key",
+        "bot/slack.js": "slack_token",
+    }
+    assert all(skips[p]["rule"] for p in set(SECRET_PATHS) - set(CONTENT_SECRETS))
+    # And counted: a re-run (reading on its own) reports every one of them,
+    # and still indexes none.
+    stats = container.indexer().index_resource(RID, repo, "git-checkout", full=True)
     assert stats.skipped["secret"] == len(SECRET_PATHS)
+    assert no_leaks(leaks(container, ContextTierService()))
 
 
 def test_with_the_filter_off_secrets_are_found_and_turning_it_on_removes_them(
@@ -180,9 +206,16 @@ def test_with_the_filter_off_secrets_are_found_and_turning_it_on_removes_them(
     assert found["tier"] == set(SECRET_PATHS)
     assert found["vector"] and found["graph"]
 
+    # The next run drops every file the name rules deny, unread ...
     stats = container.indexer().index_resource(RID, repo, "git-checkout")
+    by_name = set(SECRET_PATHS) - set(CONTENT_SECRETS)
+    assert stats.skipped["secret"] == len(by_name)
+    assert stats.files_deleted == len(by_name)
+    assert leaks(container, ContextTierService())["text"] == set(CONTENT_SECRETS)
+    # ... and content is checked when a file is read: unchanged files are not
+    # re-read, so a full run (or an edit) drops the rest.
+    stats = container.indexer().index_resource(RID, repo, "git-checkout", full=True)
     assert stats.skipped["secret"] == len(SECRET_PATHS)
-    assert stats.files_deleted == len(SECRET_PATHS)
     after = leaks(container, ContextTierService())
     assert no_leaks(after), after
 

@@ -11,6 +11,7 @@ from cleveragents.domain.models.acms.secret_filter import (
     DEFAULT_SECRET_FILTER,
     DEFAULT_SECRET_RULES,
     SECRET_TEMPLATES,
+    SECRET_TOKEN_KINDS,
     SecretFilter,
     SecretRule,
     secret_filter_of,
@@ -211,3 +212,59 @@ def test_an_ordinary_file_is_let_through_under_an_ordinary_directory(
         return
     path = "/".join([*prefix, name])
     assert not DEFAULT_SECRET_FILTER.is_secret(path), path
+
+
+# Tokens assembled at run time, so this file holds none.
+TOKENS = {
+    "private_key": b"-----BEGIN OPENSSH " + b"PRIVATE KEY-----\nb3Blbn\n",
+    "aws_key_id": b"aws_access_key_id = AKIA" + b"Q3EGRL5ZXN7MVB2H\n",
+    "github_token": b"token: ghp_" + b"a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8\n",
+    "github_pat": b"github_pat_" + b"1" * 22 + b"_" + b"A" * 59 + b"\n",
+    "gitlab_token": b"CI_TOKEN=glpat-" + b"abcdefghij0123456789\n",
+    "slack_token": b"SLACK=xoxp-" + b"1234567890-abcdef\n",
+    "stripe_key": b"STRIPE=sk_live_" + b"4eC39HqLyjWDarjtT1zdp7dc\n",
+    "pypi_token": b"password = pypi-AgEIcHlwaS5vcmc" + b"x" * 60 + b"\n",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(TOKENS))
+def test_each_token_kind_is_found_in_content(kind: str) -> None:
+    data = b"# settings\nDEBUG = True\n" + TOKENS[kind] + b"more = 1\n"
+    assert kind in SECRET_TOKEN_KINDS
+    assert DEFAULT_SECRET_FILTER.content_rule("src/settings.py", data) == kind
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"AKIAIOSFODNN7EXAMPLE  # AWS's documented example key",
+        b"prefix = 'AKIA'  # too short",
+        b"the ghp_ prefix marks a GitHub token",
+        b"-----BEGIN PUBLIC KEY-----\nMIIB\n",
+        b"-----BEGIN CERTIFICATE-----\nMIIB\n",
+        b"xoxo, see you",
+        b"def private_key(self): return self._key",
+        b"sk_test_4eC39HqLyjWDarjtT1zdp7dc",
+        b"",
+    ],
+)
+def test_look_alikes_are_not_secrets(data: bytes) -> None:
+    assert DEFAULT_SECRET_FILTER.content_rule("notes.md", data) is None
+
+
+def test_content_scanning_obeys_the_override() -> None:
+    data = TOKENS["aws_key_id"]
+    assert SecretFilter(enabled=False).content_rule("a.py", data) is None
+    assert SecretFilter(allow=["fixtures/*"]).content_rule("fixtures/a.py", data) is None
+    assert SecretFilter(allow=["fixtures/*"]).content_rule("src/a.py", data) == "aws_key_id"
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    before=st.binary(max_size=200),
+    after=st.binary(max_size=200),
+    kind=st.sampled_from(sorted(TOKENS)),
+)
+def test_a_token_is_found_whatever_surrounds_it(before: bytes, after: bytes, kind: str) -> None:
+    data = before + b"\n" + TOKENS[kind] + after
+    assert DEFAULT_SECRET_FILTER.content_rule("x", data) is not None

@@ -50,6 +50,7 @@ from cleveragents.application.services.resource_files import (
     is_binary,
     list_resource,
     read_file,
+    secret_content,
 )
 from cleveragents.domain.models.acms.errors import ResourceListingError
 from cleveragents.domain.models.acms.secret_filter import (
@@ -152,8 +153,11 @@ def hydrate_tiers_from_project(
         )
         return 0
     listed = listing.files
+    secrets = secrets or DEFAULT_SECRET_FILTER
     session = (
-        indexer.session(resource_id, resource_location, [f.rel_path for f in listed])
+        indexer.session(
+            resource_id, resource_location, [f.rel_path for f in listed], secrets=secrets
+        )
         if indexer is not None
         else None
     )
@@ -169,6 +173,11 @@ def hydrate_tiers_from_project(
             # One read serves both: up to the larger of the two caps.
             cap = max(MAX_FILE_BYTES, indexer.max_file_bytes if indexer else 0)
             read = read_file(resource_location, f, max_bytes=cap)
+            if isinstance(read, ReadFile) and secret_content(secrets, f.rel_path, read.data):
+                # Neither stored nor indexed (the session's old units for it go).
+                if session is not None:
+                    session.skip(f, "secret")
+                continue
         if session is not None:
             session.visit(f, read)
         if not isinstance(read, ReadFile):

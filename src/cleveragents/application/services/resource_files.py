@@ -56,6 +56,7 @@ __all__ = [
     "list_files",
     "list_resource",
     "read_file",
+    "secret_content",
 ]
 
 _log = structlog.get_logger("cleveragents.acms.hydrator")
@@ -201,6 +202,19 @@ def is_binary(rel_path: str, head: bytes) -> bool:
         True if the extension is a binary one or ``head`` holds a NUL byte.
     """
     return _extension(rel_path) in BINARY_EXTENSIONS or b"\0" in head[:_SNIFF_BYTES]
+
+
+def secret_content(secrets: SecretFilter, rel_path: str, data: bytes) -> bool:
+    """True (and logged) when ``data`` holds a high-confidence secret token.
+
+    The file must then be neither stored nor indexed; see
+    :meth:`SecretFilter.content_rule`.
+    """
+    kind = secrets.content_rule(rel_path, data)
+    if kind is None:
+        return False
+    _log.info("context_hydrator.file_skipped", path=rel_path, reason="secret_content", kind=kind)
+    return True
 
 
 def decode_text(data: bytes) -> str:

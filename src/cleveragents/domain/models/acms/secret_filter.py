@@ -15,7 +15,7 @@ Sourcegraph-style "sensitive file" searches: ``*_rsa``, ``.npmrc``,
 ``.pypirc``, ``.netrc``, ``.htpasswd``, ``.dockercfg``, ``.s3cfg``,
 ``*.kdbx``, ``*.ppk``, ``terraform.tfstate``) and by *content* (gitleaks,
 trufflehog and GitHub secret scanning match token formats such as ``AKIA...``
-or ``-----BEGIN RSA PRIVATE KEY-----``).  Code assistants that index a
+or a PEM "BEGIN RSA PRIVATE KEY" header).  Code assistants that index a
 repository ship a deny-list by name for the same reason we do (Continue's
 ``DEFAULT_SECURITY_IGNORE_FILETYPES``: ``.env*``, ``*.key``, ``*.pem``,
 ``*.p12``, ``*.pfx``, ``*.jks``, ``*.keystore``); ripgrep and zoekt skip
@@ -73,10 +73,27 @@ agent that cannot see them cannot help configure the project (gitsafe and
 most dotenv tooling treat them the same way).  A template that does hold a
 real value is a leak already published with the repository.
 
+Content scanning
+----------------
+A file the name rules let through is still checked, once read and before it
+is stored or indexed, for token formats that are secrets with near
+certainty (the prefixes gitleaks, trufflehog and GitHub secret scanning key
+on): PEM private key headers, AWS access key ids (``AKIA``, except AWS's
+documented ``...EXAMPLE`` keys), GitHub personal access tokens (``ghp_``,
+``github_pat_``), GitLab (``glpat-``), Slack (``xoxb-``, ``xoxp-``, ...),
+Stripe live keys (``sk_live_``) and PyPI (``pypi-AgEI...``) tokens: each
+costs one substring search per file (about 400 MB/s here), so the list is
+kept to the kinds most often committed.  Such a file is skipped whole
+(``reason="secret_content"``, counted with the other secrets).  Generic
+"password = ..." heuristics are left out on purpose: they would drop
+ordinary code.  A file indexed before this check existed is re-checked when
+it changes or on ``reindex --full``.
+
 The operator can change the list per resource (stored in the registry):
 ``acms resource add PATH --allow-secret-pattern GLOB`` (repeatable; same
 matching rules) lets matching files through, and ``--no-secret-filter``
-turns the list off for that resource.
+turns the list off for that resource (names and content alike); a file an
+allow pattern names is not content-scanned either.
 """
 
 from __future__ import annotations
@@ -90,6 +107,7 @@ __all__ = [
     "DEFAULT_SECRET_FILTER",
     "DEFAULT_SECRET_RULES",
     "SECRET_TEMPLATES",
+    "SECRET_TOKEN_KINDS",
     "SecretFilter",
     "SecretRule",
     "secret_filter_of",
@@ -145,6 +163,26 @@ SECRET_TEMPLATES: frozenset[str] = frozenset(
     {".env.example", ".env.sample", ".env.template", ".env.dist"}
 )
 """File names that look like environment files but are committed templates."""
+
+# High-confidence token formats: (kind, description, literal anchors, regex).
+# A regex runs only on data holding one of its anchors (a substring search is
+# ~1000x faster than the regex scan).  Written so this file does not match.
+_TOKENS: tuple[tuple[str, str, tuple[bytes, ...], bytes], ...] = (
+    ("private_key", "PEM private key", (b"PRIVATE KEY-",),
+     rb"-----BEGIN[ A-Z0-9]{0,24}PRIVATE KEY(?: BLOCK)?-----"),
+    ("aws_key_id", "AWS access key id", (b"AKIA",),
+     rb"\bAKIA(?![0-9A-Z]{9}EXAMPLE)[0-9A-Z]{16}\b"),
+    ("github_token", "GitHub personal access token", (b"ghp_",), rb"\bghp_[A-Za-z0-9]{36}\b"),
+    ("github_pat", "GitHub fine-grained token", (b"github_pat_",),
+     rb"\bgithub_pat_[A-Za-z0-9_]{82}\b"),
+    ("gitlab_token", "GitLab token", (b"glpat-",), rb"\bglpat-[A-Za-z0-9_-]{20}\b"),
+    ("slack_token", "Slack token", (b"xox",), rb"\bxox[baprs]-[A-Za-z0-9-]{10,250}"),
+    ("stripe_key", "Stripe live secret key", (b"sk_live_",), rb"\bsk_live_[A-Za-z0-9]{24,99}\b"),
+    ("pypi_token", "PyPI token", (b"pypi-AgEI",), rb"\bpypi-AgEIcHlwaS5vcmc[A-Za-z0-9_-]{50,}"),
+)  # fmt: skip
+_TOKEN_CHECKS = tuple((name, anchors, re.compile(rx)) for name, _, anchors, rx in _TOKENS)
+SECRET_TOKEN_KINDS: dict[str, str] = {name: label for name, label, _, _ in _TOKENS}
+"""The token kinds content scanning knows: kind -> description."""
 
 _MAX_ALLOW_PATTERNS = 100
 _MAX_PATTERN_CHARS = 200
@@ -256,6 +294,25 @@ class SecretFilter:
             if _matches(name_re, path_re, rel_path):
                 return rule
         return None  # pragma: no cover - the combined regex matched one of them
+
+    def content_rule(self, rel_path: str, data: bytes) -> str | None:
+        """The kind of high-confidence secret token ``data`` holds, or None.
+
+        None as well when the filter is off or an allow pattern names
+        ``rel_path`` (the operator let that file in on purpose).
+
+        Args:
+            rel_path: The file's POSIX path relative to the resource root.
+            data: The bytes about to be stored or indexed.
+        """
+        if not self.enabled:
+            return None
+        for kind, anchors, regex in _TOKEN_CHECKS:
+            if any(anchor in data for anchor in anchors) and regex.search(data):
+                if _matches(self._allow_name, self._allow_path, rel_path):
+                    return None
+                return kind
+        return None
 
     def is_secret(self, rel_path: str) -> bool:
         """True when ``rel_path`` must not be read (see :meth:`rule_for`)."""
