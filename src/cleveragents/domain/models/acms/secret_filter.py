@@ -214,13 +214,17 @@ def validate_allow_patterns(patterns: Iterable[object]) -> tuple[str, ...]:
 
 
 def _compile(patterns: Iterable[str]) -> tuple[re.Pattern[str] | None, re.Pattern[str] | None]:
-    """One regex for the name patterns, one for the path patterns (None if none)."""
+    """One regex for the name patterns, one for the path patterns (None if none).
+
+    A path pattern matches the trailing components of a path: it is compiled
+    behind an optional ``anything/`` prefix, so one match per path does it.
+    """
     names: list[str] = []
     paths: list[str] = []
     for pattern in patterns:
         (paths if "/" in pattern else names).append(fnmatch.translate(pattern.lower()))
     name_re = re.compile("|".join(names)) if names else None
-    path_re = re.compile("|".join(paths)) if paths else None
+    path_re = re.compile("(?s:(?:.*/)?)(?:" + "|".join(paths) + ")") if paths else None
     return name_re, path_re
 
 
@@ -228,21 +232,9 @@ def _matches(
     name_re: re.Pattern[str] | None, path_re: re.Pattern[str] | None, rel_path: str
 ) -> bool:
     lowered = rel_path.lower()
-    name = lowered.rpartition("/")[2]
-    if name_re is not None and name_re.match(name):
+    if name_re is not None and name_re.match(lowered.rpartition("/")[2]):
         return True
-    if path_re is not None:
-        # Every trailing run of components: "a/.aws/credentials" is tried as
-        # itself, ".aws/credentials" and "credentials".
-        suffix = lowered
-        while True:
-            if path_re.match(suffix):
-                return True
-            slash = suffix.find("/")
-            if slash < 0:
-                return False
-            suffix = suffix[slash + 1 :]
-    return False
+    return path_re is not None and path_re.match(lowered) is not None
 
 
 class SecretFilter:
