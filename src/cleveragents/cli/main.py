@@ -469,7 +469,7 @@ def report_failures(prog: str, report: Any) -> int:  # noqa: ANN401 - a ReindexR
 
 
 def _status(status: dict[str, Any]) -> str:
-    lines = [f"data dir: {status['data_dir']}  projects: {status['projects']}"]
+    lines = [f"data dir: {printable(status['data_dir'])}  projects: {status['projects']}"]
     for r in status["resources"]:
         lines.append(
             f"{r['resource_id']}  {r['type']:<12} files={r['files']} text={r['text_units']} "
