@@ -159,6 +159,18 @@ def test_secret_override_is_registered_counted_and_shown(tmp_path: Path) -> None
     bad = cli.run("resource", "add", str(repo), "--project", "local/p", "--allow-secret-pattern=")
     assert bad.returncode == 2 and "allow-pattern" in bad.stderr
 
+    # The override can be replaced later; the next reindex applies it.
+    assert "secrets: on (allow: .env)" in cli.ok(
+        "resource", "secrets", default, "--allow-secret-pattern", ".env"
+    )
+    assert "secrets: on skipped=0" in cli.ok("resource", "secrets", off)  # back to the default
+    assert "secrets: on (allow: .env)" in cli.ok("resource", "list")
+    cli.ok("reindex")
+    assert hits("envmarker", default) and not hits("rsamarker", default)
+    assert not any(hits(m, off) for m in ("envmarker", "rsamarker", "pemmarker"))
+    missing = cli.run("resource", "secrets", "01ARZ3NDEKTSV4RRFFQ69G5FAV")
+    assert missing.returncode == 2 and "no resource" in missing.stderr
+
 
 @pytest.fixture(scope="module")
 def hostile(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:

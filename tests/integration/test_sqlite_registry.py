@@ -125,6 +125,24 @@ def test_bad_secret_overrides_are_refused(
         resources.mark_indexed(rid, secrets_skipped=-1)
 
 
+def test_secret_policy_can_be_replaced(db: Path, tmp_path: Path) -> None:
+    _, resources = open_registry(db)
+    res = resources.register(tmp_path, "directory", secret_allow=("*.pem",))
+    resources.mark_indexed(res.resource_id, secrets_skipped=4)
+    off = resources.set_secret_policy(res.resource_id.lower(), secret_filter=False)
+    assert (off.secret_filter, off.secret_allow, off.secrets_skipped) == (False, (), 4)
+    assert resources.get(res.resource_id) == off
+    back = resources.set_secret_policy(res.resource_id, secret_allow=(".env", ".env"))
+    assert (back.secret_filter, back.secret_allow) == (True, (".env",))
+    with pytest.raises(NotFoundError):
+        resources.set_secret_policy("01ARZ3NDEKTSV4RRFFQ69G5FAV")
+    with pytest.raises(ValueError):
+        resources.set_secret_policy(res.resource_id, secret_allow=("",))
+    with pytest.raises(TypeError):
+        resources.set_secret_policy(res.resource_id, secret_allow="*.pem")  # type: ignore[arg-type]
+    assert resources.get(res.resource_id) == back  # a refused change changes nothing
+
+
 def test_a_registry_from_before_the_secret_columns_is_migrated(db: Path, tmp_path: Path) -> None:
     """Rows written by the previous schema keep working, with the default filter."""
     db.parent.mkdir(parents=True)

@@ -124,6 +124,21 @@ def _scope_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--resource", action="append", default=[], metavar="ULID")
 
 
+def _secret_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--allow-secret-pattern",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="let files matching GLOB through the secret deny-list (repeatable)",
+    )
+    parser.add_argument(
+        "--no-secret-filter",
+        action="store_true",
+        help="index secret files too (.env, *.pem, id_rsa, ...): the deny-list is off",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``acms`` argument parser."""
     parser = _Parser(prog=_PROG, description="ACMS backends: index projects and query them.")
@@ -144,18 +159,13 @@ def build_parser() -> argparse.ArgumentParser:
     add.add_argument("path")
     add.add_argument("--project", required=True, metavar="NAME")
     add.add_argument("--type", choices=["git-checkout", "directory"], default=None)
-    add.add_argument(
-        "--allow-secret-pattern",
-        action="append",
-        default=[],
-        metavar="GLOB",
-        help="let files matching GLOB through the secret deny-list (repeatable)",
+    _secret_options(add)
+    secrets = resource.add_parser(
+        "secrets",
+        help="replace a resource's secret override (no option: the default deny-list)",
     )
-    add.add_argument(
-        "--no-secret-filter",
-        action="store_true",
-        help="index secret files too (.env, *.pem, id_rsa, ...): the deny-list is off",
-    )
+    secrets.add_argument("resource_id", metavar="ULID")
+    _secret_options(secrets)
     listing = resource.add_parser("list", help="list resources")
     listing.add_argument("--project", metavar="NAME")
     resource.add_parser("remove", help="forget a resource and delete its units").add_argument(
@@ -431,11 +441,21 @@ def _resource(ops: Any, args: argparse.Namespace, out: Output) -> int:  # noqa: 
             lambda: (
                 "\n".join(
                     f"{r.resource_id}  {r.resource_type:<12}  {printable(r.location)}  "
-                    f"indexed: {r.last_indexed_at or 'never'}"
+                    f"indexed: {r.last_indexed_at or 'never'}" + _secret_status(_secret_row(r))
                     for r in resources
                 )
                 or "no resources"
             ),
+        )
+    elif args.action == "secrets":
+        resource = ops.set_secret_policy(
+            args.resource_id,
+            secret_filter=not args.no_secret_filter,
+            secret_allow=args.allow_secret_pattern,
+        )
+        out.emit(
+            resource,
+            lambda: f"{resource.resource_id}{_secret_status(_secret_row(resource))}",
         )
     else:
         ops.remove_resource(args.resource_id)
@@ -480,6 +500,13 @@ def _status(status: dict[str, Any]) -> str:
     sizes = "  ".join(f"{k}={v}" for k, v in status["bytes_on_disk"].items())
     lines.append(f"bytes on disk: {sizes}")
     return "\n".join(lines)
+
+
+def _secret_row(resource: Any) -> dict[str, Any]:  # noqa: ANN401 - a Resource
+    return {
+        "secret_filter": {"enabled": resource.secret_filter, "allow": list(resource.secret_allow)},
+        "secrets_skipped": resource.secrets_skipped,
+    }
 
 
 def _secret_status(row: dict[str, Any]) -> str:

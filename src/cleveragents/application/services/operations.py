@@ -256,6 +256,21 @@ class AcmsOperations:
         self.projects.link(project, resource.resource_id)
         return resource
 
+    def set_secret_policy(
+        self, resource_id: str, *, secret_filter: bool = True, secret_allow: Iterable[str] = ()
+    ) -> Resource:
+        """Replace a resource's secret override; the next reindex applies it
+        (names at once; content of unchanged files on ``--full``).
+
+        Raises:
+            ValueError: malformed ULID or bad pattern.  NotFoundError: unknown resource.
+        """
+        return self.resources.set_secret_policy(
+            canonical_ulid(resource_id),
+            secret_filter=secret_filter,
+            secret_allow=tuple(secret_allow),
+        )
+
     def list_resources(self, project: str | None = None) -> list[Resource]:
         """Registered resources, all or those of one project."""
         resources = self.resources.list()

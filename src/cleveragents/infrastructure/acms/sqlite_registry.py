@@ -312,6 +312,34 @@ class ResourceRegistryService:
             if conn.execute("DELETE FROM resources WHERE resource_id = ?", (rid,)).rowcount == 0:
                 raise NotFoundError(f"no resource {rid}")
 
+    def set_secret_policy(
+        self, resource_id: str, *, secret_filter: bool = True, secret_allow: tuple[str, ...] = ()
+    ) -> Resource:
+        """Replace a resource's secret override (the default list when called
+        with no keyword) and return the updated resource.
+
+        Raises:
+            ValueError: malformed ULID or bad allow-pattern.  TypeError: a
+            pattern or flag of the wrong type.  NotFoundError: unknown resource.
+        """
+        rid = canonical_ulid(resource_id)
+        if not isinstance(secret_filter, bool):
+            raise TypeError(f"secret_filter must be a bool, not {type(secret_filter).__name__}")
+        if isinstance(secret_allow, str):
+            raise TypeError("secret_allow must be a sequence of globs, not one str")
+        allow = validate_allow_patterns(secret_allow)
+        with self._db.connect() as conn:
+            updated = conn.execute(
+                "UPDATE resources SET secret_filter = ?, secret_allow = ? WHERE resource_id = ?",
+                (int(secret_filter), json.dumps(list(allow)), rid),
+            )
+            if updated.rowcount == 0:
+                raise NotFoundError(f"no resource {rid}")
+            row = conn.execute(
+                f"SELECT {_RESOURCE_COLUMNS} FROM resources WHERE resource_id = ?", (rid,)
+            ).fetchone()
+        return _resource(row)
+
     def mark_indexed(
         self, resource_id: str, when: str | None = None, *, secrets_skipped: int | None = None
     ) -> None:

@@ -128,6 +128,13 @@ class ResourceRegistry(Protocol):
         """Forget a resource; ``NotFoundError`` if unknown."""
         ...
 
+    def set_secret_policy(
+        self, resource_id: str, *, secret_filter: bool = True, secret_allow: tuple[str, ...] = ()
+    ) -> Resource:
+        """Replace a resource's secret override; ``NotFoundError`` if unknown,
+        ``ValueError`` on a bad allow-pattern."""
+        ...
+
     def mark_indexed(
         self, resource_id: str, when: str | None = None, *, secrets_skipped: int | None = None
     ) -> None:
