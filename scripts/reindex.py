@@ -5,10 +5,13 @@
                               [--verify | --rebuild] [--lock-timeout SECONDS]
 
 Default: every registered resource, incrementally (and the units of resources
-no longer registered are deleted).  ``--verify`` re-opens every index and
-checks that catalog, text, vector and graph agree on each resource's units
-(exit 1 on disagreement).  ``--rebuild`` builds fresh indexes beside the live
-ones and swaps them in atomically.  Exit codes: 0 ok, 1 failure, 2 bad usage.
+no longer registered are deleted); a git resource git cannot list (e.g.
+"dubious ownership") is named on stderr with the fix and makes the exit
+status 1, while the other resources are still indexed.  ``--verify``
+re-opens every index and checks that catalog, text, vector and graph agree
+on each resource's units (exit 1 on disagreement).  ``--rebuild`` builds
+fresh indexes beside the live ones and swaps them in atomically.  Exit
+codes: 0 ok, 1 failure, 2 bad usage.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from cleveragents.cli.main import (
     format_report,
     guarded,
     operations_for,
+    report_failures,
 )
 
 PROG = "reindex"
@@ -125,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             done()
         out.emit(report.as_dict(), lambda: format_report(report))
-        return EXIT_OK
+        return report_failures(PROG, report)
 
     return guarded(PROG, body)
 

@@ -7,6 +7,8 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 _GIT_ENV_DROP = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY")
 
 
@@ -32,3 +34,26 @@ def git(root: Path, *args: str) -> None:
         capture_output=True,
         env=env,
     )
+
+
+FOREIGN_UID = 54321
+
+
+def make_foreign(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make git see ``root`` as a checkout owned by another user ("dubious ownership").
+
+    As root (CI containers) the tree really is handed to another uid; otherwise
+    git's own test switch makes it assume a different owner.  Either way no
+    global config may trust it: ``GIT_CONFIG_GLOBAL`` points at an empty file.
+    """
+    if os.geteuid() == 0:
+        for dirpath, dirnames, filenames in os.walk(root):
+            for name in (*dirnames, *filenames):
+                os.lchown(os.path.join(dirpath, name), FOREIGN_UID, FOREIGN_UID)
+        os.lchown(root, FOREIGN_UID, FOREIGN_UID)
+    else:
+        monkeypatch.setenv("GIT_TEST_ASSUME_DIFFERENT_OWNER", "1")
+    empty = root.parent / "empty-gitconfig"
+    empty.write_text("")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(empty))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")

@@ -21,7 +21,8 @@ from structlog.testing import capture_logs
 
 from cleveragents.application.services import resource_files
 from cleveragents.application.services.resource_files import ListedFile, list_files, read_file
-from gitrepo import git
+from cleveragents.domain.models.acms.errors import ResourceListingError
+from gitrepo import git, make_foreign
 
 _GIT_ENV_DROP = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY")
 PASSWD = "/etc/passwd"
@@ -176,10 +177,14 @@ def test_unix_socket_is_neither_listed_nor_read(
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.bind("app.sock")
         sock.listen(1)
-        for kind in ("directory", "git-checkout"):
-            with must_not_block(), capture_logs() as logs:
-                assert [f.rel_path for f in list_files(tmp_path, kind)] == ["a.txt"]
-            assert skipped(logs)["app.sock"] == "not_regular"
+        with must_not_block(), capture_logs() as logs:
+            assert [f.rel_path for f in list_files(tmp_path, "directory")] == ["a.txt"]
+        assert skipped(logs)["app.sock"] == "not_regular"
+        # A git resource must be a git checkout now (no walk fallback).
+        git(tmp_path, "init", "-q")
+        with must_not_block(), capture_logs() as logs:
+            assert [f.rel_path for f in list_files(tmp_path, "git-checkout")] == ["a.txt"]
+        assert skipped(logs).get("app.sock", "not_regular") == "not_regular"
         with must_not_block(), capture_logs() as logs:
             assert read_file(tmp_path, ListedFile("app.sock", 0, 0)) is None
         assert skipped(logs)["app.sock"] == "not_regular"
@@ -286,20 +291,33 @@ def test_submodule_contents_are_not_followed(tmp_path: Path) -> None:
     assert skipped(logs)["vendor"] == "not_regular"
 
 
-def test_not_a_git_directory_falls_back_to_walk(
+def _listing_error(root: Path) -> str:
+    """List ``root`` as a git checkout, expecting a ResourceListingError; its message."""
+    with pytest.raises(ResourceListingError) as caught:
+        list_files(root, "git-checkout").__next__()
+    return str(caught.value)
+
+
+def test_not_a_git_directory_is_an_error_not_a_walk(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Registered as git but git finds no repository: an error naming the fix."""
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
     (tmp_path / "a.py").write_text("a")
     (tmp_path / ".git_not").mkdir()
     with capture_logs() as logs:
-        assert [f.rel_path for f in list_files(tmp_path, "git-checkout")] == ["a.py"]
-    [fallback] = [e for e in logs if e["event"] == "context_hydrator.git_fallback"]
-    assert fallback["reason"] == "git_failed"
-    assert fallback["log_level"] == "debug"
+        message = _listing_error(tmp_path)
+    assert "not a git repository" in message and "--type directory" in message
+    [failed] = [e for e in logs if e["event"] == "context_hydrator.git_failed"]
+    assert failed["reason"] == "git_failed" and failed["log_level"] == "debug"
+    assert not skipped(logs)  # nothing was walked
+    # The same tree registered as a plain directory is walked as before.
+    assert [f.rel_path for f in list_files(tmp_path, "directory")] == ["a.py"]
 
 
-def test_missing_git_falls_back_to_walk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_git_is_an_error_and_ignored_files_are_not_listed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     root = tmp_path / "root"
     root.mkdir()
     (root / "a.py").write_text("a")
@@ -310,16 +328,13 @@ def test_missing_git_falls_back_to_walk(tmp_path: Path, monkeypatch: pytest.Monk
     empty.mkdir()
     monkeypatch.setenv("PATH", str(empty))
     with capture_logs() as logs:
-        listed = [f.rel_path for f in list_files(root, "git-checkout")]
-    # The walk does not know .gitignore, and never lists .git/.
-    assert listed == [".gitignore", "a.py", "ignored.log"]
-    [fallback] = [e for e in logs if e["event"] == "context_hydrator.git_fallback"]
-    assert fallback["reason"] == "git_missing"
+        message = _listing_error(root)
+    assert "git is not installed" in message and "install git" in message
+    [failed] = [e for e in logs if e["event"] == "context_hydrator.git_failed"]
+    assert failed["reason"] == "git_missing"
 
 
-def test_hanging_git_times_out_and_falls_back(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_hanging_git_times_out_as_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = tmp_path / "root"
     root.mkdir()
     (root / "a.py").write_text("a")
@@ -331,9 +346,36 @@ def test_hanging_git_times_out_and_falls_back(
     monkeypatch.setenv("PATH", f"{fake_bin}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setattr(resource_files, "GIT_TIMEOUT_SECONDS", 0.5)
     with must_not_block(10), capture_logs() as logs:
-        assert [f.rel_path for f in list_files(root, "git-checkout")] == ["a.py"]
-    [fallback] = [e for e in logs if e["event"] == "context_hydrator.git_fallback"]
-    assert fallback["reason"] == "timeout"
+        message = _listing_error(root)
+    assert "did not finish within 0.5 s" in message
+    [failed] = [e for e in logs if e["event"] == "context_hydrator.git_failed"]
+    assert failed["reason"] == "timeout"
+
+
+def test_checkout_owned_by_another_user_is_an_error_with_the_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Docker case: the checkout's owner is not our uid, git says "dubious
+    ownership".  Listing must fail naming the fix, never walk the tree (which
+    would list the git-ignored secret)."""
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "a.py").write_text("a")
+    (root / ".gitignore").write_text("local-notes.txt\n")
+    commit_all(root)
+    (root / "local-notes.txt").write_text("password=hunter2\n")
+    make_foreign(root, monkeypatch)
+    with capture_logs() as logs:
+        message = _listing_error(root)
+    assert "dubious ownership" in message
+    assert f"git config --global --add safe.directory {root}" in message
+    [failed] = [e for e in logs if e["event"] == "context_hydrator.git_failed"]
+    assert failed["reason"] == "dubious_ownership"
+    # The operator's fix works: git lists it again, still without the ignored file.
+    trust = tmp_path / "gitconfig"
+    trust.write_text(f"[safe]\n\tdirectory = {root}\n")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(trust))
+    assert [f.rel_path for f in list_files(root, "git-checkout")] == [".gitignore", "a.py"]
 
 
 def test_git_redirect_variables_do_not_leak_another_repository(

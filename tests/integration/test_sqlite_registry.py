@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -76,3 +77,100 @@ def test_resource_registration_rules(db: Path, tmp_path: Path) -> None:
     resources.mark_indexed(a.resource_id, "2026-01-01T00:00:00+00:00")
     got = resources.get(a.resource_id)
     assert got is not None and got.last_indexed_at == "2026-01-01T00:00:00+00:00"
+
+
+def test_secret_override_is_stored_and_read_back(db: Path, tmp_path: Path) -> None:
+    _, resources = open_registry(db)
+    default = resources.register(tmp_path, "directory")
+    assert (default.secret_filter, default.secret_allow, default.secrets_skipped) == (
+        True,
+        (),
+        None,
+    )
+    custom = resources.register(
+        tmp_path, "git-checkout", secret_filter=False, secret_allow=("certs/*.pem", ".npmrc")
+    )
+    again = open_registry(db)[1].get(custom.resource_id)  # a fresh connection
+    assert again == custom
+    assert again is not None and again.secret_allow == ("certs/*.pem", ".npmrc")
+    assert not again.secret_filter
+    resources.mark_indexed(custom.resource_id, secrets_skipped=3)
+    resources.mark_indexed(custom.resource_id)  # no count given: the last one is kept
+    got = resources.get(custom.resource_id)
+    assert got is not None and got.secrets_skipped == 3 and got.last_indexed_at
+    listed = {r.resource_id: r for r in resources.list()}
+    assert listed[default.resource_id].secret_filter
+    assert listed[custom.resource_id].secrets_skipped == 3
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"secret_allow": ("",)}, ValueError),
+        ({"secret_allow": ("a\x1b",)}, ValueError),
+        ({"secret_allow": "*.pem"}, TypeError),
+        ({"secret_allow": (3,)}, TypeError),
+        ({"secret_filter": "no"}, TypeError),
+    ],
+)
+def test_bad_secret_overrides_are_refused(
+    db: Path, tmp_path: Path, kwargs: dict[str, object], error: type[Exception]
+) -> None:
+    _, resources = open_registry(db)
+    with pytest.raises(error):
+        resources.register(tmp_path, "directory", **kwargs)  # type: ignore[arg-type]
+    assert resources.list() == []
+    rid = resources.register(tmp_path, "directory").resource_id
+    with pytest.raises(ValueError):
+        resources.mark_indexed(rid, secrets_skipped=-1)
+
+
+def test_secret_policy_can_be_replaced(db: Path, tmp_path: Path) -> None:
+    _, resources = open_registry(db)
+    res = resources.register(tmp_path, "directory", secret_allow=("*.pem",))
+    resources.mark_indexed(res.resource_id, secrets_skipped=4)
+    off = resources.set_secret_policy(res.resource_id.lower(), secret_filter=False)
+    assert (off.secret_filter, off.secret_allow, off.secrets_skipped) == (False, (), 4)
+    assert resources.get(res.resource_id) == off
+    back = resources.set_secret_policy(res.resource_id, secret_allow=(".env", ".env"))
+    assert (back.secret_filter, back.secret_allow) == (True, (".env",))
+    with pytest.raises(NotFoundError):
+        resources.set_secret_policy("01ARZ3NDEKTSV4RRFFQ69G5FAV")
+    with pytest.raises(ValueError):
+        resources.set_secret_policy(res.resource_id, secret_allow=("",))
+    with pytest.raises(TypeError):
+        resources.set_secret_policy(res.resource_id, secret_allow="*.pem")  # type: ignore[arg-type]
+    assert resources.get(res.resource_id) == back  # a refused change changes nothing
+
+
+def test_a_registry_from_before_the_secret_columns_is_migrated(db: Path, tmp_path: Path) -> None:
+    """Rows written by the previous schema keep working, with the default filter."""
+    db.parent.mkdir(parents=True)
+    conn = sqlite3.connect(db)
+    conn.executescript(
+        """
+        CREATE TABLE projects (name TEXT PRIMARY KEY, created_at TEXT NOT NULL);
+        CREATE TABLE resources (
+            resource_id TEXT PRIMARY KEY, location TEXT NOT NULL,
+            resource_type TEXT NOT NULL, created_at TEXT NOT NULL, last_indexed_at TEXT
+        );
+        CREATE TABLE project_resources (
+            project TEXT NOT NULL REFERENCES projects(name) ON DELETE CASCADE,
+            resource_id TEXT NOT NULL REFERENCES resources(resource_id) ON DELETE CASCADE,
+            PRIMARY KEY (project, resource_id)
+        );
+        """
+    )
+    conn.execute(
+        "INSERT INTO resources VALUES (?, ?, 'git-checkout', '2026-01-01', NULL)",
+        ("01JD5TD11B0000000000000000", str(tmp_path)),
+    )
+    conn.commit()
+    conn.close()
+    _, resources = open_registry(db)
+    [old] = resources.list()
+    assert old.resource_id == "01JD5TD11B0000000000000000"
+    assert (old.secret_filter, old.secret_allow, old.secrets_skipped) == (True, (), None)
+    resources.mark_indexed(old.resource_id, secrets_skipped=2)
+    got = resources.get(old.resource_id)
+    assert got is not None and got.secrets_skipped == 2

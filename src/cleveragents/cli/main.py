@@ -1,31 +1,49 @@
 """The ``acms`` command line: argument parsing and output only.
 
 Every command goes through :class:`AcmsOperations`.  Exit codes: 0 success,
-1 failure at run time, 2 bad usage or bad input; a failure prints one line on
-stderr and never a traceback (``--log-level debug`` adds the traceback to the
-log).
+1 failure at run time, 2 bad usage or bad input, 141 when the reader of
+stdout went away (``acms ... | head -1``: the shell's status for a process
+killed by SIGPIPE, printed without a "Broken pipe" message).  A failure
+prints one line on stderr and never a traceback (``--log-level debug`` adds
+the traceback to the log).
+
+Every string that came from a repository or a query is printed through
+:func:`~cleveragents.cli.terminal.printable` (human output, error lines and
+the readable log on a TTY); ``--json`` output is exact JSON that is also
+terminal-safe.  Python warnings and stdlib ``logging`` records from the
+engines become one structured log line each, never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
-import json
 import logging
 import os
 import sys
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, MutableMapping, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TextIO
 
 import structlog
 
+from cleveragents.cli.terminal import json_text, printable
 from cleveragents.domain.models.acms.backends import GraphResult, TextResult, VectorResult
 from cleveragents.domain.models.acms.errors import AcmsError, ConflictError, NotFoundError
 
-__all__ = ["EXIT_FAILURE", "EXIT_OK", "EXIT_USAGE", "build_parser", "main"]
+__all__ = [
+    "EXIT_BROKEN_PIPE",
+    "EXIT_FAILURE",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "build_parser",
+    "main",
+]
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+EXIT_BROKEN_PIPE = 128 + 13  # what a shell reports for a process killed by SIGPIPE
 _PROG = "acms"
 
 
@@ -106,6 +124,21 @@ def _scope_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--resource", action="append", default=[], metavar="ULID")
 
 
+def _secret_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--allow-secret-pattern",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="let files matching GLOB through the secret deny-list (repeatable)",
+    )
+    parser.add_argument(
+        "--no-secret-filter",
+        action="store_true",
+        help="index secret files too (.env, *.pem, id_rsa, ...): the deny-list is off",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``acms`` argument parser."""
     parser = _Parser(prog=_PROG, description="ACMS backends: index projects and query them.")
@@ -126,6 +159,13 @@ def build_parser() -> argparse.ArgumentParser:
     add.add_argument("path")
     add.add_argument("--project", required=True, metavar="NAME")
     add.add_argument("--type", choices=["git-checkout", "directory"], default=None)
+    _secret_options(add)
+    secrets = resource.add_parser(
+        "secrets",
+        help="replace a resource's secret override (no option: the default deny-list)",
+    )
+    secrets.add_argument("resource_id", metavar="ULID")
+    _secret_options(secrets)
     listing = resource.add_parser("list", help="list resources")
     listing.add_argument("--project", metavar="NAME")
     resource.add_parser("remove", help="forget a resource and delete its units").add_argument(
@@ -172,22 +212,83 @@ def _leaves(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
 
 
 def configure_logging(level: str) -> None:
-    """structlog to stderr: JSON lines, or readable output on a TTY."""
+    """structlog to stderr: JSON lines, or readable output on a TTY.
+
+    Python warnings and stdlib ``logging`` records (rdflib logs a traceback
+    for an ill-typed literal) are routed into the same log, one line each,
+    without the traceback.
+    """
+    on_tty = sys.stderr.isatty()
     renderer: Any = (
         structlog.dev.ConsoleRenderer(colors=False)
-        if sys.stderr.isatty()
+        if on_tty
         else structlog.processors.JSONRenderer()
     )
+    numeric = getattr(logging, level.upper())
+    processors: list[Any] = [
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso"),
+        structlog.processors.format_exc_info,
+    ]
+    if on_tty:
+        processors.append(_printable_values)  # JSON lines escape on their own
+    processors.append(renderer)
     structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso"),
-            structlog.processors.format_exc_info,
-            renderer,
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
+        processors=processors,
+        wrapper_class=structlog.make_filtering_bound_logger(numeric),
         logger_factory=structlog.PrintLoggerFactory(sys.stderr),
         cache_logger_on_first_use=False,
+    )
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if isinstance(h, _OneLineHandler)]:
+        root.removeHandler(handler)
+    root.addHandler(_OneLineHandler())
+    root.setLevel(numeric)
+    warnings.showwarning = _show_warning
+
+
+def _printable_values(
+    _logger: object, _method: str, event: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
+    """Escape control characters in every value of a log event (console output)."""
+    return {
+        key: printable(value) if isinstance(value, str) else value for key, value in event.items()
+    }
+
+
+class _OneLineHandler(logging.Handler):
+    """Turns a stdlib ``logging`` record into one structlog line, no traceback."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            message = _one_line(record.getMessage())
+            fields: dict[str, Any] = {"logger": record.name, "message": message}
+            if record.exc_info and record.exc_info[1] is not None:
+                exc = record.exc_info[1]
+                fields["error"] = f"{type(exc).__name__}: {_one_line(exc)}"
+            structlog.get_logger("cleveragents.acms.cli").log(
+                record.levelno, "cli.library_log", **fields
+            )
+        except BrokenPipeError:
+            raise
+        except Exception:  # a logging handler must never raise into the caller
+            self.handleError(record)
+
+
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+) -> None:
+    """``warnings.showwarning`` for the CLI: one log line, no source line."""
+    structlog.get_logger("cleveragents.acms.cli").warning(
+        "cli.warning",
+        category=category.__name__,
+        message=_one_line(message),
+        where=f"{os.path.basename(filename)}:{lineno}",
     )
 
 
@@ -214,13 +315,18 @@ class Output:
         self.as_json = as_json
 
     def emit(self, data: object, human: Callable[[], str]) -> None:
-        """Print ``data`` as JSON, or ``human()`` as text."""
+        """Print ``data`` as JSON, or ``human()`` as text.
+
+        The formatters escape each field from a repository or a query with
+        :func:`printable`; each line is passed through it once more here, so a
+        field a formatter missed still cannot drive the terminal.
+        """
         if self.as_json:
-            print(json.dumps(data, indent=2, ensure_ascii=False, default=_jsonable))
+            print(json_text(data, default=_jsonable))
         else:
             text = human()
             if text:
-                print(text)
+                print("\n".join(printable(line) for line in text.split("\n")))
 
 
 def _jsonable(value: object) -> object:
@@ -235,7 +341,7 @@ def _snippet(content: str, width: int = 100) -> str:
     for line in content.splitlines():
         if line.strip():
             line = line.strip()
-            return line if len(line) <= width else line[: width - 1] + "…"
+            return printable(line if len(line) <= width else line[: width - 1] + "…")
     return ""
 
 
@@ -246,14 +352,17 @@ def _hits(results: Sequence[TextResult | VectorResult]) -> str:
     for r in results:
         m = r.metadata
         where = f"{m.get('path', '?')}:{m.get('start_line', '?')}-{m.get('end_line', '?')}"
-        out.append(f"{r.score:.3f}  {where}  {r.uko_uri}\n       {_snippet(r.content)}")
+        out.append(
+            f"{r.score:.3f}  {printable(where)}  {printable(r.uko_uri)}\n"
+            f"       {_snippet(r.content)}"
+        )
     return "\n".join(out)
 
 
 def _graph(result: GraphResult) -> str:
-    lines = [f"{s}  {p}  {o}" for s, p, o in result.triples]
+    lines = [f"{printable(s)}  {printable(p)}  {printable(o)}" for s, p, o in result.triples]
     if "boolean" in result.metadata:
-        lines.insert(0, result.metadata["boolean"])
+        lines.insert(0, printable(result.metadata["boolean"]))
     return "\n".join(lines) if lines else "no triples"
 
 
@@ -273,7 +382,7 @@ def run(args: argparse.Namespace, out: Output) -> int:
             args.project, args.resource, full=args.full, lock_timeout=args.lock_timeout
         )
         out.emit(report.as_dict(), lambda: format_report(report))
-        return EXIT_OK
+        return report_failures(_PROG, report)
     if command == "status":
         status = ops.status()
         out.emit(status, lambda: _status(status))
@@ -311,13 +420,19 @@ def _project(ops: Any, args: argparse.Namespace, out: Output) -> int:  # noqa: A
         )
     else:
         ops.remove_project(args.name)
-        out.emit({"removed": args.name}, lambda: f"removed project {args.name}")
+        out.emit({"removed": args.name}, lambda: f"removed project {printable(args.name)}")
     return EXIT_OK
 
 
 def _resource(ops: Any, args: argparse.Namespace, out: Output) -> int:  # noqa: ANN401
     if args.action == "add":
-        resource = ops.add_resource(args.path, args.project, args.type)
+        resource = ops.add_resource(
+            args.path,
+            args.project,
+            args.type,
+            secret_filter=not args.no_secret_filter,
+            secret_allow=args.allow_secret_pattern,
+        )
         out.emit(resource, lambda: resource.resource_id)
     elif args.action == "list":
         resources = ops.list_resources(args.project)
@@ -325,16 +440,28 @@ def _resource(ops: Any, args: argparse.Namespace, out: Output) -> int:  # noqa: 
             resources,
             lambda: (
                 "\n".join(
-                    f"{r.resource_id}  {r.resource_type:<12}  {r.location}  "
-                    f"indexed: {r.last_indexed_at or 'never'}"
+                    f"{r.resource_id}  {r.resource_type:<12}  {printable(r.location)}  "
+                    f"indexed: {r.last_indexed_at or 'never'}" + _secret_status(_secret_row(r))
                     for r in resources
                 )
                 or "no resources"
             ),
         )
+    elif args.action == "secrets":
+        resource = ops.set_secret_policy(
+            args.resource_id,
+            secret_filter=not args.no_secret_filter,
+            secret_allow=args.allow_secret_pattern,
+        )
+        out.emit(
+            resource,
+            lambda: f"{resource.resource_id}{_secret_status(_secret_row(resource))}",
+        )
     else:
         ops.remove_resource(args.resource_id)
-        out.emit({"removed": args.resource_id}, lambda: f"removed resource {args.resource_id}")
+        out.emit(
+            {"removed": args.resource_id}, lambda: f"removed resource {printable(args.resource_id)}"
+        )
     return EXIT_OK
 
 
@@ -344,54 +471,110 @@ def format_report(report: Any) -> str:  # noqa: ANN401 - a ReindexReport
     lines = [
         f"resources: {len(report.resources)}  files seen: {t.files_seen}  read: {t.files_read}  "
         f"indexed: {t.files_indexed}  deleted: {t.files_deleted}  skipped: {t.files_skipped}  "
+        f"secrets skipped: {t.skipped.get('secret', 0)}  "
         f"bytes read: {t.bytes_read}  seconds: {report.seconds:.2f}"
     ]
     lines += [f"missing location: {rid}" for rid in report.missing]
     lines += [f"pruned: {rid}" for rid in report.pruned]
+    lines += [f"failed: {rid}" for rid in getattr(report, "failed", {})]
     return "\n".join(lines)
 
 
+def report_failures(prog: str, report: Any) -> int:  # noqa: ANN401 - a ReindexReport
+    """One stderr line per resource that could not be listed; the exit code."""
+    failed: dict[str, str] = getattr(report, "failed", {})
+    for rid, message in failed.items():
+        _err(f"{prog}: failed: resource {rid}: {_one_line(message)}")
+    return EXIT_FAILURE if failed else EXIT_OK
+
+
 def _status(status: dict[str, Any]) -> str:
-    lines = [f"data dir: {status['data_dir']}  projects: {status['projects']}"]
+    lines = [f"data dir: {printable(status['data_dir'])}  projects: {status['projects']}"]
     for r in status["resources"]:
         lines.append(
             f"{r['resource_id']}  {r['type']:<12} files={r['files']} text={r['text_units']} "
             f"vector={r['vector_units']} graph={r['graph_subjects']}  "
-            f"indexed: {r['last_indexed_at'] or 'never'}  {r['location']}"
+            f"indexed: {r['last_indexed_at'] or 'never'}  {printable(r['location'])}"
+            + _secret_status(r)
         )
     sizes = "  ".join(f"{k}={v}" for k, v in status["bytes_on_disk"].items())
     lines.append(f"bytes on disk: {sizes}")
     return "\n".join(lines)
 
 
+def _secret_row(resource: Any) -> dict[str, Any]:  # noqa: ANN401 - a Resource
+    return {
+        "secret_filter": {"enabled": resource.secret_filter, "allow": list(resource.secret_allow)},
+        "secrets_skipped": resource.secrets_skipped,
+    }
+
+
+def _secret_status(row: dict[str, Any]) -> str:
+    secret = row.get("secret_filter")
+    if not isinstance(secret, dict):
+        return ""
+    allow = secret.get("allow") or []
+    state = "on" if secret.get("enabled") else "OFF"
+    if allow:
+        state += " (allow: " + ", ".join(printable(a) for a in allow) + ")"
+    skipped = row.get("secrets_skipped")
+    return f"  secrets: {state} skipped={'?' if skipped is None else skipped}"
+
+
 def guarded(prog: str, body: Callable[[], int]) -> int:
     """Run ``body`` and turn every failure into an exit code and one line."""
     log = structlog.get_logger("cleveragents.acms.cli")
     try:
-        return body()
+        code = body()
+        sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
+    except BrokenPipeError:
+        return _broken_pipe()
     except UsageError as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
+        _err(f"{prog}: error: {_one_line(exc)}")
         return EXIT_USAGE
     except (ValueError, TypeError, NotFoundError, ConflictError) as exc:
         # Bad input: malformed ULID, unknown project, bad query syntax, ...
-        print(f"{prog}: error: {_one_line(exc)}", file=sys.stderr)
+        _err(f"{prog}: error: {_one_line(exc)}")
         return EXIT_USAGE
     except (AcmsError, OSError) as exc:
-        print(f"{prog}: failed: {_one_line(exc)}", file=sys.stderr)
+        _err(f"{prog}: failed: {_one_line(exc)}")
         return EXIT_FAILURE
     except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
+        _err(f"{prog}: interrupted")
         return 130
     except SystemExit:
         raise  # argparse's --help and explicit exits keep their code
     except BaseException as exc:  # native panics (pyo3) derive from BaseException
         log.debug("cli.internal_error", exc_info=True)
-        print(f"{prog}: internal error: {type(exc).__name__}: {_one_line(exc)}", file=sys.stderr)
+        _err(f"{prog}: internal error: {type(exc).__name__}: {_one_line(exc)}")
         return EXIT_FAILURE
+    return code
 
 
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
+def _broken_pipe() -> int:
+    """The reader of stdout is gone: end quietly with the SIGPIPE status.
+
+    What is still buffered for stdout is sent to /dev/null, so the
+    interpreter's final flush does not fail and print "Broken pipe" again.
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass  # not a real file descriptor (an in-process test's capture)
+    return EXIT_BROKEN_PIPE
+
+
+def _err(line: str) -> None:
+    """Print one line on stderr; quietly nothing if stderr is a closed pipe."""
+    with contextlib.suppress(BrokenPipeError, ValueError):
+        print(line, file=sys.stderr, flush=True)
+
+
+def _one_line(exc: object) -> str:
+    """A message on one terminal-safe line, at most 500 characters."""
+    text = printable(" ".join(str(exc).split()))
     return text[:500] if text else type(exc).__name__
 
 

@@ -11,13 +11,20 @@ of each resource, incrementally (see :mod:`indexer`).
 
 Limits (from the seed): files over 256 KB are not stored as fragments, and
 storing stops once 10 MB were stored; binary extensions and skip directories
-are never read.  The tier budget limits fragments only: the index covers
-every eligible file up to its own per-file cap (1 MB by default).
+are never read.  Neither are secret files (the deny-list of
+:mod:`cleveragents.domain.models.acms.secret_filter`, or the resource's own
+override from the registry): they are left out of the listing, so they reach
+neither the tier nor any index.  A git resource git cannot list (e.g. a
+checkout owned by another uid: "dubious ownership") is logged and hydrates
+nothing; it is never walked instead, and its indexed units stay as they were.
+The tier budget limits fragments only: the index covers every eligible file
+up to its own per-file cap (1 MB by default).
 
 Structured log events (structlog, logger ``cleveragents.acms.hydrator``):
 
 ====================================== ======= ================================
 context_hydrator.skip_missing_location WARNING resource location does not exist
+context_hydrator.listing_failed        WARNING git cannot list a git resource
 context_hydrator.project_not_found     DEBUG   project not in the repository
 context_hydrator.no_linked_resources   DEBUG   project has no linked resources
 context_hydrator.resource_not_found    DEBUG   resource not in the registry
@@ -41,8 +48,15 @@ from cleveragents.application.services.resource_files import (
     ReadFile,
     decode_text,
     is_binary,
-    list_files,
+    list_resource,
     read_file,
+    secret_content,
+)
+from cleveragents.domain.models.acms.errors import ResourceListingError
+from cleveragents.domain.models.acms.secret_filter import (
+    DEFAULT_SECRET_FILTER,
+    SecretFilter,
+    secret_filter_of,
 )
 from cleveragents.domain.models.acms.tiers import ContextTier, TieredFragment
 
@@ -64,7 +78,8 @@ def hydrate_tiers_for_plan(
     ``project_repository.get(name)`` returns None or an object with ``.name``
     and ``.resource_ids``; ``resource_registry.get(resource_id)`` returns None
     or an object with ``.resource_id``, ``.location``, ``.resource_type``
-    (``Any`` because the container wires them by duck type).
+    (``Any`` because the container wires them by duck type), and optionally
+    ``.secret_filter`` / ``.secret_allow`` (the operator's secret override).
 
     Returns:
         The total number of fragments stored across all projects.
@@ -93,6 +108,7 @@ def hydrate_tiers_for_plan(
                 resource.location,
                 resource.resource_type,
                 indexer=indexer,
+                secrets=secret_filter_of(resource),
             )
     return total
 
@@ -105,11 +121,14 @@ def hydrate_tiers_from_project(
     resource_type: str = "git-checkout",
     *,
     indexer: Indexer | None = None,
+    secrets: SecretFilter | None = None,
 ) -> int:
     """Read one resource's files into ``ContextTier.HOT`` (and its indexes).
 
+    ``secrets`` is the deny-list to apply (None: the default list).
+
     Returns:
-        The number of fragments stored.
+        The number of fragments stored (0 when git cannot list a git resource).
     """
     if not os.path.isdir(resource_location):
         _log.warning(
@@ -119,12 +138,32 @@ def hydrate_tiers_from_project(
             location=resource_location,
         )
         return 0
-    listed = list(list_files(resource_location, resource_type))
+    try:
+        listing = list_resource(
+            resource_location, resource_type, secrets=secrets or DEFAULT_SECRET_FILTER
+        )
+    except ResourceListingError as exc:
+        # No session: an empty one would delete the resource's indexed units.
+        _log.warning(
+            "context_hydrator.listing_failed",
+            project=project_name,
+            resource_id=resource_id,
+            location=resource_location,
+            error=str(exc),
+        )
+        return 0
+    listed = listing.files
+    secrets = secrets or DEFAULT_SECRET_FILTER
     session = (
-        indexer.session(resource_id, resource_location, [f.rel_path for f in listed])
+        indexer.session(
+            resource_id, resource_location, [f.rel_path for f in listed], secrets=secrets
+        )
         if indexer is not None
         else None
     )
+    if session is not None:
+        for _ in listing.secret_skipped:
+            session.stats.skip("secret")
     stored = 0
     total_bytes = 0
     for f in listed:  # binary extensions and skip directories never get listed
@@ -134,6 +173,11 @@ def hydrate_tiers_from_project(
             # One read serves both: up to the larger of the two caps.
             cap = max(MAX_FILE_BYTES, indexer.max_file_bytes if indexer else 0)
             read = read_file(resource_location, f, max_bytes=cap)
+            if isinstance(read, ReadFile) and secret_content(secrets, f.rel_path, read.data):
+                # Neither stored nor indexed (the session's old units for it go).
+                if session is not None:
+                    session.skip(f, "secret")
+                continue
         if session is not None:
             session.visit(f, read)
         if not isinstance(read, ReadFile):

@@ -70,8 +70,9 @@ from cleveragents.application.services.resource_files import (
     ReadFile,
     decode_text,
     is_binary,
-    list_files,
+    list_resource,
     read_file,
+    secret_content,
 )
 from cleveragents.domain.models.acms.backends import (
     GraphIndex,
@@ -82,6 +83,7 @@ from cleveragents.domain.models.acms.backends import (
 )
 from cleveragents.domain.models.acms.embedding import Embedder
 from cleveragents.domain.models.acms.indexing import FileRecord, IndexStats
+from cleveragents.domain.models.acms.secret_filter import DEFAULT_SECRET_FILTER, SecretFilter
 from cleveragents.domain.models.acms.uko import UKO, file_uri, path_of, resource_uri
 from cleveragents.domain.models.acms.ulids import canonical_ulid
 
@@ -163,15 +165,23 @@ class Indexer:
         self._identity = identity
 
     def session(
-        self, resource_id: str, root: str | Path, listed_paths: Iterable[str], *, full: bool = False
+        self,
+        resource_id: str,
+        root: str | Path,
+        listed_paths: Iterable[str],
+        *,
+        full: bool = False,
+        secrets: SecretFilter = DEFAULT_SECRET_FILTER,
     ) -> IndexSession:
-        """Start indexing one resource whose walk listed ``listed_paths``."""
+        """Start indexing one resource whose walk listed ``listed_paths``
+        (``secrets`` content-checks the files the session reads itself)."""
         return IndexSession(
             self,
             canonical_ulid(resource_id),
             Path(root),
             listed_paths,
             full=full or self._force_full,
+            secrets=secrets,
         )
 
     def index_resource(
@@ -182,13 +192,23 @@ class Indexer:
         *,
         full: bool = False,
         progress: Callable[[int, int], None] | None = None,
+        secrets: SecretFilter = DEFAULT_SECRET_FILTER,
     ) -> IndexStats:
         """List and index one resource on its own (the ``reindex`` path).
 
-        ``progress(done, total)`` is called after each file.
+        ``progress(done, total)`` is called after each file.  Files the
+        ``secrets`` deny-list leaves out count as ``skipped["secret"]``.
+
+        Raises:
+            ResourceListingError: git cannot list a git resource (nothing is
+                written: its units stay as they were).
         """
-        listed = list(list_files(root, resource_type))
-        session = self.session(resource_id, root, [f.rel_path for f in listed], full=full)
+        listing = list_resource(root, resource_type, secrets=secrets)
+        listed = listing.files
+        paths = [f.rel_path for f in listed]
+        session = self.session(resource_id, root, paths, full=full, secrets=secrets)
+        for _ in listing.secret_skipped:
+            session.stats.skip("secret")
         for done, f in enumerate(listed, 1):
             session.visit(f)
             if progress is not None:
@@ -259,8 +279,10 @@ class IndexSession:
         listed_paths: Iterable[str],
         *,
         full: bool,
+        secrets: SecretFilter = DEFAULT_SECRET_FILTER,
     ) -> None:
         self._ix = indexer
+        self._secrets = secrets
         self.resource_id = resource_id
         self.root = root
         self.full = full
@@ -354,8 +376,11 @@ class IndexSession:
         """Handle one listed file, reading it only when the index needs it.
 
         ``preread`` is what a caller already read for its own purpose (the
-        hydrator's tier): the bytes, or None when that read failed.  Reads
-        count in the stats only when the index needed them.
+        hydrator's tier): the bytes, or None when that read failed; the
+        caller has content-checked them for secrets.  Bytes the session reads
+        itself are checked here: a file holding a secret token is skipped
+        (``skipped["secret"]``).  Reads count in the stats only when the
+        index needed them.
         """
         self.stats.files_seen += 1
         if listed.size > self._ix.max_file_bytes:
@@ -377,6 +402,10 @@ class IndexSession:
             return
         self.stats.files_read += 1
         self.stats.bytes_read += len(read.data)
+        own_read = isinstance(preread, NotRead)
+        if own_read and secret_content(self._secrets, listed.rel_path, read.data):
+            self.skip(listed, "secret")
+            return
         self.update(ListedFile(listed.rel_path, read.size, read.mtime_ns), read.data)
 
     def keep(self, listed: ListedFile) -> None:

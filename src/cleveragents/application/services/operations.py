@@ -19,6 +19,7 @@ orphans) and delete ``.rebuild/``; ``rebuild`` deletes it before it starts.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import time
@@ -48,7 +49,11 @@ from cleveragents.domain.models.acms.backends import (
     VectorIndex,
 )
 from cleveragents.domain.models.acms.embedding import Embedder
-from cleveragents.domain.models.acms.errors import AcmsError, NotFoundError
+from cleveragents.domain.models.acms.errors import (
+    AcmsError,
+    NotFoundError,
+    ResourceListingError,
+)
 from cleveragents.domain.models.acms.indexing import IndexStats
 from cleveragents.domain.models.acms.registry import (
     RESOURCE_TYPES,
@@ -58,6 +63,7 @@ from cleveragents.domain.models.acms.registry import (
     ResourceRegistry,
 )
 from cleveragents.domain.models.acms.scope import ScopedView
+from cleveragents.domain.models.acms.secret_filter import secret_filter_of
 from cleveragents.domain.models.acms.uko import path_of
 from cleveragents.domain.models.acms.ulids import canonical_ulid
 
@@ -77,7 +83,12 @@ _PREVIOUS = ".previous"
 
 
 def detect_resource_type(path: str | os.PathLike[str]) -> str:
-    """``git-checkout`` when ``path`` is inside a git work tree, else ``directory``."""
+    """``git-checkout`` when ``path`` is inside a git work tree, else ``directory``.
+
+    Raises:
+        ResourceListingError: git refuses the checkout ("dubious ownership"):
+            guessing ``directory`` would index what ``.gitignore`` excludes.
+    """
     try:
         out = subprocess.run(
             ["git", "-C", str(path), "rev-parse", "--is-inside-work-tree"],
@@ -89,6 +100,12 @@ def detect_resource_type(path: str | os.PathLike[str]) -> str:
         )
     except (OSError, subprocess.TimeoutExpired):
         return "directory"
+    if out.returncode != 0 and "dubious ownership" in out.stderr:
+        raise ResourceListingError(
+            f"git refuses the checkout {path} (dubious ownership: it belongs to another user) "
+            f"(fix: git config --global --add safe.directory {shlex.quote(os.fspath(path))}, "
+            "or pass --type directory to index every file, .gitignore ignored)"
+        )
     return "git-checkout" if out.returncode == 0 and out.stdout.strip() == "true" else "directory"
 
 
@@ -99,6 +116,7 @@ class ReindexReport:
     resources: dict[str, IndexStats] = field(default_factory=dict)
     missing: list[str] = field(default_factory=list)
     pruned: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
 
     @property
@@ -115,6 +133,7 @@ class ReindexReport:
             "resources": {rid: s.as_dict() for rid, s in self.resources.items()},
             "missing_locations": self.missing,
             "pruned": self.pruned,
+            "failed": self.failed,
             "total": self.total.as_dict(),
             "seconds": round(self.seconds, 3),
         }
@@ -207,18 +226,50 @@ class AcmsOperations:
 
     # ------------------------------------------------------------ resources
 
-    def add_resource(self, path: str, project: str, resource_type: str | None = None) -> Resource:
+    def add_resource(
+        self,
+        path: str,
+        project: str,
+        resource_type: str | None = None,
+        *,
+        secret_filter: bool = True,
+        secret_allow: Iterable[str] = (),
+    ) -> Resource:
         """Register ``path`` and link it to ``project``.
 
+        ``secret_filter=False`` turns the secret deny-list off for it;
+        ``secret_allow`` globs let matching files through it.
+
         Raises:
-            NotFoundError: unknown project.  ValueError: bad path or type.
+            NotFoundError: unknown project.  ValueError: bad path, type or
+            allow-pattern.  ResourceListingError: git refuses the checkout.
         """
         self.project(project)
         if resource_type is not None and resource_type not in RESOURCE_TYPES:
             raise ValueError(f"unknown resource type {resource_type!r}")
-        resource = self.resources.register(path, resource_type or detect_resource_type(path))
+        resource = self.resources.register(
+            path,
+            resource_type or detect_resource_type(path),
+            secret_filter=secret_filter,
+            secret_allow=tuple(secret_allow),
+        )
         self.projects.link(project, resource.resource_id)
         return resource
+
+    def set_secret_policy(
+        self, resource_id: str, *, secret_filter: bool = True, secret_allow: Iterable[str] = ()
+    ) -> Resource:
+        """Replace a resource's secret override; the next reindex applies it
+        (names at once; content of unchanged files on ``--full``).
+
+        Raises:
+            ValueError: malformed ULID or bad pattern.  NotFoundError: unknown resource.
+        """
+        return self.resources.set_secret_policy(
+            canonical_ulid(resource_id),
+            secret_filter=secret_filter,
+            secret_allow=tuple(secret_allow),
+        )
 
     def list_resources(self, project: str | None = None) -> list[Resource]:
         """Registered resources, all or those of one project."""
@@ -300,7 +351,9 @@ class AcmsOperations:
 
         Indexing every resource also deletes the units of resources that are
         no longer registered.  Only one reindex runs per data directory at a
-        time: another waits up to ``lock_timeout`` seconds.
+        time: another waits up to ``lock_timeout`` seconds.  A git resource
+        git cannot list is recorded in ``report.failed`` (its units stay as
+        they were) and the other resources are still indexed.
         """
         projects, resources = list(projects), list(resources)
         everything = not projects and not resources
@@ -326,14 +379,21 @@ class AcmsOperations:
                     )
                     report.missing.append(rid)
                     continue
-                report.resources[rid] = indexer.index_resource(
-                    rid,
-                    resource.location,
-                    resource.resource_type,
-                    full=full,
-                    progress=_per_resource(progress, rid),
-                )
-                self.resources.mark_indexed(rid)
+                try:
+                    stats = indexer.index_resource(
+                        rid,
+                        resource.location,
+                        resource.resource_type,
+                        full=full,
+                        progress=_per_resource(progress, rid),
+                        secrets=secret_filter_of(resource),
+                    )
+                except ResourceListingError as exc:
+                    _log.info("reindex.resource_failed", resource_id=rid, error=str(exc))
+                    report.failed[rid] = str(exc)
+                    continue
+                report.resources[rid] = stats
+                self.resources.mark_indexed(rid, secrets_skipped=stats.skipped.get("secret", 0))
             if everything:
                 report.pruned = indexer.prune(r.resource_id for r in self.resources.list())
         report.seconds = time.perf_counter() - t0
@@ -372,13 +432,22 @@ class AcmsOperations:
                     if not os.path.isdir(resource.location):
                         report.missing.append(resource.resource_id)
                         continue
-                    report.resources[resource.resource_id] = indexer.index_resource(
-                        resource.resource_id,
-                        resource.location,
-                        resource.resource_type,
-                        full=True,
-                        progress=_per_resource(progress, resource.resource_id),
-                    )
+                    try:
+                        report.resources[resource.resource_id] = indexer.index_resource(
+                            resource.resource_id,
+                            resource.location,
+                            resource.resource_type,
+                            full=True,
+                            progress=_per_resource(progress, resource.resource_id),
+                            secrets=secret_filter_of(resource),
+                        )
+                    except ResourceListingError as exc:
+                        # Swapping in indexes without this resource would drop its
+                        # units: stop before the first swap, the live ones untouched.
+                        raise ResourceListingError(
+                            f"rebuild stopped, live indexes unchanged: resource "
+                            f"{resource.resource_id}: {exc}"
+                        ) from exc
             finally:
                 close()
             checkpoint("rebuild.staged")
@@ -393,8 +462,8 @@ class AcmsOperations:
                 checkpoint("rebuild.swap")
             os.replace(staging, previous)
             checkpoint("rebuild.done")
-            for rid in report.resources:
-                self.resources.mark_indexed(rid)
+            for rid, stats in report.resources.items():
+                self.resources.mark_indexed(rid, secrets_skipped=stats.skipped.get("secret", 0))
         report.seconds = time.perf_counter() - t0
         _log.info("reindex.rebuilt", resources=len(report.resources), seconds=report.seconds)
         return report
@@ -419,6 +488,7 @@ class AcmsOperations:
                             resource.location,
                             resource.resource_type,
                             indexer=self._indexer(),
+                            secrets=secret_filter_of(resource),
                         )
         return total
 
@@ -454,6 +524,8 @@ class AcmsOperations:
                     "text_units": len(text.unit_uris(r.resource_id)),
                     "vector_units": len(vector.unit_uris(r.resource_id)),
                     "graph_subjects": len(graph.subjects(r.resource_id)),
+                    "secret_filter": secret_filter_of(r).describe(),
+                    "secrets_skipped": r.secrets_skipped,
                 }
             )
         sizes = {

@@ -14,21 +14,33 @@ assumes the tree is hostile:
 * non-UTF-8 names survive as surrogate escapes (``os.fsdecode``).
 
 Listing uses ``git ls-files`` for git resources (so ``.gitignore`` applies) and
-``os.walk`` otherwise, or when git is missing, fails or times out. Every file
-that is left out is logged at DEBUG as ``context_hydrator.file_skipped`` with
-``path`` and ``reason``.
+``os.walk`` for plain directories.  When git cannot list a git resource
+(missing, timed out, or refusing the checkout, e.g. "dubious ownership" when
+the checkout's owner is not the indexer's uid), listing raises
+:class:`ResourceListingError` naming git's reason and the fix: walking the
+tree instead would read what ``.gitignore`` keeps out.
+
+Before anything is looked at, each path goes through the secret deny-list
+(:mod:`cleveragents.domain.models.acms.secret_filter`): a secret file is never
+``lstat``-ed, read, stored or indexed.  Every file that is left out is logged as
+``context_hydrator.file_skipped`` with ``path`` and ``reason`` (DEBUG; INFO
+for ``reason="secret"``, with the matching ``rule``).
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import shlex
 import stat
 import subprocess
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import structlog
+
+from cleveragents.domain.models.acms.errors import ResourceListingError
+from cleveragents.domain.models.acms.secret_filter import DEFAULT_SECRET_FILTER, SecretFilter
 
 __all__ = [
     "BINARY_EXTENSIONS",
@@ -37,11 +49,14 @@ __all__ = [
     "MAX_TOTAL_BYTES",
     "SKIP_DIRS",
     "ListedFile",
+    "Listing",
     "ReadFile",
     "decode_text",
     "is_binary",
     "list_files",
+    "list_resource",
     "read_file",
+    "secret_content",
 ]
 
 _log = structlog.get_logger("cleveragents.acms.hydrator")
@@ -53,7 +68,7 @@ MAX_TOTAL_BYTES = 10 * 1024 * 1024
 """Hydration budget across one resource; enforced by the caller."""
 
 GIT_TIMEOUT_SECONDS = 30.0
-"""How long ``git ls-files`` may run before listing falls back to ``os.walk``."""
+"""How long ``git ls-files`` may run before listing fails."""
 
 _SNIFF_BYTES = 8192
 
@@ -131,6 +146,20 @@ class ListedFile:
 
 
 @dataclass(frozen=True, slots=True)
+class Listing:
+    """What listing a resource found.
+
+    Attributes:
+        files: The regular files to consider, sorted by path.
+        secret_skipped: ``(path, rule pattern)`` of each file the secret
+            deny-list left out, sorted by path; none of them was looked at.
+    """
+
+    files: tuple[ListedFile, ...]
+    secret_skipped: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class ReadFile:
     """The bytes of one file, with the size and mtime of what was read."""
 
@@ -175,13 +204,39 @@ def is_binary(rel_path: str, head: bytes) -> bool:
     return _extension(rel_path) in BINARY_EXTENSIONS or b"\0" in head[:_SNIFF_BYTES]
 
 
+def secret_content(secrets: SecretFilter, rel_path: str, data: bytes) -> bool:
+    """True (and logged) when ``data`` holds a high-confidence secret token.
+
+    The file must then be neither stored nor indexed; see
+    :meth:`SecretFilter.content_rule`.
+    """
+    kind = secrets.content_rule(rel_path, data)
+    if kind is None:
+        return False
+    _log.info("context_hydrator.file_skipped", path=rel_path, reason="secret_content", kind=kind)
+    return True
+
+
 def decode_text(data: bytes) -> str:
     """Decode file bytes as UTF-8, dropping a leading BOM and replacing bad bytes."""
     return data.decode("utf-8-sig", errors="replace")
 
 
-def _git_paths(root: str) -> list[str] | None:
-    """Return the paths ``git ls-files`` lists under ``root``, or None if git cannot."""
+_DIRECTORY_HINT = "or register it with '--type directory' to index every file, .gitignore ignored"
+
+
+def _git_failed(root: str, reason: str, detail: str, fix: str) -> ResourceListingError:
+    _log.debug("context_hydrator.git_failed", root=root, reason=reason, detail=detail, fix=fix)
+    return ResourceListingError(f"git cannot list {root}: {detail} (fix: {fix})")
+
+
+def _git_paths(root: str) -> list[str]:
+    """Return the paths ``git ls-files`` lists under ``root``.
+
+    Raises:
+        ResourceListingError: git is missing, timed out or failed; the message
+            gives git's reason and the fix.
+    """
     env = {k: v for k, v in os.environ.items() if k not in _GIT_REDIRECT_VARS}
     env["GIT_OPTIONAL_LOCKS"] = "0"
     command = [
@@ -207,23 +262,34 @@ def _git_paths(root: str) -> list[str] | None:
             check=False,
         )
     except FileNotFoundError:
-        _log.debug("context_hydrator.git_fallback", root=root, reason="git_missing")
-        return None
+        raise _git_failed(
+            root, "git_missing", "git is not installed", f"install git, {_DIRECTORY_HINT}"
+        ) from None
     except subprocess.TimeoutExpired:
-        _log.debug("context_hydrator.git_fallback", root=root, reason="timeout")
-        return None
+        raise _git_failed(
+            root,
+            "timeout",
+            f"git ls-files did not finish within {GIT_TIMEOUT_SECONDS:g} s",
+            f"check the checkout with 'git status', {_DIRECTORY_HINT}",
+        ) from None
     except OSError as exc:
-        _log.debug("context_hydrator.git_fallback", root=root, reason="os_error", error=str(exc))
-        return None
+        raise _git_failed(
+            root, "os_error", f"cannot run git: {exc}", f"check git, {_DIRECTORY_HINT}"
+        ) from exc
     if completed.returncode != 0:
-        _log.debug(
-            "context_hydrator.git_fallback",
-            root=root,
-            reason="git_failed",
-            returncode=completed.returncode,
-            stderr=completed.stderr.decode("utf-8", errors="replace").strip()[:500],
-        )
-        return None
+        stderr = completed.stderr.decode("utf-8", errors="replace")
+        lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+        first = next((line for line in lines if line.startswith("fatal:")), None)
+        detail = first or (lines[0] if lines else f"exit status {completed.returncode}")
+        detail = detail.removeprefix("fatal:").strip()[:300]
+        if "dubious ownership" in stderr:
+            # The checkout belongs to another uid (typical in a container).
+            reason = "dubious_ownership"
+            fix = f"git config --global --add safe.directory {shlex.quote(root)}"
+        else:
+            reason = "git_failed"
+            fix = f"make it a readable git checkout, {_DIRECTORY_HINT}"
+        raise _git_failed(root, reason, detail, fix)
     # An untracked nested repository is listed as "name/"; lstat rejects it later.
     return [
         os.fsdecode(raw).rstrip("/") for raw in completed.stdout.split(b"\0") if raw.strip(b"/")
@@ -258,7 +324,12 @@ def _walk_paths(root: str) -> list[str]:
     return paths
 
 
-def _listed(root: str, candidates: Iterable[str]) -> Iterator[ListedFile]:
+def _listed(
+    root: str,
+    candidates: Iterable[str],
+    secrets: SecretFilter,
+    secret_skipped: list[tuple[str, str]],
+) -> Iterator[ListedFile]:
     """``lstat`` each candidate through an ``O_NOFOLLOW`` chain of directory descriptors.
 
     Candidates are visited in sorted order, so the files of one directory
@@ -266,7 +337,9 @@ def _listed(root: str, candidates: Iterable[str]) -> Iterator[ListedFile]:
     is opened once, ``O_DIRECTORY | O_NOFOLLOW`` relative to its parent's
     descriptor, and each file is ``fstatat``-ed relative to its directory's,
     never following a link.  A directory component that is a symlink (or
-    not a directory) cannot be opened, so nothing under it is listed.
+    not a directory) cannot be opened, so nothing under it is listed.  A path
+    the secret filter denies is appended to ``secret_skipped`` before
+    anything of it is looked at.
     """
     paths = sorted(set(candidates))
     if not paths:
@@ -296,6 +369,17 @@ def _listed(root: str, candidates: Iterable[str]) -> Iterator[ListedFile]:
                 continue
             if _extension(name) in BINARY_EXTENSIONS:
                 _skip(rel_path, "binary")
+                continue
+            secret = secrets.rule_for(rel_path)
+            if secret is not None:
+                _log.info(
+                    "context_hydrator.file_skipped",
+                    path=rel_path,
+                    reason="secret",
+                    rule=secret.pattern,
+                    why=secret.reason,
+                )
+                secret_skipped.append((rel_path, secret.pattern))
                 continue
             if dir_fd is None:
                 _skip(rel_path, dir_reason)
@@ -350,31 +434,48 @@ def _open_directory(directory: str, names: list[str], fds: list[int]) -> tuple[i
     return fds[-1], ""
 
 
-def list_files(
-    root: str | os.PathLike[str], resource_type: str = "git-checkout"
-) -> Iterator[ListedFile]:
+def list_resource(
+    root: str | os.PathLike[str],
+    resource_type: str = "git-checkout",
+    *,
+    secrets: SecretFilter = DEFAULT_SECRET_FILTER,
+) -> Listing:
     """List the regular files of a resource, sorted by path, each once.
 
     Args:
         root: The resource's root directory.
         resource_type: ``"git-checkout"`` or ``"git"`` lists with
             ``git ls-files --cached --others --exclude-standard`` (so ignored
-            files are left out), falling back to ``os.walk`` when git is
-            missing, fails or times out; any other type walks the tree.
+            files are left out); any other type walks the tree.
+        secrets: The secret deny-list to apply (the resource's own, from the
+            registry; the default list otherwise).
 
-    Yields:
+    Returns:
         One ``ListedFile`` per regular file (per ``lstat``) that is not under a
-        ``SKIP_DIRS`` directory and has no ``BINARY_EXTENSIONS`` extension.
-        Symlinks, FIFOs, sockets, devices, directories and paths that could
-        leave the root are skipped and logged, never followed.
+        ``SKIP_DIRS`` directory, has no ``BINARY_EXTENSIONS`` extension and is
+        not denied by ``secrets``; and the denied paths.  Symlinks, FIFOs,
+        sockets, devices, directories and paths that could leave the root are
+        skipped and logged, never followed.
+
+    Raises:
+        ResourceListingError: a git resource that git cannot list (never
+            answered by a walk, which would list what ``.gitignore`` excludes).
     """
     root_str = os.fspath(root)
-    candidates: list[str] | None = None
-    if resource_type in _GIT_TYPES:
-        candidates = _git_paths(root_str)
-    if candidates is None:
-        candidates = _walk_paths(root_str)
-    yield from _listed(root_str, candidates)
+    candidates = _git_paths(root_str) if resource_type in _GIT_TYPES else _walk_paths(root_str)
+    secret_skipped: list[tuple[str, str]] = []
+    files = tuple(_listed(root_str, candidates, secrets, secret_skipped))
+    return Listing(files, tuple(secret_skipped))
+
+
+def list_files(
+    root: str | os.PathLike[str],
+    resource_type: str = "git-checkout",
+    *,
+    secrets: SecretFilter = DEFAULT_SECRET_FILTER,
+) -> Iterator[ListedFile]:
+    """The files of :func:`list_resource`, one by one (same arguments and errors)."""
+    yield from list_resource(root, resource_type, secrets=secrets).files
 
 
 def _open_beneath(root: str, parts: list[str]) -> int:

@@ -4,10 +4,15 @@
 ``<data_dir>/registry.sqlite3``.  Each operation opens a short connection
 (WAL, a busy timeout), so several processes (agent hosts, ``reindex``) can use
 the same database safely.
+
+The secret-filter columns (``secret_filter``, ``secret_allow`` as a JSON list,
+``secrets_skipped``) are added to a registry created before they existed the
+first time it is opened; old rows get the default filter.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 from collections.abc import Iterator
@@ -28,6 +33,7 @@ from cleveragents.domain.models.acms.registry import (
     Resource,
     validate_project_name,
 )
+from cleveragents.domain.models.acms.secret_filter import validate_allow_patterns
 from cleveragents.domain.models.acms.ulids import canonical_ulid
 
 __all__ = ["NamespacedProjectRepository", "ResourceRegistryService", "open_registry"]
@@ -42,7 +48,10 @@ CREATE TABLE IF NOT EXISTS resources (
     location TEXT NOT NULL,
     resource_type TEXT NOT NULL,
     created_at TEXT NOT NULL,
-    last_indexed_at TEXT
+    last_indexed_at TEXT,
+    secret_filter INTEGER NOT NULL DEFAULT 1,
+    secret_allow TEXT NOT NULL DEFAULT '[]',
+    secrets_skipped INTEGER
 );
 CREATE TABLE IF NOT EXISTS project_resources (
     project TEXT NOT NULL REFERENCES projects(name) ON DELETE CASCADE,
@@ -50,6 +59,42 @@ CREATE TABLE IF NOT EXISTS project_resources (
     PRIMARY KEY (project, resource_id)
 );
 """
+
+
+# Columns added after the first release: (name, declaration) for ALTER TABLE.
+_ADDED_COLUMNS = (
+    ("secret_filter", "INTEGER NOT NULL DEFAULT 1"),
+    ("secret_allow", "TEXT NOT NULL DEFAULT '[]'"),
+    ("secrets_skipped", "INTEGER"),
+)
+_RESOURCE_COLUMNS = (
+    "resource_id, location, resource_type, last_indexed_at, "
+    "secret_filter, secret_allow, secrets_skipped"
+)
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    have = {row[1] for row in conn.execute("PRAGMA table_info(resources)")}
+    for name, declaration in _ADDED_COLUMNS:
+        if name not in have:
+            conn.execute(f"ALTER TABLE resources ADD COLUMN {name} {declaration}")
+
+
+def _resource(row: tuple[object, ...]) -> Resource:
+    rid, location, rtype, indexed, enabled, allow, skipped = row
+    try:
+        patterns = tuple(str(p) for p in json.loads(str(allow)))
+    except (ValueError, TypeError):
+        patterns = ()  # a hand-edited row: the default list still applies
+    return Resource(
+        str(rid),
+        str(location),
+        str(rtype),
+        None if indexed is None else str(indexed),
+        secret_filter=bool(enabled),
+        secret_allow=patterns,
+        secrets_skipped=None if skipped is None else int(str(skipped)),
+    )
 
 
 def _now() -> str:
@@ -65,6 +110,7 @@ class _Database:
             try:
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.executescript(_SCHEMA)
+                _migrate(conn)
             finally:
                 conn.close()
         except (OSError, sqlite3.Error) as exc:
@@ -181,23 +227,56 @@ class ResourceRegistryService:
     def __init__(self, db_path: str | os.PathLike[str]) -> None:
         self._db = _Database(db_path)
 
-    def register(self, location: str | os.PathLike[str], resource_type: str) -> Resource:
+    def register(
+        self,
+        location: str | os.PathLike[str],
+        resource_type: str,
+        *,
+        secret_filter: bool = True,
+        secret_allow: tuple[str, ...] = (),
+    ) -> Resource:
         """Register a directory and return it with its new ULID.
 
+        Args:
+            location: The directory (resolved to an absolute path).
+            resource_type: One of ``RESOURCE_TYPES``.
+            secret_filter: False turns the secret deny-list off for it.
+            secret_allow: Globs of files to let through the deny-list.
+
         Raises:
-            ValueError: unknown resource type, or ``location`` is not a directory.
+            ValueError: unknown resource type, ``location`` is not a directory,
+                or a bad allow-pattern.  TypeError: a pattern that is not a str.
         """
         if resource_type not in RESOURCE_TYPES:
             known = ", ".join(RESOURCE_TYPES)
             raise ValueError(f"unknown resource type {resource_type!r}; expected one of {known}")
+        if not isinstance(secret_filter, bool):
+            raise TypeError(f"secret_filter must be a bool, not {type(secret_filter).__name__}")
+        if isinstance(secret_allow, str):
+            raise TypeError("secret_allow must be a sequence of globs, not one str")
+        allow = validate_allow_patterns(secret_allow)
         path = Path(location).expanduser().resolve()
         if not path.is_dir():
             raise ValueError(f"not a directory: {path}")
-        resource = Resource(str(ULID()), str(path), resource_type)
+        resource = Resource(
+            str(ULID()),
+            str(path),
+            resource_type,
+            secret_filter=secret_filter,
+            secret_allow=allow,
+        )
         with self._db.connect() as conn:
             conn.execute(
-                "INSERT INTO resources VALUES (?, ?, ?, ?, NULL)",
-                (resource.resource_id, resource.location, resource_type, _now()),
+                f"INSERT INTO resources ({_RESOURCE_COLUMNS}, created_at) "
+                "VALUES (?, ?, ?, NULL, ?, ?, NULL, ?)",
+                (
+                    resource.resource_id,
+                    resource.location,
+                    resource_type,
+                    int(secret_filter),
+                    json.dumps(list(allow)),
+                    _now(),
+                ),
             )
         return resource
 
@@ -209,20 +288,18 @@ class ResourceRegistryService:
             return None
         with self._db.connect() as conn:
             row = conn.execute(
-                "SELECT resource_id, location, resource_type, last_indexed_at "
-                "FROM resources WHERE resource_id = ?",
+                f"SELECT {_RESOURCE_COLUMNS} FROM resources WHERE resource_id = ?",
                 (rid,),
             ).fetchone()
-        return None if row is None else Resource(*row)
+        return None if row is None else _resource(row)
 
     def list(self) -> list[Resource]:
         """Every registered resource, by ULID (so by registration time)."""
         with self._db.connect() as conn:
             rows = conn.execute(
-                "SELECT resource_id, location, resource_type, last_indexed_at "
-                "FROM resources ORDER BY resource_id"
+                f"SELECT {_RESOURCE_COLUMNS} FROM resources ORDER BY resource_id"
             ).fetchall()
-        return [Resource(*r) for r in rows]
+        return [_resource(r) for r in rows]
 
     def remove(self, resource_id: str) -> None:
         """Forget a resource and its project links.
@@ -235,13 +312,51 @@ class ResourceRegistryService:
             if conn.execute("DELETE FROM resources WHERE resource_id = ?", (rid,)).rowcount == 0:
                 raise NotFoundError(f"no resource {rid}")
 
-    def mark_indexed(self, resource_id: str, when: str | None = None) -> None:
-        """Record when a resource was last indexed (ISO 8601, UTC)."""
+    def set_secret_policy(
+        self, resource_id: str, *, secret_filter: bool = True, secret_allow: tuple[str, ...] = ()
+    ) -> Resource:
+        """Replace a resource's secret override (the default list when called
+        with no keyword) and return the updated resource.
+
+        Raises:
+            ValueError: malformed ULID or bad allow-pattern.  TypeError: a
+            pattern or flag of the wrong type.  NotFoundError: unknown resource.
+        """
+        rid = canonical_ulid(resource_id)
+        if not isinstance(secret_filter, bool):
+            raise TypeError(f"secret_filter must be a bool, not {type(secret_filter).__name__}")
+        if isinstance(secret_allow, str):
+            raise TypeError("secret_allow must be a sequence of globs, not one str")
+        allow = validate_allow_patterns(secret_allow)
+        with self._db.connect() as conn:
+            updated = conn.execute(
+                "UPDATE resources SET secret_filter = ?, secret_allow = ? WHERE resource_id = ?",
+                (int(secret_filter), json.dumps(list(allow)), rid),
+            )
+            if updated.rowcount == 0:
+                raise NotFoundError(f"no resource {rid}")
+            row = conn.execute(
+                f"SELECT {_RESOURCE_COLUMNS} FROM resources WHERE resource_id = ?", (rid,)
+            ).fetchone()
+        return _resource(row)
+
+    def mark_indexed(
+        self, resource_id: str, when: str | None = None, *, secrets_skipped: int | None = None
+    ) -> None:
+        """Record when a resource was last indexed (ISO 8601, UTC), and how many
+        files that run left out as secrets (kept as it was when None)."""
         rid = canonical_ulid(resource_id)
         if when is not None and not isinstance(when, str):
             raise TypeError(f"when must be an ISO 8601 str, not {type(when).__name__}")
+        if secrets_skipped is not None and (
+            not isinstance(secrets_skipped, int)
+            or isinstance(secrets_skipped, bool)
+            or secrets_skipped < 0
+        ):
+            raise ValueError(f"secrets_skipped must be an int >= 0, got {secrets_skipped!r}")
         with self._db.connect() as conn:
             conn.execute(
-                "UPDATE resources SET last_indexed_at = ? WHERE resource_id = ?",
-                (when or _now(), rid),
+                "UPDATE resources SET last_indexed_at = ?, "
+                "secrets_skipped = COALESCE(?, secrets_skipped) WHERE resource_id = ?",
+                (when or _now(), secrets_skipped, rid),
             )

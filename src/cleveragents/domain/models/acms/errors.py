@@ -9,6 +9,8 @@ no engine exception type ever leaks out of an adapter::
     │                              forbidden SPARQL form, over a limit)
     │   └── QueryLimitError        a query stopped by a time or row limit
     ├── IndexUnavailableError      an index cannot be opened, read or written
+    ├── ResourceListingError       a git resource's files cannot be listed (git
+    │                              refused the checkout, is missing, timed out)
     ├── BusyError                  another writer holds the data directory
     ├── NotFoundError (LookupError)   an unknown project or resource
     ├── ConflictError (ValueError)    a project or link that already exists
@@ -29,6 +31,7 @@ __all__ = [
     "NotFoundError",
     "QueryError",
     "QueryLimitError",
+    "ResourceListingError",
     "ScopeViolationError",
 ]
 
@@ -47,6 +50,14 @@ class QueryLimitError(QueryError):
 
 class IndexUnavailableError(AcmsError):
     """An index could not be opened, read or written."""
+
+
+class ResourceListingError(AcmsError):
+    """A resource registered as git could not be listed by git.
+
+    Never answered by walking the tree instead: a walk would read the files
+    ``.gitignore`` keeps out (build output, local configuration, secrets).
+    """
 
 
 class ScopeViolationError(AcmsError):

@@ -58,12 +58,21 @@ class Project:
 
 @dataclass(frozen=True, slots=True)
 class Resource:
-    """A registered resource: where it lives and how to list its files."""
+    """A registered resource: where it lives and how to list its files.
+
+    ``secret_filter`` and ``secret_allow`` are the operator's override of the
+    default secret deny-list (off entirely, or globs let through);
+    ``secrets_skipped`` is how many files the last indexing left out as
+    secrets (None before the first).
+    """
 
     resource_id: str
     location: str
     resource_type: str
     last_indexed_at: str | None = None
+    secret_filter: bool = True
+    secret_allow: tuple[str, ...] = ()
+    secrets_skipped: int | None = None
 
 
 @runtime_checkable
@@ -95,8 +104,16 @@ class ProjectRepository(Protocol):
 class ResourceRegistry(Protocol):
     """Registered resources under their ULIDs."""
 
-    def register(self, location: str | os.PathLike[str], resource_type: str) -> Resource:
-        """Register a directory under a fresh ULID; ``ValueError`` on a bad path or type."""
+    def register(
+        self,
+        location: str | os.PathLike[str],
+        resource_type: str,
+        *,
+        secret_filter: bool = True,
+        secret_allow: tuple[str, ...] = (),
+    ) -> Resource:
+        """Register a directory under a fresh ULID; ``ValueError`` on a bad path,
+        type or allow-pattern."""
         ...
 
     def get(self, resource_id: str) -> Resource | None:
@@ -111,6 +128,16 @@ class ResourceRegistry(Protocol):
         """Forget a resource; ``NotFoundError`` if unknown."""
         ...
 
-    def mark_indexed(self, resource_id: str, when: str | None = None) -> None:
-        """Record when the resource was last indexed."""
+    def set_secret_policy(
+        self, resource_id: str, *, secret_filter: bool = True, secret_allow: tuple[str, ...] = ()
+    ) -> Resource:
+        """Replace a resource's secret override; ``NotFoundError`` if unknown,
+        ``ValueError`` on a bad allow-pattern."""
+        ...
+
+    def mark_indexed(
+        self, resource_id: str, when: str | None = None, *, secrets_skipped: int | None = None
+    ) -> None:
+        """Record when the resource was last indexed (and how many secret files
+        that run left out, when given)."""
         ...
