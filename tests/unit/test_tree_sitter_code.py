@@ -693,7 +693,7 @@ def test_bash_functions_sources_and_commands() -> None:
 
         greet world
         """,
-        "bash",
+        "shell",
     )
     assert symbols(script) == {("function", "greet", 6, 8)}
     assert next(iter(script.symbols)).doc == "Say hello."

@@ -234,7 +234,7 @@ _QUERIES: dict[str, str] = {
   (navigation_suffix (simple_identifier) @name))) @call
 (import_header) @import
 """,
-    "bash": """
+    "shell": """
 (function_definition name: (word) @name) @def.function
 (command name: (command_name (word) @name)) @call
 """,
@@ -245,7 +245,7 @@ _QUERIES: dict[str, str] = {
 }
 
 #: Language names of the project (``chunking.detect_language``) -> grammar names.
-_GRAMMAR = {"csharp": "csharp"}
+_GRAMMAR = {"shell": "bash"}
 
 _JS_LIKE = frozenset({"javascript", "typescript", "tsx"})
 _CLASS_LIKE = frozenset({"class", "interface", "enum", "trait", "scope"})
@@ -708,7 +708,7 @@ class TreeSitterCodeParser:
                 imports.extend(read_imports(caps["import"][0]))
             return
         if "call" in caps:
-            if language == "bash" and "name" in caps and _text(caps["name"][0]) in ("source", "."):
+            if language == "shell" and "name" in caps and _text(caps["name"][0]) in ("source", "."):
                 args = caps["call"][0].children_by_field_name("argument")
                 if args:
                     imports.append(CodeImport(_unquote(_text(args[0])), _line(caps["call"][0])))

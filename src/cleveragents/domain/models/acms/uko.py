@@ -27,6 +27,18 @@ one named graph per resource ULID.  Literals are plain strings unless marked
     <symbol>   uko:line       12                           (xsd:integer)
     <file>     uko:imports    <file> of the same resource, else <urn:uko:module:NAME>
 
+Code facts from tree-sitter (``code_graph.code_triples``) add::
+
+    <symbol>   uko:endLine 42 ; uko:signature "def f(x)" ; uko:doc "..."
+    <symbol>   uko:named      <urn:uko:name:BARE>          the bare name's node
+    <class>    uko:hasMember  <symbol>                     a member defined inside it
+    <symbol|file> uko:calls   <symbol> of the same file, else <urn:uko:name:CALLEE>
+    <file#call=L12:f> uko:caller <symbol|file> ; uko:callee <...> ; uko:line 12
+    <symbol>   uko:inherits | uko:implements  <symbol> or <urn:uko:name:BASE>
+
+"Who calls X" joins through the name node: ``?site uko:callee ?t . ?t`` is
+either X's symbol or ``<urn:uko:name:X>``, which X's ``uko:named`` reaches.
+
 Every subject of a file's triples is the file or a URI under it, except the
 single ``<resource> uko:contains <file>`` edge, so a file's triples can be
 replaced by subject.
@@ -43,6 +55,7 @@ __all__ = [
     "UKO",
     "file_uri",
     "module_uri",
+    "name_uri",
     "path_of",
     "resource_id_of",
     "resource_uri",
@@ -52,6 +65,7 @@ __all__ = [
 SCHEME = "uko://"
 UKO = "https://cleveragents.dev/ns/uko#"
 _MODULE_PREFIX = "urn:uko:module:"
+_NAME_PREFIX = "urn:uko:name:"
 
 
 def resource_uri(resource_id: str) -> str:
@@ -73,6 +87,13 @@ def unit_uri(resource_id: str, path: str, fragment: str) -> str:
     if not fragment:
         raise ValueError("a unit fragment must not be empty")
     return f"{file_uri(resource_id, path)}#{quote(fragment, safe='-._~=,:')}"
+
+
+def name_uri(name: str) -> str:
+    """URI of a bare symbol name (``area``): joins the definitions of a name
+    (``uko:named``) with the calls and bases that name it, across the files
+    of a scope."""
+    return _NAME_PREFIX + quote(name, safe="._")
 
 
 def module_uri(module: str) -> str:
