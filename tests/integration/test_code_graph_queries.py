@@ -15,14 +15,16 @@ def test_who_calls_square_through_sparql_on_the_real_graph_store(tmp_path: Path)
             graph.upsert(RID, triples_of(path))
         rows = graph.sparql_query(
             """
-            SELECT ?caller ?p ?line WHERE {
+            SELECT ?caller ?p ?sites WHERE {
               ?def uko:name "square" ; uko:named ?n .
-              ?site uko:callee ?n ; uko:caller ?caller ; uko:line ?line .
-              BIND(uko:calls AS ?p)
+              ?caller uko:calls ?n ; uko:callSites ?sites .
+              BIND(uko:callSites AS ?p)
             }
             """,
             scope=frozenset({RID}),
         )
     finally:
         graph.close()
-    assert {(s, o) for s, _, o in rows.triples} == {(sym("pkg/shapes.py", "Circle.area"), "7")}
+    assert {(s, o) for s, _, o in rows.triples} == {
+        (sym("pkg/shapes.py", "Circle.area"), "scale:7;square:7")
+    }

@@ -11,7 +11,7 @@ from cleveragents.application.services.code_graph import (
     resolve_import,
 )
 from cleveragents.domain.models.acms.backends import Literal
-from cleveragents.domain.models.acms.uko import UKO, file_uri, module_uri, name_uri, unit_uri
+from cleveragents.domain.models.acms.uko import UKO, file_uri, module_uri, name_uri
 from codegraph_repo import PARSER, REPO, RID, sym, triples_of
 
 
@@ -36,9 +36,7 @@ def test_calls_link_to_this_files_symbol_or_to_a_name_node_with_their_line() -> 
         (area, name_uri("square")),  # mathx.square: another file, by name
         (area, sym("pkg/shapes.py", "Circle.scale")),  # self.scale(): this file
     }
-    site = unit_uri(RID, "pkg/shapes.py", "call=L7:square")
-    assert (site, UKO + "caller", area) in t
-    assert (site, UKO + "callee", name_uri("square")) in t
+    assert (area, UKO + "callSites", Literal("scale:7;square:7")) in t
 
 
 def test_bases_and_subjects_stay_under_the_file() -> None:

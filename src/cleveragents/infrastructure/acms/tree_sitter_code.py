@@ -839,34 +839,37 @@ def _end_line(node: Node) -> int:
     return row if column == 0 and row > start else row + 1
 
 
-def _enclosing(spans: list[_Span], start: int, end: int) -> _Span | None:
-    best: _Span | None = None
-    for span in spans:
-        if span.start > start:
-            break
-        if span.end >= end and span.kind != "heading":
-            best = span
-    return best
-
-
 def _calls(
     calls: list[tuple[Node, str, str | None]], spans: list[_Span], language: str
 ) -> list[CodeCall]:
+    """Each call with its innermost enclosing definition: one sweep over the
+    calls and the (properly nested, start-sorted) spans, not a scan per call."""
+    located = sorted(
+        (
+            (node.start_byte, node.end_byte, _line(node), name, receiver)
+            for node, name, receiver in calls
+        ),
+        key=lambda c: c[0],
+    )
     out: list[CodeCall] = []
-    for node, name, receiver in calls:
+    stack: list[_Span] = []
+    ptr = 0
+    for start, end, line, name, receiver in located:
+        while ptr < len(spans) and spans[ptr].start <= start:
+            while stack and stack[-1].end <= spans[ptr].start:
+                stack.pop()
+            if spans[ptr].kind != "heading":
+                stack.append(spans[ptr])
+            ptr += 1
+        while stack and stack[-1].end < end:
+            stack.pop()
         callee = name.replace("::", ".").rsplit("\\", 1)[-1].rsplit(".", 1)[-1].strip()
         if not callee or (language == "ruby" and callee in _RUBY_NOT_CALLS and not receiver):
             continue
         callee = _bare_type(callee) or callee
-        caller = _enclosing(spans, node.start_byte, node.end_byte)
-        out.append(
-            CodeCall(
-                callee=callee,
-                line=_line(node),
-                caller=caller.qualified if caller is not None else None,
-                receiver=receiver,
-            )
-        )
+        caller = stack[-1].qualified if stack else None
+        out.append(CodeCall(callee=callee, line=line, caller=caller, receiver=receiver))
+    out.sort(key=lambda c: c.line)
     return out
 
 

@@ -33,11 +33,12 @@ Code facts from tree-sitter (``code_graph.code_triples``) add::
     <symbol>   uko:named      <urn:uko:name:BARE>          the bare name's node
     <class>    uko:hasMember  <symbol>                     a member defined inside it
     <symbol|file> uko:calls   <symbol> of the same file, else <urn:uko:name:CALLEE>
-    <file#call=L12:f> uko:caller <symbol|file> ; uko:callee <...> ; uko:line 12
+    <symbol|file> uko:callSites "scale:7;square:7,12"     lines of its calls, by callee
     <symbol>   uko:inherits | uko:implements  <symbol> or <urn:uko:name:BASE>
 
-"Who calls X" joins through the name node: ``?site uko:callee ?t . ?t`` is
-either X's symbol or ``<urn:uko:name:X>``, which X's ``uko:named`` reaches.
+"Who calls X" joins through the name node: ``?caller uko:calls ?t`` where
+``?t`` is X's symbol or ``<urn:uko:name:X>`` (which X's ``uko:named``
+reaches); the caller's ``uko:callSites`` gives the lines.
 
 Every subject of a file's triples is the file or a URI under it, except the
 single ``<resource> uko:contains <file>`` edge, so a file's triples can be
@@ -46,6 +47,7 @@ replaced by subject.
 
 from __future__ import annotations
 
+import functools
 from urllib.parse import quote, unquote
 
 from cleveragents.domain.models.acms.ulids import canonical_ulid, is_ulid
@@ -89,6 +91,7 @@ def unit_uri(resource_id: str, path: str, fragment: str) -> str:
     return f"{file_uri(resource_id, path)}#{quote(fragment, safe='-._~=,:')}"
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def name_uri(name: str) -> str:
     """URI of a bare symbol name (``area``): joins the definitions of a name
     (``uko:named``) with the calls and bases that name it, across the files
