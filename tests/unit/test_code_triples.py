@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from cleveragents.application.services.chunking import chunk_text
 from cleveragents.application.services.code_graph import (
     PathLookup,
     chunk_starts,
@@ -83,3 +84,26 @@ def test_chunks_follow_top_level_symbols() -> None:
     facts = PARSER.parse(text, "python")
     assert facts is not None
     assert chunk_starts(facts) == [4, 8]
+
+
+def test_chunks_follow_parsed_definitions_with_decorators_and_comments() -> None:
+    text = (
+        "import os\n\n\n# About a.\n@cache\ndef a():\n    return 1\n\n\n"
+        "class B:\n    def m(self):\n        pass\n"
+    )
+    facts = PARSER.parse(text, "python")
+    assert facts is not None
+    chunks = chunk_text(text, "python", max_lines=6, starts=chunk_starts(facts))
+    assert [(c.start_line, c.end_line) for c in chunks] == [(1, 3), (4, 9), (10, 12)]
+
+
+def test_csharp_classes_in_a_namespace_are_blocks_of_their_own() -> None:
+    text = (
+        "namespace N\n{\n    class A\n    {\n        void F() { }\n    }\n\n"
+        "    class B\n    {\n        void G() { }\n    }\n}\n"
+    )
+    facts = PARSER.parse(text, "csharp")
+    assert facts is not None
+    assert chunk_starts(facts) == [1, 3, 8]
+    chunks = chunk_text(text, "csharp", max_lines=5, starts=chunk_starts(facts))
+    assert [c.start_line for c in chunks] == [1, 3, 8]

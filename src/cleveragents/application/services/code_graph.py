@@ -910,5 +910,13 @@ def code_triples(
 
 def chunk_starts(facts: CodeFacts) -> list[int]:
     """1-based lines where the file's top-level definitions begin, for
-    :func:`~cleveragents.application.services.chunking.chunk_text`."""
-    return sorted({s.start_line for s in facts.symbols if "." not in s.qualified_name})
+    :func:`~cleveragents.application.services.chunking.chunk_text`: the
+    definitions outside any other, or directly inside a namespace or module
+    (a C# class in its namespace is a block of its own)."""
+    kinds = {s.qualified_name: s.kind for s in facts.symbols}
+    starts: set[int] = set()
+    for sym in facts.symbols:
+        parent = sym.qualified_name.rsplit(".", 1)[0] if "." in sym.qualified_name else None
+        if parent is None or kinds.get(parent, "namespace") in ("namespace", "module"):
+            starts.add(sym.start_line)
+    return sorted(starts)
