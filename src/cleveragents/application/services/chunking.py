@@ -249,6 +249,22 @@ def _block_starts(lines: list[str], language: str) -> list[int]:
     return sorted({0, *starts})
 
 
+def _given_starts(lines: list[str], language: str, starts: Sequence[int]) -> list[int]:
+    """0-based block starts from 1-based definition lines: each moved up over
+    the decorators/attributes and column-0 comments directly above it."""
+    classify = _CLASSIFIERS.get(language)
+    comments = _COMMENTS.get(language, _SLASH_COMMENT if language in _C_FAMILY else ())
+    out = {0}
+    for line in starts:
+        i = line - 1
+        if not 0 < i < len(lines):
+            continue
+        while i > 0 and classify is not None and classify(lines[i - 1].lstrip()) == _DECORATOR:
+            i -= 1
+        out.add(_attach_comments(lines, i, comments) if comments else i)
+    return sorted(out)
+
+
 def _classified_starts(lines: list[str], classify: Callable[[str], _Kind]) -> list[int]:
     # A decorator (or attribute) opens a block; the definition it decorates,
     # possibly after a multi-line decorator, stays in that block.
@@ -317,7 +333,12 @@ def _attach_comments(lines: list[str], start: int, prefixes: tuple[str, ...]) ->
 
 
 def chunk_text(
-    text: str, language: str, *, max_lines: int = 60, max_chars: int = 4000
+    text: str,
+    language: str,
+    *,
+    max_lines: int = 60,
+    max_chars: int = 4000,
+    starts: Sequence[int] | None = None,
 ) -> list[Chunk]:
     """Split ``text`` into contiguous chunks that cover every line exactly once.
 
@@ -334,6 +355,9 @@ def chunk_text(
     * C, C++, C#, Java, Kotlin, Scala, Swift: a non-blank column-0 line after
       a blank line that is neither a comment continuation nor only braces;
     * Markdown: headings outside fenced code.
+
+    ``starts`` (1-based lines, e.g. the top-level definitions a parser found:
+    ``code_graph.chunk_starts``) replaces these rules when given.
 
     Comment lines at column 0 directly above a block start join that block.
     Consecutive blocks are packed into one chunk while it stays within
@@ -356,8 +380,11 @@ def chunk_text(
     if not lines:
         return []
     sizes = [len(line) + 1 for line in lines]
-    starts = _block_starts(lines, language)
-    bounds = [*starts, len(lines)]
+    if starts is None:
+        block_starts = _block_starts(lines, language)
+    else:
+        block_starts = _given_starts(lines, language, starts)
+    bounds = [*block_starts, len(lines)]
 
     ranges: list[tuple[int, int]] = []  # 0-based, end exclusive
     cur_start = cur_end = 0

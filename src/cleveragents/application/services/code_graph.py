@@ -19,13 +19,16 @@ import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
+from urllib.parse import quote
 
 from cleveragents.application.services.chunking import Chunk
 from cleveragents.domain.models.acms.backends import Literal, WriteTriple
+from cleveragents.domain.models.acms.code_facts import CodeFacts
 from cleveragents.domain.models.acms.uko import (
     UKO,
     file_uri,
     module_uri,
+    name_uri,
     resource_uri,
     unit_uri,
 )
@@ -34,10 +37,14 @@ from cleveragents.domain.models.acms.ulids import canonical_ulid
 __all__ = [
     "FileFacts",
     "ModuleLookup",
+    "PathLookup",
+    "chunk_starts",
+    "code_triples",
     "extract_facts",
     "file_triples",
     "module_index",
     "python_module_name",
+    "resolve_import",
 ]
 
 _XSD_INTEGER = "http://www.w3.org/2001/XMLSchema#integer"
@@ -650,3 +657,266 @@ def file_triples(
             targets[module_uri(name)] = None
     triples += [(file, UKO + "imports", target) for target in targets]
     return triples
+
+
+# ---------------------------------------------------------------- code facts (tree-sitter)
+
+_MAX_DOC_LITERAL = 300
+_FRAGMENT_SAFE = "-._~=,:"  # as uko.unit_uri quotes a fragment
+_MAX_PACKAGE_FILES = 50
+_JS_EXTENSIONS = (".ts", ".tsx", ".js", ".jsx", ".mjs", ".cjs", ".mts", ".cts", ".d.ts")
+_SAME_OBJECT = frozenset({"self", "this", "cls", "@", "$this", "static", "super()"})
+
+
+class PathLookup:
+    """The files of a resource, for resolving imports to files.
+
+    Built from the listed relative paths; directory listings are made on
+    first need.  Python names go through :class:`ModuleLookup`.
+    """
+
+    __slots__ = ("_dirs", "_modules", "_paths")
+
+    def __init__(self, rel_paths: Iterable[str]) -> None:
+        self._paths = rel_paths if isinstance(rel_paths, set | frozenset) else set(rel_paths)
+        self._modules = ModuleLookup(self._paths)
+        self._dirs: dict[str, list[str]] | None = None
+
+    @property
+    def modules(self) -> ModuleLookup:
+        """Python dotted names -> paths."""
+        return self._modules
+
+    def has(self, rel_path: str) -> bool:
+        """Whether the resource lists ``rel_path``."""
+        return rel_path in self._paths
+
+    def files_in(self, directory: str) -> list[str]:
+        """The files directly inside ``directory`` (``""`` is the root), sorted."""
+        if self._dirs is None:
+            dirs: dict[str, list[str]] = {}
+            for path in self._paths:
+                parent = path.rsplit("/", 1)[0] if "/" in path else ""
+                dirs.setdefault(parent, []).append(path)
+            for files in dirs.values():
+                files.sort()
+            self._dirs = dirs
+        return self._dirs.get(directory.strip("/"), [])
+
+    def directories_ending_with(self, suffix: str) -> list[str]:
+        """Directories whose path is ``suffix`` or ends with ``/suffix``."""
+        self.files_in("")
+        assert self._dirs is not None
+        suffix = suffix.strip("/")
+        return sorted(d for d in self._dirs if d == suffix or d.endswith("/" + suffix))
+
+
+def _normalise(parts: Iterable[str]) -> str | None:
+    out: list[str] = []
+    for part in parts:
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if not out:
+                return None
+            out.pop()
+        else:
+            out.append(part)
+    return "/".join(out)
+
+
+def resolve_import(
+    rel_path: str, language: str, target: str, names: Sequence[str], files: PathLookup
+) -> list[str]:
+    """Files of the resource an import names, where the language makes it decidable.
+
+    Python: dotted and relative modules (``from . import x`` tries the
+    submodule ``x``); JavaScript/TypeScript: relative specifiers with the
+    usual extensions and ``index`` files; Go: the package directory whose path
+    ends the import path (its ``.go`` files, tests excluded); Java/Kotlin:
+    ``a.b.C`` -> ``a/b/C.java`` anywhere under a source root, ``a.b.*`` -> the
+    files of ``a/b``; C/C++: ``"x.h"`` next to the including file or from the
+    root; Ruby ``require_relative``; shell ``source ./x.sh``.  Anything else
+    resolves to nothing (the import stays a module node).
+    """
+    directory = rel_path.rsplit("/", 1)[0] if "/" in rel_path else ""
+    if language == "python":
+        return _python_targets(rel_path, target, names, files)
+    if language in ("javascript", "typescript", "tsx"):
+        if not target.startswith("."):
+            return []
+        base = _normalise([*directory.split("/"), *target.split("/")])
+        if base is None:
+            return []
+        if files.has(base):
+            return [base]
+        for ext in _JS_EXTENSIONS:
+            if files.has(base + ext):
+                return [base + ext]
+        for ext in _JS_EXTENSIONS:
+            if files.has(f"{base}/index{ext}"):
+                return [f"{base}/index{ext}"]
+        return []
+    if language == "go":
+        parts = target.split("/")
+        for start in range(len(parts)):
+            found = files.directories_ending_with("/".join(parts[start:]))
+            if found:
+                pkg = [
+                    f
+                    for f in files.files_in(found[0])
+                    if f.endswith(".go") and not f.endswith("_test.go")
+                ]
+                return pkg[:_MAX_PACKAGE_FILES]
+        return []
+    if language in ("java", "kotlin"):
+        wildcard = target.endswith(".*")
+        dotted = target[:-2] if wildcard else target
+        path = dotted.replace(".", "/")
+        if wildcard:
+            found = files.directories_ending_with(path)
+            return files.files_in(found[0])[:_MAX_PACKAGE_FILES] if found else []
+        for ext in (".java", ".kt"):
+            parent = path.rsplit("/", 1)[0] if "/" in path else ""
+            for d in files.directories_ending_with(parent) if parent else [""]:
+                candidate = f"{d}/{path.rsplit('/', 1)[-1]}{ext}" if d else path + ext
+                if files.has(candidate):
+                    return [candidate]
+        return []
+    if language in ("c", "cpp", "ruby", "shell", "php"):
+        if language == "ruby" and not target.endswith(".rb"):
+            target += ".rb"
+        for base in (directory, ""):
+            found_path = _normalise([*base.split("/"), *target.split("/")])
+            if found_path is not None and files.has(found_path):
+                return [found_path]
+        return []
+    return []
+
+
+def _python_targets(
+    rel_path: str, target: str, names: Sequence[str], files: PathLookup
+) -> list[str]:
+    level = len(target) - len(target.lstrip("."))
+    module = _absolute(rel_path, level, target[level:] or None)
+    if module is None:
+        return []
+    out: list[str] = []
+    for name in names:
+        if name != "*":
+            sub = files.modules.get(f"{module}.{name}" if module else name)
+            if sub is not None:
+                out.append(sub)
+    if module:
+        found = _resolve(module, files.modules)
+        if found is not None:
+            out.append(found)
+    return list(dict.fromkeys(out))
+
+
+def code_triples(
+    resource_id: str,
+    rel_path: str,
+    language: str,
+    chunks: Sequence[Chunk],
+    facts: CodeFacts,
+    files: PathLookup,
+) -> list[WriteTriple]:
+    """The graph triples of one file from its tree-sitter facts.
+
+    The file-level triples of :func:`file_triples`, plus per symbol (first
+    occurrence of each qualified name): ``defines``, ``name`` (qualified),
+    ``kind``, ``line``/``endLine`` (``xsd:integer``), ``signature``, ``doc``
+    (first 300 characters), ``named`` -> the name node of its bare name
+    (``urn:uko:name:NAME``, which joins definitions and calls across the
+    files of a scope), ``hasMember`` from a class-like symbol to the symbols
+    directly inside it; ``calls`` from the calling symbol (or the file, at
+    module level) to the called symbol when this file defines exactly one
+    symbol of that name (and the call has no receiver other than
+    ``self``/``this``), else to the name node; ``callSites`` per calling
+    symbol, one literal listing the lines of its calls by callee name
+    (``"scale:7;square:7,12"``: one triple per caller rather than several per
+    call keeps the graph near 2x the size of a graph without calls);
+    ``inherits``/``implements`` to a symbol of this file or a name node;
+    ``imports`` resolved to files by :func:`resolve_import`, else to
+    ``module_uri(target)``.
+
+    Every subject is the file or a URI under it (plus the resource's one
+    ``contains`` edge), so a file's triples are replaced by subject as before.
+    """
+    rid = canonical_ulid(resource_id)
+    triples = file_triples(rid, rel_path, language, chunks, FileFacts(), {})
+    file = file_uri(rid, rel_path)
+    symbol_uri: dict[str, str] = {}
+    by_bare: dict[str, list[str]] = {}
+    for sym in facts.symbols:
+        if sym.qualified_name in symbol_uri:
+            continue
+        uri = file + "#" + quote(f"sym={sym.qualified_name}", safe=_FRAGMENT_SAFE)
+        symbol_uri[sym.qualified_name] = uri
+        by_bare.setdefault(sym.name, []).append(uri)
+        triples += [
+            (file, UKO + "defines", uri),
+            (uri, UKO + "name", Literal(sym.qualified_name)),
+            (uri, UKO + "kind", Literal(sym.kind)),
+            (uri, UKO + "line", Literal(str(sym.start_line), _XSD_INTEGER)),
+            (uri, UKO + "endLine", Literal(str(sym.end_line), _XSD_INTEGER)),
+            (uri, UKO + "named", name_uri(sym.name)),
+        ]
+        if sym.signature:
+            triples.append((uri, UKO + "signature", Literal(sym.signature)))
+        if sym.doc:
+            triples.append((uri, UKO + "doc", Literal(sym.doc[:_MAX_DOC_LITERAL])))
+        parent = sym.qualified_name.rsplit(".", 1)[0] if "." in sym.qualified_name else None
+        if parent is not None and parent in symbol_uri:
+            triples.append((symbol_uri[parent], UKO + "hasMember", uri))
+
+    def target_of(name: str, receiver: str | None) -> str:
+        local = by_bare.get(name, [])
+        if len(local) == 1 and (receiver is None or receiver in _SAME_OBJECT):
+            return local[0]
+        return name_uri(name)
+
+    edges: dict[tuple[str, str], None] = {}
+    sites: dict[str, dict[str, list[int]]] = {}
+    for call in facts.calls:
+        source = symbol_uri.get(call.caller, file) if call.caller else file
+        edges[(source, target_of(call.callee, call.receiver))] = None
+        lines = sites.setdefault(source, {}).setdefault(call.callee, [])
+        if not lines or lines[-1] != call.line:
+            lines.append(call.line)
+    for source, by_callee in sites.items():
+        listing = ";".join(
+            f"{callee}:{','.join(map(str, lines))}" for callee, lines in sorted(by_callee.items())
+        )
+        triples.append((source, UKO + "callSites", Literal(listing)))
+    triples += [(s, UKO + "calls", o) for s, o in edges]
+    for base in facts.bases:
+        subject = symbol_uri.get(base.symbol)
+        if subject is not None:
+            bare = base.base.rsplit(".", 1)[-1]
+            triples.append((subject, UKO + base.kind, target_of(bare, None)))
+    targets: dict[str, None] = {}
+    for imp in facts.imports:
+        found = resolve_import(rel_path, language, imp.target, imp.names, files)
+        for path in found:
+            if path != rel_path:
+                targets[file_uri(rid, path)] = None
+        if not found and imp.target:
+            targets[module_uri(imp.target)] = None
+    triples += [(file, UKO + "imports", target) for target in targets]
+    return list(dict.fromkeys(triples))
+
+
+def chunk_starts(facts: CodeFacts) -> list[int]:
+    """1-based lines where the file's top-level definitions begin, for
+    :func:`~cleveragents.application.services.chunking.chunk_text`: the
+    definitions outside any other, or directly inside a namespace or module
+    (a C# class in its namespace is a block of its own)."""
+    kinds = {s.qualified_name: s.kind for s in facts.symbols}
+    starts: set[int] = set()
+    for sym in facts.symbols:
+        parent = sym.qualified_name.rsplit(".", 1)[0] if "." in sym.qualified_name else None
+        if parent is None or kinds.get(parent, "namespace") in ("namespace", "module"):
+            starts.add(sym.start_line)
+    return sorted(starts)

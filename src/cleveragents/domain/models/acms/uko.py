@@ -27,6 +27,19 @@ one named graph per resource ULID.  Literals are plain strings unless marked
     <symbol>   uko:line       12                           (xsd:integer)
     <file>     uko:imports    <file> of the same resource, else <urn:uko:module:NAME>
 
+Code facts from tree-sitter (``code_graph.code_triples``) add::
+
+    <symbol>   uko:endLine 42 ; uko:signature "def f(x)" ; uko:doc "..."
+    <symbol>   uko:named      <urn:uko:name:BARE>          the bare name's node
+    <class>    uko:hasMember  <symbol>                     a member defined inside it
+    <symbol|file> uko:calls   <symbol> of the same file, else <urn:uko:name:CALLEE>
+    <symbol|file> uko:callSites "scale:7;square:7,12"     lines of its calls, by callee
+    <symbol>   uko:inherits | uko:implements  <symbol> or <urn:uko:name:BASE>
+
+"Who calls X" joins through the name node: ``?caller uko:calls ?t`` where
+``?t`` is X's symbol or ``<urn:uko:name:X>`` (which X's ``uko:named``
+reaches); the caller's ``uko:callSites`` gives the lines.
+
 Every subject of a file's triples is the file or a URI under it, except the
 single ``<resource> uko:contains <file>`` edge, so a file's triples can be
 replaced by subject.
@@ -34,6 +47,7 @@ replaced by subject.
 
 from __future__ import annotations
 
+import functools
 from urllib.parse import quote, unquote
 
 from cleveragents.domain.models.acms.ulids import canonical_ulid, is_ulid
@@ -43,6 +57,7 @@ __all__ = [
     "UKO",
     "file_uri",
     "module_uri",
+    "name_uri",
     "path_of",
     "resource_id_of",
     "resource_uri",
@@ -52,6 +67,7 @@ __all__ = [
 SCHEME = "uko://"
 UKO = "https://cleveragents.dev/ns/uko#"
 _MODULE_PREFIX = "urn:uko:module:"
+_NAME_PREFIX = "urn:uko:name:"
 
 
 def resource_uri(resource_id: str) -> str:
@@ -73,6 +89,14 @@ def unit_uri(resource_id: str, path: str, fragment: str) -> str:
     if not fragment:
         raise ValueError("a unit fragment must not be empty")
     return f"{file_uri(resource_id, path)}#{quote(fragment, safe='-._~=,:')}"
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def name_uri(name: str) -> str:
+    """URI of a bare symbol name (``area``): joins the definitions of a name
+    (``uko:named``) with the calls and bases that name it, across the files
+    of a scope."""
+    return _NAME_PREFIX + quote(name, safe="._")
 
 
 def module_uri(module: str) -> str:

@@ -1,0 +1,909 @@
+"""A :class:`~cleveragents.domain.models.acms.code_facts.CodeParser` over tree-sitter.
+
+Grammars come from PyPI ``tree-sitter-language-pack`` 0.13 (compiled into the
+wheel; its 1.x line downloads grammars at run time, hence the pin below 1.0),
+so parsing never touches the network.  Each language has one tree-sitter query
+whose captures follow one convention, read by one extractor:
+
+- ``@def.<kind>`` a definition node, with ``@name`` its name node (``@qname``:
+  a qualified name such as C++ ``Circle::area``; ``@receiver_type``: a Go
+  method's receiver type, which qualifies the method);
+- ``@scope`` with ``@name``: a node that qualifies the definitions inside it
+  but is not a symbol itself (a Rust ``impl`` block);
+- ``@call`` with ``@name`` the called name and ``@receiver`` what precedes it;
+- ``@import`` an import statement, read by a per-language function.
+
+Inheritance is read from the definition nodes by a per-language function.  A
+definition nested directly in a class-like definition (or a scope) becomes a
+``method``; qualified names follow containment by byte range, so they do not
+depend on how a grammar nests its nodes.
+
+The queries run in C (``QueryCursor.matches``): Python only sees the matched
+nodes, which keeps parsing the standard library within a small factor of
+``ast``.  Nothing here raises on any text: tree-sitter recovers from syntax
+errors (their count is reported), and a file over :data:`MAX_PARSE_BYTES` is
+not parsed.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import tree_sitter
+import tree_sitter_language_pack
+
+from cleveragents.domain.models.acms.code_facts import (
+    CodeCall,
+    CodeFacts,
+    CodeImport,
+    CodeInheritance,
+    CodeSymbol,
+)
+
+__all__ = ["MAX_PARSE_BYTES", "TreeSitterCodeParser"]
+
+#: Files larger than this are not parsed (generated bundles, data in code).
+MAX_PARSE_BYTES = 2_000_000
+_MAX_CALLS = 50_000
+_MAX_SIGNATURE = 240
+_MAX_DOC = 1_000
+_MAX_DOC_LINES = 30
+
+Node = tree_sitter.Node
+
+# ---------------------------------------------------------------- queries
+
+_JS_COMMON = """
+(function_declaration name: (identifier) @name) @def.function
+(generator_function_declaration name: (identifier) @name) @def.function
+(class_declaration name: (_) @name) @def.class
+(method_definition name: (_) @name) @def.method
+(variable_declarator name: (identifier) @name
+  value: [(arrow_function) (function_expression) (generator_function)]) @def.function
+(call_expression function: [(identifier) (super)] @name) @call
+(call_expression function: (member_expression object: (_) @receiver
+  property: (property_identifier) @name)) @call
+(new_expression constructor: (identifier) @name) @call
+(new_expression constructor: (member_expression object: (_) @receiver
+  property: (property_identifier) @name)) @call
+(import_statement) @import
+(export_statement source: (_)) @import
+(call_expression function: [(identifier) (import)] @import_fn
+  arguments: (arguments . (string) @import_arg)) @import
+"""
+
+_TS_EXTRA = """
+(abstract_class_declaration name: (_) @name) @def.class
+(interface_declaration name: (_) @name) @def.interface
+(type_alias_declaration name: (_) @name) @def.type
+(enum_declaration name: (_) @name) @def.enum
+(method_signature name: (_) @name) @def.method
+(abstract_method_signature name: (_) @name) @def.method
+(internal_module name: (_) @name) @def.namespace
+"""
+
+_QUERIES: dict[str, str] = {
+    "python": """
+(class_definition name: (identifier) @name) @def.class
+(function_definition name: (identifier) @name) @def.function
+(call function: (identifier) @name) @call
+(call function: (attribute object: (_) @receiver attribute: (identifier) @name)) @call
+(import_statement) @import
+(import_from_statement) @import
+(future_import_statement) @import
+""",
+    "javascript": _JS_COMMON,
+    "typescript": _JS_COMMON + _TS_EXTRA,
+    "tsx": _JS_COMMON + _TS_EXTRA,
+    "go": """
+(function_declaration name: (identifier) @name) @def.function
+(method_declaration
+  receiver: (parameter_list (parameter_declaration type: [
+    (type_identifier) @receiver_type
+    (pointer_type (type_identifier) @receiver_type)
+    (generic_type type: (type_identifier) @receiver_type)
+    (pointer_type (generic_type type: (type_identifier) @receiver_type))]))
+  name: (field_identifier) @name) @def.method
+(type_spec name: (type_identifier) @name type: (struct_type)) @def.class
+(type_spec name: (type_identifier) @name type: (interface_type)) @def.interface
+(type_spec name: (type_identifier) @name) @def.type
+(call_expression function: (identifier) @name) @call
+(call_expression function: (selector_expression operand: (_) @receiver
+  field: (field_identifier) @name)) @call
+(import_spec) @import
+""",
+    "rust": """
+(function_item name: (identifier) @name) @def.function
+(function_signature_item name: (identifier) @name) @def.function
+(struct_item name: (type_identifier) @name) @def.class
+(union_item name: (type_identifier) @name) @def.class
+(enum_item name: (type_identifier) @name) @def.enum
+(trait_item name: (type_identifier) @name) @def.trait
+(type_item name: (type_identifier) @name) @def.type
+(mod_item name: (identifier) @name body: (_)) @def.module
+(impl_item type: (_) @name) @scope
+(call_expression function: (identifier) @name) @call
+(call_expression function: (field_expression value: (_) @receiver
+  field: (field_identifier) @name)) @call
+(call_expression function: (scoped_identifier path: (_) @receiver
+  name: (identifier) @name)) @call
+(use_declaration) @import
+(mod_item !body) @import
+""",
+    "java": """
+(class_declaration name: (identifier) @name) @def.class
+(record_declaration name: (identifier) @name) @def.class
+(interface_declaration name: (identifier) @name) @def.interface
+(annotation_type_declaration name: (identifier) @name) @def.interface
+(enum_declaration name: (identifier) @name) @def.enum
+(method_declaration name: (identifier) @name) @def.method
+(constructor_declaration name: (identifier) @name) @def.constructor
+(method_invocation object: (_) @receiver name: (identifier) @name) @call
+(method_invocation !object name: (identifier) @name) @call
+(object_creation_expression type: (_) @name) @call
+(import_declaration) @import
+""",
+    "c": """
+(function_definition declarator: (function_declarator
+  declarator: (identifier) @name)) @def.function
+(function_definition declarator: (pointer_declarator declarator: (function_declarator
+  declarator: (identifier) @name))) @def.function
+(struct_specifier name: (type_identifier) @name body: (_)) @def.class
+(union_specifier name: (type_identifier) @name body: (_)) @def.class
+(enum_specifier name: (type_identifier) @name body: (_)) @def.enum
+(type_definition declarator: (type_identifier) @name) @def.type
+(call_expression function: (identifier) @name) @call
+(call_expression function: (field_expression argument: (_) @receiver
+  field: (field_identifier) @name)) @call
+(preproc_include) @import
+""",
+    "cpp": """
+(function_definition declarator: (function_declarator
+  declarator: [(identifier) (field_identifier) (destructor_name) (operator_name)] @name))
+  @def.function
+(function_definition declarator: (pointer_declarator declarator: (function_declarator
+  declarator: [(identifier) (field_identifier)] @name))) @def.function
+(function_definition declarator: (reference_declarator (function_declarator
+  declarator: [(identifier) (field_identifier)] @name))) @def.function
+(function_definition declarator: (function_declarator
+  declarator: (qualified_identifier) @qname)) @def.function
+(class_specifier name: (type_identifier) @name body: (_)) @def.class
+(struct_specifier name: (type_identifier) @name body: (_)) @def.class
+(union_specifier name: (type_identifier) @name body: (_)) @def.class
+(enum_specifier name: (type_identifier) @name body: (_)) @def.enum
+(namespace_definition name: (_) @name) @def.namespace
+(type_definition declarator: (type_identifier) @name) @def.type
+(alias_declaration name: (type_identifier) @name) @def.type
+(call_expression function: (identifier) @name) @call
+(call_expression function: (field_expression argument: (_) @receiver
+  field: (field_identifier) @name)) @call
+(call_expression function: (qualified_identifier scope: (_) @receiver
+  name: (identifier) @name)) @call
+(new_expression type: (type_identifier) @name) @call
+(preproc_include) @import
+""",
+    "csharp": """
+(class_declaration name: (identifier) @name) @def.class
+(struct_declaration name: (identifier) @name) @def.class
+(record_declaration name: (identifier) @name) @def.class
+(interface_declaration name: (identifier) @name) @def.interface
+(enum_declaration name: (identifier) @name) @def.enum
+(namespace_declaration name: (_) @name) @def.namespace
+(method_declaration name: (identifier) @name) @def.method
+(constructor_declaration name: (identifier) @name) @def.constructor
+(invocation_expression function: (identifier) @name) @call
+(invocation_expression function: (member_access_expression expression: (_) @receiver
+  name: (identifier) @name)) @call
+(object_creation_expression type: (_) @name) @call
+(using_directive) @import
+""",
+    "ruby": """
+(class name: (_) @name) @def.class
+(module name: (_) @name) @def.module
+(method name: (_) @name) @def.function
+(singleton_method name: (_) @name) @def.function
+(call receiver: (_) @receiver method: (identifier) @name) @call
+(call !receiver method: (identifier) @name) @call
+""",
+    "php": """
+(function_definition name: (name) @name) @def.function
+(class_declaration name: (name) @name) @def.class
+(interface_declaration name: (name) @name) @def.interface
+(trait_declaration name: (name) @name) @def.trait
+(enum_declaration name: (name) @name) @def.enum
+(method_declaration name: (name) @name) @def.method
+(function_call_expression function: (_) @name) @call
+(member_call_expression object: (_) @receiver name: (name) @name) @call
+(scoped_call_expression scope: (_) @receiver name: (name) @name) @call
+(object_creation_expression [(name) (qualified_name)] @name) @call
+(namespace_use_clause) @import
+(require_once_expression) @import
+(require_expression) @import
+(include_expression) @import
+(include_once_expression) @import
+""",
+    "kotlin": """
+(class_declaration (type_identifier) @name) @def.class
+(object_declaration (type_identifier) @name) @def.class
+(function_declaration (simple_identifier) @name) @def.function
+(call_expression . (simple_identifier) @name) @call
+(call_expression . (navigation_expression (_) @receiver
+  (navigation_suffix (simple_identifier) @name))) @call
+(import_header) @import
+""",
+    "shell": """
+(function_definition name: (word) @name) @def.function
+(command name: (command_name (word) @name)) @call
+""",
+    "markdown": """
+(atx_heading heading_content: (_) @name) @def.heading
+(setext_heading heading_content: (_) @name) @def.heading
+""",
+}
+
+#: Language names of the project (``chunking.detect_language``) -> grammar names.
+_GRAMMAR = {"shell": "bash"}
+
+_JS_LIKE = frozenset({"javascript", "typescript", "tsx"})
+_CLASS_LIKE = frozenset({"class", "interface", "enum", "trait", "scope"})
+_CALLABLE = frozenset({"function", "method", "constructor"})
+_RUBY_NOT_CALLS = frozenset(
+    {
+        "require",
+        "require_relative",
+        "load",
+        "include",
+        "extend",
+        "prepend",
+        "attr_reader",
+        "attr_writer",
+        "attr_accessor",
+        "private",
+        "public",
+        "protected",
+        "module_function",
+    }
+)
+_WRAPPERS = frozenset(
+    {
+        "decorated_definition",
+        "export_statement",
+        "template_declaration",
+        "ambient_declaration",
+        "lexical_declaration",
+        "variable_declaration",
+        "variable_declarator",
+        "type_declaration",
+    }
+)
+_GENERIC_ARGS = re.compile(r"<.*$", re.S)
+_WS = re.compile(r"\s+")
+_COMMENT_MARKERS = re.compile(r"^\s*(?:/\*\*?|\*/|///?!?|//|#+|\*|--)\s?")
+_COMMENT_END = re.compile(r"\s*\*+/\s*$")
+_XML_TAG = re.compile(r"</?\w+[^>]*>")
+_INTERFACE_NAME = re.compile(r"I[A-Z]")
+
+
+def _text(node: Node | None) -> str:
+    if node is None or node.text is None:
+        return ""
+    return node.text.decode("utf-8", "replace")
+
+
+def _line(node: Node) -> int:
+    return node.start_point[0] + 1
+
+
+def _bare_type(text: str) -> str:
+    """``Comparable<Circle>`` -> ``Comparable``; ``pkg.Base`` stays."""
+    return _WS.sub("", _GENERIC_ARGS.sub("", text)).lstrip("\\")
+
+
+def _unquote(text: str) -> str:
+    return text.strip().strip("\"'`<>")
+
+
+# ---------------------------------------------------------------- imports per language
+
+
+def _python_imports(node: Node) -> list[CodeImport]:
+    line = _line(node)
+    if node.type == "import_statement":
+        out = []
+        for child in node.children_by_field_name("name"):
+            target = child.child_by_field_name("name") if child.type == "aliased_import" else child
+            out.append(CodeImport(_text(target), line))
+        return out
+    if node.type == "future_import_statement":
+        return [CodeImport("__future__", line)]
+    module = node.child_by_field_name("module_name")
+    names = []
+    for child in node.children_by_field_name("name"):
+        target = child.child_by_field_name("name") if child.type == "aliased_import" else child
+        names.append(_text(target))
+    if any(c.type == "wildcard_import" for c in node.children):
+        names.append("*")
+    return [CodeImport(_text(module), line, tuple(names))]
+
+
+def _js_imports(node: Node) -> list[CodeImport]:
+    if node.type == "call_expression":
+        fn = node.child_by_field_name("function")
+        if fn is None or _text(fn) not in ("require", "import"):
+            return []
+        args = node.child_by_field_name("arguments")
+        first = args.named_children[0] if args is not None and args.named_children else None
+        return [CodeImport(_unquote(_text(first)), _line(node))] if first is not None else []
+    source = node.child_by_field_name("source")
+    if source is None:
+        return []
+    names: list[str] = []
+    for spec in _descendants(node, "import_specifier", "export_specifier"):
+        name = spec.child_by_field_name("name")
+        if name is not None:
+            names.append(_text(name))
+    return [CodeImport(_unquote(_text(source)), _line(node), tuple(names))]
+
+
+def _go_imports(node: Node) -> list[CodeImport]:
+    path = node.child_by_field_name("path")
+    return [CodeImport(_unquote(_text(path)), _line(node))] if path is not None else []
+
+
+def _rust_imports(node: Node) -> list[CodeImport]:
+    if node.type == "mod_item":
+        name = node.child_by_field_name("name")
+        return [CodeImport("self::" + _text(name), _line(node))] if name is not None else []
+    argument = node.child_by_field_name("argument")
+    return [CodeImport(_WS.sub("", _text(argument)), _line(node))] if argument else []
+
+
+def _java_imports(node: Node) -> list[CodeImport]:
+    names = [c for c in node.named_children if c.type in ("scoped_identifier", "identifier")]
+    if not names:
+        return []
+    target = _text(names[0])
+    if any(c.type == "asterisk" for c in node.children):
+        target += ".*"
+    return [CodeImport(target, _line(node))]
+
+
+def _c_imports(node: Node) -> list[CodeImport]:
+    path = node.child_by_field_name("path")
+    return [CodeImport(_unquote(_text(path)), _line(node))] if path is not None else []
+
+
+def _csharp_imports(node: Node) -> list[CodeImport]:
+    names = [c for c in node.named_children if c.type in ("qualified_name", "identifier")]
+    return [CodeImport(_text(names[-1]), _line(node))] if names else []
+
+
+def _php_imports(node: Node) -> list[CodeImport]:
+    if node.type == "namespace_use_clause":
+        names = [c for c in node.named_children if c.type in ("qualified_name", "name")]
+        return [CodeImport(_text(names[0]).lstrip("\\"), _line(node))] if names else []
+    strings = list(_descendants(node, "string", "encapsed_string"))
+    return [CodeImport(_unquote(_text(strings[0])), _line(node))] if strings else []
+
+
+def _kotlin_imports(node: Node) -> list[CodeImport]:
+    names = [c for c in node.named_children if c.type == "identifier"]
+    if not names:
+        return []
+    target = _text(names[0])
+    if any(c.type == "wildcard_import" for c in node.named_children):
+        target += ".*"
+    return [CodeImport(target, _line(node))]
+
+
+_IMPORTS: dict[str, Callable[[Node], list[CodeImport]]] = {
+    "python": _python_imports,
+    "javascript": _js_imports,
+    "typescript": _js_imports,
+    "tsx": _js_imports,
+    "go": _go_imports,
+    "rust": _rust_imports,
+    "java": _java_imports,
+    "c": _c_imports,
+    "cpp": _c_imports,
+    "csharp": _csharp_imports,
+    "php": _php_imports,
+    "kotlin": _kotlin_imports,
+}
+
+
+def _descendants(node: Node, *types: str) -> Iterable[Node]:
+    stack = list(reversed(node.named_children))
+    while stack:
+        child = stack.pop()
+        if child.type in types:
+            yield child
+        else:
+            stack.extend(reversed(child.named_children))
+
+
+# ---------------------------------------------------------------- inheritance per language
+
+
+def _python_bases(node: Node) -> list[tuple[str, str]]:
+    supers = node.child_by_field_name("superclasses")
+    if supers is None:
+        return []
+    return [
+        (_text(c), "inherits")
+        for c in supers.named_children
+        if c.type in ("identifier", "attribute")
+    ]
+
+
+def _js_bases(node: Node) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    for heritage in node.named_children:
+        if heritage.type == "class_heritage":
+            for clause in heritage.named_children:
+                if clause.type == "extends_clause":
+                    out += [(_bare_type(_text(v)), "inherits") for v in _values(clause)]
+                elif clause.type == "implements_clause":
+                    out += [(_bare_type(_text(t)), "implements") for t in clause.named_children]
+                else:  # JavaScript: `extends <expression>` without a clause node
+                    out.append((_bare_type(_text(clause)), "inherits"))
+        elif heritage.type == "extends_type_clause":  # interface A extends B, C
+            out += [(_bare_type(_text(t)), "inherits") for t in heritage.named_children]
+    return out
+
+
+def _values(clause: Node) -> list[Node]:
+    values = clause.children_by_field_name("value")
+    return values or [c for c in clause.named_children if c.type != "type_arguments"]
+
+
+def _java_bases(node: Node) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    superclass = node.child_by_field_name("superclass")
+    if superclass is not None:
+        out += [(_bare_type(_text(t)), "inherits") for t in superclass.named_children]
+    for child in node.named_children:
+        if child.type in ("super_interfaces", "extends_interfaces"):
+            kind = "implements" if child.type == "super_interfaces" else "inherits"
+            for type_list in child.named_children:
+                out += [(_bare_type(_text(t)), kind) for t in type_list.named_children]
+    return out
+
+
+def _cpp_bases(node: Node) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    for clause in node.named_children:
+        if clause.type == "base_class_clause":
+            out += [
+                (_bare_type(_text(t)).replace("::", "."), "inherits")
+                for t in clause.named_children
+                if t.type not in ("access_specifier", "virtual")
+            ]
+    return out
+
+
+def _csharp_bases(node: Node) -> list[tuple[str, str]]:
+    """C# does not mark which base is a class; by convention an interface is
+    named ``IFoo``, and only the first base of a class can be a class."""
+    out: list[tuple[str, str]] = []
+    for clause in node.named_children:
+        if clause.type == "base_list":
+            for i, t in enumerate(clause.named_children):
+                name = _bare_type(_text(t))
+                is_class = (
+                    i == 0 and node.type == "class_declaration" and not _INTERFACE_NAME.match(name)
+                )
+                out.append((name, "inherits" if is_class else "implements"))
+    return out
+
+
+def _ruby_bases(node: Node) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    superclass = node.child_by_field_name("superclass")
+    if superclass is not None:
+        out += [(_text(t), "inherits") for t in superclass.named_children]
+    body = node.child_by_field_name("body")
+    for call in body.named_children if body is not None else ():
+        method = call.child_by_field_name("method") if call.type == "call" else None
+        if method is not None and _text(method) in ("include", "prepend", "extend"):
+            args = call.child_by_field_name("arguments")
+            for arg in args.named_children if args is not None else ():
+                out.append((_text(arg), "implements"))
+    return out
+
+
+def _php_bases(node: Node) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    for clause in node.named_children:
+        if clause.type in ("base_clause", "class_interface_clause"):
+            kind = "inherits" if clause.type == "base_clause" else "implements"
+            out += [(_text(t).lstrip("\\"), kind) for t in clause.named_children]
+    return out
+
+
+def _kotlin_bases(node: Node) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    for spec in node.named_children:
+        if spec.type != "delegation_specifier":
+            continue
+        for child in spec.named_children:
+            if child.type == "constructor_invocation":
+                types = [c for c in child.named_children if c.type == "user_type"]
+                out += [(_bare_type(_text(t)), "inherits") for t in types]
+            elif child.type == "user_type":
+                out.append((_bare_type(_text(child)), "implements"))
+    return out
+
+
+_BASES: dict[str, Callable[[Node], list[tuple[str, str]]]] = {
+    "python": _python_bases,
+    "javascript": _js_bases,
+    "typescript": _js_bases,
+    "tsx": _js_bases,
+    "java": _java_bases,
+    "cpp": _cpp_bases,
+    "csharp": _csharp_bases,
+    "ruby": _ruby_bases,
+    "php": _php_bases,
+    "kotlin": _kotlin_bases,
+}
+
+
+# ---------------------------------------------------------------- signatures and docs
+
+
+def _signature(node: Node, source: bytes) -> str:
+    body = node.child_by_field_name("body")
+    if body is None:
+        body = next(
+            (c for c in node.named_children if c.type in ("class_body", "function_body")), None
+        )
+    end = body.start_byte if body is not None and body.start_byte > node.start_byte else None
+    if end is None:
+        newline = source.find(b"\n", node.start_byte, node.end_byte)
+        end = newline if newline != -1 else node.end_byte
+    text = source[node.start_byte : min(end, node.start_byte + 4 * _MAX_SIGNATURE)]
+    sig = _WS.sub(" ", text.decode("utf-8", "replace")).strip().rstrip("{:=").rstrip()
+    return sig[:_MAX_SIGNATURE]
+
+
+def _python_docstring(node: Node) -> str:
+    body = node.child_by_field_name("body")
+    first = body.named_children[0] if body is not None and body.named_children else None
+    if first is not None and first.type == "expression_statement" and first.named_children:
+        first = first.named_children[0]
+    string = first
+    if string is None or string.type != "string":
+        return ""
+    content = [c for c in string.named_children if c.type == "string_content"]
+    return _clean_doc(_text(content[0]) if content else "")
+
+
+def _leading_comment(node: Node) -> str:
+    anchor = node
+    while anchor.parent is not None and anchor.parent.type in _WRAPPERS:
+        anchor = anchor.parent
+    lines: list[str] = []
+    expected_end = anchor.start_point[0]
+    sibling = anchor.prev_named_sibling
+    while sibling is not None and len(lines) < _MAX_DOC_LINES:
+        if sibling.type in ("attribute_item", "decorator", "annotation"):
+            expected_end = sibling.start_point[0]
+        elif "comment" in sibling.type and sibling.end_point[0] >= expected_end - 1:
+            lines[:0] = _text(sibling).splitlines()
+            expected_end = sibling.start_point[0]
+        else:
+            break
+        sibling = sibling.prev_named_sibling
+    return _clean_doc(
+        "\n".join(_COMMENT_END.sub("", _COMMENT_MARKERS.sub("", line)) for line in lines)
+    )
+
+
+def _clean_doc(text: str) -> str:
+    text = _XML_TAG.sub("", text)
+    lines = [line.strip() for line in text.strip().splitlines()]
+    return "\n".join(line for line in lines if line and line != "*/")[:_MAX_DOC]
+
+
+# ---------------------------------------------------------------- the parser
+
+
+@dataclass(slots=True)
+class _Def:
+    node: Node
+    name: str
+    kind: str
+    prefix: str  # qualifier from the syntax itself (Go receiver, C++ Circle::)
+    order: int  # pattern index: the first pattern wins for one node
+
+
+class TreeSitterCodeParser:
+    """Code facts for the languages of :data:`_QUERIES` (15 grammars).
+
+    Safe to share between threads: parsers are per thread, compiled queries
+    are shared (tree-sitter queries are immutable; cursors are per call).
+    """
+
+    def __init__(self) -> None:
+        self._queries: dict[str, tree_sitter.Query] = {}
+        self._lock = threading.Lock()
+        self._local = threading.local()
+
+    def languages(self) -> frozenset[str]:
+        """The language names :meth:`parse` reads."""
+        return frozenset(_QUERIES)
+
+    def parse(self, text: str, language: str) -> CodeFacts | None:
+        """The facts of ``text``; ``None`` for an unknown language or a file
+        over :data:`MAX_PARSE_BYTES`.  Never raises on any text."""
+        if language not in _QUERIES:
+            return None
+        source = text.encode("utf-8", "surrogatepass")
+        if len(source) > MAX_PARSE_BYTES:
+            return None
+        try:
+            return self._parse(source, language)
+        except (ValueError, RecursionError, MemoryError, UnicodeError):
+            return CodeFacts(language=language, syntax_errors=1)
+
+    # ------------------------------------------------------------ internals
+
+    def _parser(self, language: str) -> tree_sitter.Parser:
+        parsers: dict[str, tree_sitter.Parser] | None = getattr(self._local, "parsers", None)
+        if parsers is None:
+            parsers = self._local.parsers = {}
+        parser = parsers.get(language)
+        if parser is None:
+            parser = parsers[language] = tree_sitter_language_pack.get_parser(
+                _GRAMMAR.get(language, language)  # type: ignore[arg-type]
+            )
+        return parser
+
+    def _query(self, language: str) -> tree_sitter.Query:
+        with self._lock:
+            query = self._queries.get(language)
+            if query is None:
+                grammar = tree_sitter_language_pack.get_language(
+                    _GRAMMAR.get(language, language)  # type: ignore[arg-type]
+                )
+                query = self._queries[language] = tree_sitter.Query(grammar, _QUERIES[language])
+            return query
+
+    def _parse(self, source: bytes, language: str) -> CodeFacts:
+        tree = self._parser(language).parse(source)
+        root = tree.root_node
+        defs: dict[tuple[int, int], _Def] = {}
+        calls: list[tuple[Node, str, str | None]] = []
+        imports: list[CodeImport] = []
+        read_imports = _IMPORTS.get(language)
+        for order, caps in tree_sitter.QueryCursor(self._query(language)).matches(root):
+            self._collect(language, order, caps, defs, calls, imports, read_imports)
+        symbols, spans = _qualify(sorted(defs.values(), key=_def_order), source, language)
+        bases = _bases(language, spans)
+        return CodeFacts(
+            language=language,
+            symbols=tuple(symbols),
+            imports=tuple(imports),
+            calls=tuple(_calls(calls, spans, language)),
+            bases=tuple(bases),
+            syntax_errors=_error_count(root),
+        )
+
+    @staticmethod
+    def _collect(
+        language: str,
+        order: int,
+        caps: dict[str, list[Node]],
+        defs: dict[tuple[int, int], _Def],
+        calls: list[tuple[Node, str, str | None]],
+        imports: list[CodeImport],
+        read_imports: Callable[[Node], list[CodeImport]] | None,
+    ) -> None:
+        if "import" in caps:
+            if read_imports is not None:
+                imports.extend(read_imports(caps["import"][0]))
+            return
+        if "call" in caps:
+            if language == "shell" and "name" in caps and _text(caps["name"][0]) in ("source", "."):
+                args = caps["call"][0].children_by_field_name("argument")
+                if args:
+                    imports.append(CodeImport(_unquote(_text(args[0])), _line(caps["call"][0])))
+                return
+            if language in _JS_LIKE and "name" in caps and _text(caps["name"][0]) == "require":
+                return
+            if (
+                language == "ruby"
+                and "receiver" not in caps
+                and _text(caps.get("name", [None])[0]) in ("require", "require_relative", "load")
+            ):
+                arg_list = caps["call"][0].child_by_field_name("arguments")
+                named = arg_list.named_children if arg_list is not None else []
+                first = named[0] if named else None
+                if first is not None and first.type == "string":
+                    imports.append(CodeImport(_unquote(_text(first)), _line(caps["call"][0])))
+                return
+            if len(calls) < _MAX_CALLS and "name" in caps:
+                receiver = caps.get("receiver")
+                calls.append(
+                    (
+                        caps["call"][0],
+                        _text(caps["name"][0]),
+                        _text(receiver[0]) if receiver else None,
+                    )
+                )
+            return
+        for cap, nodes in caps.items():
+            if not (cap.startswith("def.") or cap == "scope"):
+                continue
+            node = nodes[0]
+            kind = "scope" if cap == "scope" else cap[4:]
+            prefix = ""
+            if "qname" in caps:
+                parts = _text(caps["qname"][0]).replace("::", ".").split(".")
+                name, prefix = parts[-1], ".".join(parts[:-1])
+            elif "name" in caps:
+                name = _text(caps["name"][0])
+                if "receiver_type" in caps:
+                    prefix = _text(caps["receiver_type"][0])
+            else:
+                return
+            if kind == "scope":
+                name = _bare_type(name).replace("::", ".")
+            if language == "markdown":
+                name = _WS.sub(" ", name).strip()
+                section = node.parent
+                if (
+                    section is not None
+                    and section.type == "section"
+                    and section.named_children[0] == node
+                ):
+                    node = section
+            elif language == "kotlin" and kind == "class":
+                keywords = {c.type for c in node.children if not c.is_named}
+                modifiers = _text(
+                    next((c for c in node.named_children if c.type == "modifiers"), None)
+                )
+                if "interface" in keywords:
+                    kind = "interface"
+                elif "enum" in modifiers.split():
+                    kind = "enum"
+            name = name.strip()
+            key = (node.start_byte, node.end_byte)
+            if name and (key not in defs or defs[key].order > order):
+                defs[key] = _Def(node, name, kind, prefix, order)
+
+
+def _def_order(d: _Def) -> tuple[int, int]:
+    return (d.node.start_byte, -d.node.end_byte)
+
+
+@dataclass(slots=True)
+class _Span:
+    start: int
+    end: int
+    qualified: str
+    kind: str
+    node: Node
+
+
+def _qualify(
+    defs: list[_Def], source: bytes, language: str
+) -> tuple[list[CodeSymbol], list[_Span]]:
+    """Qualified names by byte-range containment; methods are the callables
+    directly inside a class-like definition."""
+    stack: list[_Span] = []
+    spans: list[_Span] = []
+    symbols: list[CodeSymbol] = []
+    for d in defs:
+        while stack and stack[-1].end <= d.node.start_byte:
+            stack.pop()
+        parent = stack[-1] if stack else None
+        kind = d.kind
+        if kind == "function" and parent is not None and parent.kind in _CLASS_LIKE:
+            kind = "method"
+        if language == "markdown":
+            qualified = parent.qualified + " > " + d.name if parent is not None else d.name
+        else:
+            outer = parent.qualified if parent is not None else ""
+            qualified = ".".join(part for part in (outer, d.prefix, d.name) if part)
+        span = _Span(d.node.start_byte, d.node.end_byte, qualified, kind, d.node)
+        stack.append(span)
+        spans.append(span)
+        if kind == "scope":
+            continue
+        doc = _python_docstring(d.node) if language == "python" else ""
+        if language != "markdown":
+            doc = doc or _leading_comment(d.node)
+        symbols.append(
+            CodeSymbol(
+                name=d.name,
+                qualified_name=qualified,
+                kind=kind,
+                start_line=d.node.start_point[0] + 1,
+                end_line=_end_line(d.node),
+                signature=_signature(d.node, source) if language != "markdown" else d.name,
+                doc=doc,
+            )
+        )
+    return symbols, spans
+
+
+def _end_line(node: Node) -> int:
+    """The node's last line; a node ending at column 0 (its trailing newline
+    included, as Markdown sections do) ends on the line before."""
+    start, (row, column) = node.start_point[0], node.end_point
+    return row if column == 0 and row > start else row + 1
+
+
+def _calls(
+    calls: list[tuple[Node, str, str | None]], spans: list[_Span], language: str
+) -> list[CodeCall]:
+    """Each call with its innermost enclosing definition: one sweep over the
+    calls and the (properly nested, start-sorted) spans, not a scan per call."""
+    located = sorted(
+        (
+            (node.start_byte, node.end_byte, _line(node), name, receiver)
+            for node, name, receiver in calls
+        ),
+        key=lambda c: c[0],
+    )
+    out: list[CodeCall] = []
+    stack: list[_Span] = []
+    ptr = 0
+    for start, end, line, name, receiver in located:
+        while ptr < len(spans) and spans[ptr].start <= start:
+            while stack and stack[-1].end <= spans[ptr].start:
+                stack.pop()
+            if spans[ptr].kind != "heading":
+                stack.append(spans[ptr])
+            ptr += 1
+        while stack and stack[-1].end < end:
+            stack.pop()
+        callee = name.replace("::", ".").rsplit("\\", 1)[-1].rsplit(".", 1)[-1].strip()
+        if not callee or (language == "ruby" and callee in _RUBY_NOT_CALLS and not receiver):
+            continue
+        callee = _bare_type(callee) or callee
+        caller = stack[-1].qualified if stack else None
+        out.append(CodeCall(callee=callee, line=line, caller=caller, receiver=receiver))
+    out.sort(key=lambda c: c.line)
+    return out
+
+
+def _bases(language: str, spans: list[_Span]) -> list[CodeInheritance]:
+    read = _BASES.get(language)
+    out: list[CodeInheritance] = []
+    for span in spans:
+        node = span.node
+        if span.kind == "scope":
+            trait = node.child_by_field_name("trait") if language == "rust" else None
+            if trait is not None:
+                out.append(
+                    CodeInheritance(
+                        span.qualified, _bare_type(_text(trait)), "implements", _line(node)
+                    )
+                )
+            continue
+        if read is None or span.kind not in _CLASS_LIKE:
+            continue
+        for base, kind in read(node):
+            if base:
+                out.append(CodeInheritance(span.qualified, base, kind, _line(node)))
+    return out
+
+
+def _error_count(root: Node) -> int:
+    if not root.has_error:
+        return 0
+    count = 0
+    stack = [root]
+    while stack and count < 1000:
+        node = stack.pop()
+        if node.is_error or node.is_missing:
+            count += 1
+        elif node.has_error:
+            stack.extend(node.children)
+    return count

@@ -1,0 +1,773 @@
+"""Code facts read by tree-sitter, one small realistic repository per language.
+
+Each fixture is a few files written for these tests (imports between them, a
+class hierarchy, calls across files); the expected symbols, line ranges,
+imports, calls and bases were written by hand from the fixture text.
+"""
+
+from __future__ import annotations
+
+import socket
+import textwrap
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cleveragents.domain.models.acms.code_facts import CodeFacts
+from cleveragents.infrastructure.acms.tree_sitter_code import (
+    MAX_PARSE_BYTES,
+    TreeSitterCodeParser,
+)
+
+PARSER = TreeSitterCodeParser()
+
+
+def facts(text: str, language: str) -> CodeFacts:
+    out = PARSER.parse(textwrap.dedent(text).lstrip("\n"), language)
+    assert out is not None
+    assert out.syntax_errors == 0
+    return out
+
+
+def symbols(f: CodeFacts) -> set[tuple[str, str, int, int]]:
+    return {(s.kind, s.qualified_name, s.start_line, s.end_line) for s in f.symbols}
+
+
+def imports(f: CodeFacts) -> set[str]:
+    return {i.target for i in f.imports}
+
+
+def calls(f: CodeFacts) -> set[tuple[str | None, str, int]]:
+    return {(c.caller, c.callee, c.line) for c in f.calls}
+
+
+def bases(f: CodeFacts) -> set[tuple[str, str, str]]:
+    return {(b.symbol, b.kind, b.base) for b in f.bases}
+
+
+# ---------------------------------------------------------------- Python
+
+
+PY_SHAPES = """
+import math
+from .base import Shape, Named
+
+
+class Circle(Shape, Named):
+    \"\"\"A circle of radius r.\"\"\"
+
+    def __init__(self, r):
+        super().__init__("circle")
+        self.r = r
+
+    def area(self):
+        return math.pi * square(self.r)
+
+
+def square(x):
+    return x * x
+"""
+
+PY_BASE = """
+class Named:
+    def __init__(self, name):
+        self.name = name
+
+
+class Shape:
+    def area(self):
+        raise NotImplementedError
+"""
+
+
+def test_python_repository() -> None:
+    shapes = facts(PY_SHAPES, "python")
+    assert symbols(shapes) == {
+        ("class", "Circle", 5, 13),
+        ("method", "Circle.__init__", 8, 10),
+        ("method", "Circle.area", 12, 13),
+        ("function", "square", 16, 17),
+    }
+    circle = next(s for s in shapes.symbols if s.name == "Circle")
+    assert circle.doc == "A circle of radius r."
+    assert circle.signature == "class Circle(Shape, Named)"
+    assert imports(shapes) == {"math", ".base"}
+    assert next(i for i in shapes.imports if i.target == ".base").names == ("Shape", "Named")
+    assert calls(shapes) == {
+        ("Circle.__init__", "super", 9),
+        ("Circle.__init__", "__init__", 9),
+        ("Circle.area", "square", 13),
+    }
+    assert bases(shapes) == {("Circle", "inherits", "Shape"), ("Circle", "inherits", "Named")}
+    base = facts(PY_BASE, "python")
+    assert symbols(base) == {
+        ("class", "Named", 1, 3),
+        ("method", "Named.__init__", 2, 3),
+        ("class", "Shape", 6, 8),
+        ("method", "Shape.area", 7, 8),
+    }
+    assert calls(base) == set()
+
+
+# ---------------------------------------------------------------- JavaScript / TypeScript
+
+
+JS_APP = """
+import { Shape } from './shape.js';
+const util = require('./util');
+
+/** A circle. */
+export class Circle extends Shape {
+  constructor(r) {
+    super();
+    this.r = r;
+  }
+  area() {
+    return Math.PI * util.square(this.r);
+  }
+}
+
+export const describe = (s) => `${s.area()}`;
+
+function main() {
+  const c = new Circle(2);
+  console.log(describe(c));
+}
+"""
+
+
+def test_javascript_repository() -> None:
+    app = facts(JS_APP, "javascript")
+    assert symbols(app) == {
+        ("class", "Circle", 5, 13),
+        ("method", "Circle.constructor", 6, 9),
+        ("method", "Circle.area", 10, 12),
+        ("function", "describe", 15, 15),
+        ("function", "main", 17, 20),
+    }
+    assert next(s for s in app.symbols if s.name == "Circle").doc == "A circle."
+    assert imports(app) == {"./shape.js", "./util"}
+    assert calls(app) == {
+        ("Circle.constructor", "super", 7),
+        ("Circle.area", "square", 11),
+        ("describe", "area", 15),
+        ("main", "Circle", 18),
+        ("main", "log", 19),
+        ("main", "describe", 19),
+    }
+    assert bases(app) == {("Circle", "inherits", "Shape")}
+
+
+TS_SHAPES = """
+import { Drawable, Point } from "./types";
+import * as geo from "../geo";
+
+export interface Sized extends Drawable {
+  size(): number;
+}
+
+export abstract class Base {
+  abstract area(): number;
+}
+
+export class Square extends Base implements Sized, Drawable {
+  constructor(private side: number) {
+    super();
+  }
+  area(): number {
+    return geo.mul(this.side, this.side);
+  }
+  size(): number {
+    return this.area();
+  }
+  draw(p: Point): void {}
+}
+
+export type Side = number;
+export enum Kind { A, B }
+"""
+
+
+@pytest.mark.parametrize("language", ["typescript", "tsx"])
+def test_typescript_repository(language: str) -> None:
+    shapes = facts(TS_SHAPES, language)
+    assert symbols(shapes) == {
+        ("interface", "Sized", 4, 6),
+        ("method", "Sized.size", 5, 5),
+        ("class", "Base", 8, 10),
+        ("method", "Base.area", 9, 9),
+        ("class", "Square", 12, 23),
+        ("method", "Square.constructor", 13, 15),
+        ("method", "Square.area", 16, 18),
+        ("method", "Square.size", 19, 21),
+        ("method", "Square.draw", 22, 22),
+        ("type", "Side", 25, 25),
+        ("enum", "Kind", 26, 26),
+    }
+    assert imports(shapes) == {"./types", "../geo"}
+    assert calls(shapes) == {
+        ("Square.constructor", "super", 14),
+        ("Square.area", "mul", 17),
+        ("Square.size", "area", 20),
+    }
+    assert bases(shapes) == {
+        ("Sized", "inherits", "Drawable"),
+        ("Square", "inherits", "Base"),
+        ("Square", "implements", "Sized"),
+        ("Square", "implements", "Drawable"),
+    }
+
+
+# ---------------------------------------------------------------- Go
+
+
+GO_SHAPES = """
+package shapes
+
+import (
+	"fmt"
+	"example.com/app/mathx"
+)
+
+// Shape has an area.
+type Shape interface {
+	Area() float64
+}
+
+// Circle is round.
+type Circle struct {
+	R float64
+}
+
+// Area of the circle.
+func (c *Circle) Area() float64 {
+	return mathx.Pi * square(c.R)
+}
+
+func square(x float64) float64 {
+	return x * x
+}
+
+func Print(s Shape) {
+	fmt.Println(s.Area())
+}
+"""
+
+
+def test_go_repository() -> None:
+    shapes = facts(GO_SHAPES, "go")
+    assert symbols(shapes) == {
+        ("interface", "Shape", 9, 11),
+        ("class", "Circle", 14, 16),
+        ("method", "Circle.Area", 19, 21),
+        ("function", "square", 23, 25),
+        ("function", "Print", 27, 29),
+    }
+    docs = {s.qualified_name: s.doc for s in shapes.symbols}
+    assert docs["Shape"] == "Shape has an area."
+    assert docs["Circle.Area"] == "Area of the circle."
+    assert imports(shapes) == {"fmt", "example.com/app/mathx"}
+    assert calls(shapes) == {
+        ("Circle.Area", "square", 20),
+        ("Print", "Println", 28),
+        ("Print", "Area", 28),
+    }
+
+
+# ---------------------------------------------------------------- Rust
+
+
+RUST_LIB = """
+use std::fmt;
+use crate::geometry::{square, Pi};
+mod geometry;
+
+/// Anything with an area.
+pub trait Shape {
+    fn area(&self) -> f64;
+}
+
+pub struct Circle {
+    r: f64,
+}
+
+impl Shape for Circle {
+    fn area(&self) -> f64 {
+        Pi * square(self.r)
+    }
+}
+
+impl Circle {
+    pub fn new(r: f64) -> Self {
+        Circle { r }
+    }
+}
+
+pub fn total(shapes: &[Box<dyn Shape>]) -> f64 {
+    shapes.iter().map(|s| s.area()).sum()
+}
+"""
+
+
+def test_rust_repository() -> None:
+    lib = facts(RUST_LIB, "rust")
+    assert symbols(lib) == {
+        ("trait", "Shape", 6, 8),
+        ("method", "Shape.area", 7, 7),
+        ("class", "Circle", 10, 12),
+        ("method", "Circle.area", 15, 17),
+        ("method", "Circle.new", 21, 23),
+        ("function", "total", 26, 28),
+    }
+    assert next(s for s in lib.symbols if s.name == "Shape").doc == "Anything with an area."
+    assert imports(lib) == {"std::fmt", "crate::geometry::{square,Pi}", "self::geometry"}
+    assert calls(lib) == {
+        ("Circle.area", "square", 16),
+        ("total", "iter", 27),
+        ("total", "map", 27),
+        ("total", "area", 27),
+        ("total", "sum", 27),
+    }
+    assert bases(lib) == {("Circle", "implements", "Shape")}
+
+
+# ---------------------------------------------------------------- Java
+
+
+JAVA_CIRCLE = """
+package com.acme.shapes;
+
+import java.util.List;
+import com.acme.util.*;
+
+/** A circle. */
+public class Circle extends Shape implements Comparable<Circle>, Drawable {
+    private final double r;
+
+    public Circle(double r) {
+        super("circle");
+        this.r = r;
+    }
+
+    @Override
+    public double area() {
+        return Math.PI * MathUtil.square(r);
+    }
+
+    public static List<Circle> many(int n) {
+        return Circles.build(n, Circle::new);
+    }
+}
+
+interface Drawable extends Paintable {
+    void draw();
+}
+"""
+
+
+def test_java_repository() -> None:
+    circle = facts(JAVA_CIRCLE, "java")
+    assert symbols(circle) == {
+        ("class", "Circle", 7, 23),
+        ("constructor", "Circle.Circle", 10, 13),
+        ("method", "Circle.area", 15, 18),
+        ("method", "Circle.many", 20, 22),
+        ("interface", "Drawable", 25, 27),
+        ("method", "Drawable.draw", 26, 26),
+    }
+    assert next(s for s in circle.symbols if s.name == "Circle").doc == "A circle."
+    assert imports(circle) == {"java.util.List", "com.acme.util.*"}
+    assert calls(circle) == {("Circle.area", "square", 17), ("Circle.many", "build", 21)}
+    assert bases(circle) == {
+        ("Circle", "inherits", "Shape"),
+        ("Circle", "implements", "Comparable"),
+        ("Circle", "implements", "Drawable"),
+        ("Drawable", "inherits", "Paintable"),
+    }
+
+
+# ---------------------------------------------------------------- C / C++
+
+
+C_MAIN = """
+#include <stdio.h>
+#include "shapes.h"
+
+/* A point in the plane. */
+struct point {
+    int x, y;
+};
+
+typedef struct point point_t;
+
+static int square(int x) {
+    return x * x;
+}
+
+int main(void) {
+    point_t p = {3, 4};
+    printf("%d\\n", square(p.x) + shapes_area(&p));
+    return 0;
+}
+"""
+
+
+def test_c_repository() -> None:
+    main = facts(C_MAIN, "c")
+    assert symbols(main) == {
+        ("class", "point", 5, 7),
+        ("type", "point_t", 9, 9),
+        ("function", "square", 11, 13),
+        ("function", "main", 15, 19),
+    }
+    assert next(s for s in main.symbols if s.name == "point").doc == "A point in the plane."
+    assert imports(main) == {"stdio.h", "shapes.h"}
+    assert calls(main) == {
+        ("main", "printf", 17),
+        ("main", "square", 17),
+        ("main", "shapes_area", 17),
+    }
+
+
+CPP_SHAPES = """
+#include <cmath>
+#include "shape.hpp"
+
+namespace geo {
+
+// A circle.
+class Circle : public Shape, private Counted {
+public:
+    explicit Circle(double r) : r_(r) {}
+    double area() const override { return M_PI * square(r_); }
+private:
+    double r_;
+};
+
+double Circle::perimeter() const {
+    return 2 * M_PI * r_ * std::abs(scale());
+}
+
+}  // namespace geo
+"""
+
+
+def test_cpp_repository() -> None:
+    shapes = facts(CPP_SHAPES, "cpp")
+    assert symbols(shapes) == {
+        ("namespace", "geo", 4, 19),
+        ("class", "geo.Circle", 7, 13),
+        ("method", "geo.Circle.Circle", 9, 9),
+        ("method", "geo.Circle.area", 10, 10),
+        ("function", "geo.Circle.perimeter", 15, 17),
+    }
+    assert next(s for s in shapes.symbols if s.name == "Circle" and s.kind == "class").doc == (
+        "A circle."
+    )
+    assert imports(shapes) == {"cmath", "shape.hpp"}
+    assert calls(shapes) == {
+        ("geo.Circle.area", "square", 10),
+        ("geo.Circle.perimeter", "abs", 16),
+        ("geo.Circle.perimeter", "scale", 16),
+    }
+    assert bases(shapes) == {
+        ("geo.Circle", "inherits", "Shape"),
+        ("geo.Circle", "inherits", "Counted"),
+    }
+
+
+# ---------------------------------------------------------------- C#
+
+
+CSHARP_SHAPES = """
+using System;
+using Acme.Util;
+
+namespace Acme.Shapes
+{
+    /// <summary>A circle.</summary>
+    public class Circle : Shape, IDrawable
+    {
+        public Circle(double r) { R = r; }
+
+        public double Area()
+        {
+            return Math.PI * MathUtil.Square(R);
+        }
+
+        public void Draw() => Console.WriteLine(Area());
+    }
+
+    public interface IDrawable : IPaintable
+    {
+        void Draw();
+    }
+}
+"""
+
+
+def test_csharp_repository() -> None:
+    shapes = facts(CSHARP_SHAPES, "csharp")
+    assert symbols(shapes) == {
+        ("namespace", "Acme.Shapes", 4, 23),
+        ("class", "Acme.Shapes.Circle", 7, 17),
+        ("constructor", "Acme.Shapes.Circle.Circle", 9, 9),
+        ("method", "Acme.Shapes.Circle.Area", 11, 14),
+        ("method", "Acme.Shapes.Circle.Draw", 16, 16),
+        ("interface", "Acme.Shapes.IDrawable", 19, 22),
+        ("method", "Acme.Shapes.IDrawable.Draw", 21, 21),
+    }
+    circle = next(s for s in shapes.symbols if s.qualified_name == "Acme.Shapes.Circle")
+    assert circle.doc == "A circle."
+    assert imports(shapes) == {"System", "Acme.Util"}
+    assert calls(shapes) == {
+        ("Acme.Shapes.Circle.Area", "Square", 13),
+        ("Acme.Shapes.Circle.Draw", "WriteLine", 16),
+        ("Acme.Shapes.Circle.Draw", "Area", 16),
+    }
+    assert bases(shapes) == {
+        ("Acme.Shapes.Circle", "inherits", "Shape"),
+        ("Acme.Shapes.Circle", "implements", "IDrawable"),
+        ("Acme.Shapes.IDrawable", "implements", "IPaintable"),
+    }
+
+
+# ---------------------------------------------------------------- Ruby
+
+
+RUBY_SHAPES = """
+require 'json'
+require_relative 'shapes/base'
+
+# A circle.
+class Circle < Shape
+  include Comparable
+
+  def initialize(r)
+    @r = r
+  end
+
+  def area
+    Math::PI * square(@r)
+  end
+
+  def self.unit
+    new(1)
+  end
+end
+
+module Geometry
+  def self.total(shapes)
+    shapes.sum(&:area)
+  end
+end
+"""
+
+
+def test_ruby_repository() -> None:
+    shapes = facts(RUBY_SHAPES, "ruby")
+    assert symbols(shapes) == {
+        ("class", "Circle", 5, 19),
+        ("method", "Circle.initialize", 8, 10),
+        ("method", "Circle.area", 12, 14),
+        ("method", "Circle.unit", 16, 18),
+        ("module", "Geometry", 21, 25),
+        ("function", "Geometry.total", 22, 24),
+    }
+    assert next(s for s in shapes.symbols if s.name == "Circle").doc == "A circle."
+    assert imports(shapes) == {"json", "shapes/base"}
+    assert calls(shapes) == {
+        ("Circle.area", "square", 13),
+        ("Circle.unit", "new", 17),
+        ("Geometry.total", "sum", 23),
+    }
+    assert bases(shapes) == {
+        ("Circle", "inherits", "Shape"),
+        ("Circle", "implements", "Comparable"),
+    }
+
+
+# ---------------------------------------------------------------- PHP
+
+
+PHP_SHAPES = """
+<?php
+namespace Acme\\Shapes;
+
+use Acme\\Util\\MathUtil;
+require_once __DIR__ . '/base.php';
+
+/** A circle. */
+class Circle extends Shape implements Drawable
+{
+    public function area(): float
+    {
+        return M_PI * MathUtil::square($this->r) + $this->scale();
+    }
+}
+
+function make_circle(float $r): Circle
+{
+    return new Circle($r);
+}
+"""
+
+
+def test_php_repository() -> None:
+    shapes = facts(PHP_SHAPES, "php")
+    assert symbols(shapes) == {
+        ("class", "Circle", 8, 14),
+        ("method", "Circle.area", 10, 13),
+        ("function", "make_circle", 16, 19),
+    }
+    assert next(s for s in shapes.symbols if s.name == "Circle").doc == "A circle."
+    assert imports(shapes) == {"Acme\\Util\\MathUtil", "/base.php"}
+    assert calls(shapes) == {
+        ("Circle.area", "square", 12),
+        ("Circle.area", "scale", 12),
+        ("make_circle", "Circle", 18),
+    }
+    assert bases(shapes) == {("Circle", "inherits", "Shape"), ("Circle", "implements", "Drawable")}
+
+
+# ---------------------------------------------------------------- Kotlin
+
+
+KOTLIN_SHAPES = """
+package com.acme.shapes
+
+import com.acme.util.MathUtil
+import kotlin.math.*
+
+class Circle(val r: Double) : Shape(), Drawable {
+    override fun area(): Double = PI * MathUtil.square(r)
+
+    override fun draw() {
+        println(area())
+    }
+}
+
+interface Drawable {
+    fun draw()
+}
+
+fun unit(): Circle = Circle(1.0)
+"""
+
+
+def test_kotlin_repository() -> None:
+    shapes = facts(KOTLIN_SHAPES, "kotlin")
+    assert symbols(shapes) == {
+        ("class", "Circle", 6, 12),
+        ("method", "Circle.area", 7, 7),
+        ("method", "Circle.draw", 9, 11),
+        ("interface", "Drawable", 14, 16),
+        ("method", "Drawable.draw", 15, 15),
+        ("function", "unit", 18, 18),
+    }
+    assert imports(shapes) == {"com.acme.util.MathUtil", "kotlin.math.*"}
+    assert calls(shapes) == {
+        ("Circle.area", "square", 7),
+        ("Circle.draw", "println", 10),
+        ("Circle.draw", "area", 10),
+        ("unit", "Circle", 18),
+    }
+    assert bases(shapes) == {("Circle", "inherits", "Shape"), ("Circle", "implements", "Drawable")}
+
+
+# ---------------------------------------------------------------- shell and Markdown
+
+
+def test_bash_functions_sources_and_commands() -> None:
+    script = facts(
+        """
+        #!/bin/sh
+        . ./lib/common.sh
+        source "$HOME/.profile"
+
+        # Say hello.
+        greet() {
+            log_info "hello $1"
+        }
+
+        greet world
+        """,
+        "shell",
+    )
+    assert symbols(script) == {("function", "greet", 6, 8)}
+    assert next(iter(script.symbols)).doc == "Say hello."
+    assert imports(script) == {"./lib/common.sh", "$HOME/.profile"}
+    assert calls(script) == {("greet", "log_info", 7), (None, "greet", 10)}
+
+
+def test_markdown_headings_nest() -> None:
+    doc = facts(
+        """
+        # Guide
+
+        Intro.
+
+        ## Install
+
+        ```sh
+        # not a heading
+        ```
+
+        ## Use
+        Text.
+        """,
+        "markdown",
+    )
+    assert {(s.kind, s.qualified_name, s.start_line) for s in doc.symbols} == {
+        ("heading", "Guide", 1),
+        ("heading", "Guide > Install", 5),
+        ("heading", "Guide > Use", 11),
+    }
+
+
+# ---------------------------------------------------------------- robustness
+
+
+def test_broken_code_still_yields_facts_and_counts_errors() -> None:
+    out = PARSER.parse("def ok():\n    return 1\n\ndef broken(:\n    pass\n", "python")
+    assert out is not None
+    assert out.syntax_errors > 0
+    assert ("function", "ok", 1, 2) in symbols(out)
+
+
+def test_unknown_language_and_huge_files_are_not_parsed() -> None:
+    assert PARSER.parse("x", "cobol") is None
+    assert PARSER.parse("x = 1\n" * (MAX_PARSE_BYTES // 6 + 1), "python") is None
+
+
+def test_every_declared_language_compiles_its_query() -> None:
+    for language in sorted(PARSER.languages()):
+        assert PARSER.parse("\n", language) is not None, language
+    assert len(PARSER.languages()) >= 14
+
+
+def test_parsing_opens_no_socket(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("network touched")
+
+    monkeypatch.setattr(socket, "socket", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    fresh = TreeSitterCodeParser()
+    for language in sorted(fresh.languages()):
+        assert fresh.parse("x\n", language) is not None
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    text=st.text(st.characters(codec="utf-8"), max_size=400),
+    language=st.sampled_from(sorted(PARSER.languages())),
+)
+def test_any_text_in_any_language_never_raises(text: str, language: str) -> None:
+    out = PARSER.parse(text, language)
+    assert out is not None
+    lines = text.count("\n") + 1
+    for s in out.symbols:
+        assert 1 <= s.start_line <= s.end_line <= lines
+    for c in out.calls:
+        assert 1 <= c.line <= lines
