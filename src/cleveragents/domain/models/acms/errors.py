@@ -9,6 +9,8 @@ no engine exception type ever leaks out of an adapter::
     │                              forbidden SPARQL form, over a limit)
     │   └── QueryLimitError        a query stopped by a time or row limit
     ├── IndexUnavailableError      an index cannot be opened, read or written
+    ├── ModelUnavailableError      an embedding model is not installed, fails its
+    │                              digest check, or cannot be loaded or run
     ├── BusyError                  another writer holds the data directory
     ├── NotFoundError (LookupError)   an unknown project or resource
     ├── ConflictError (ValueError)    a project or link that already exists
@@ -26,6 +28,7 @@ __all__ = [
     "BusyError",
     "ConflictError",
     "IndexUnavailableError",
+    "ModelUnavailableError",
     "NotFoundError",
     "QueryError",
     "QueryLimitError",
@@ -63,3 +66,7 @@ class ConflictError(AcmsError, ValueError):
 
 class BusyError(AcmsError):
     """Another reindex holds the data directory's lock."""
+
+
+class ModelUnavailableError(AcmsError):
+    """An embedding model is missing, fails its digest check, or cannot run."""
