@@ -299,13 +299,17 @@ def hybrid_search(
     chosen = dict(DEFAULT_WEIGHTS) if weights is None else _check_weights(weights)
     _check_int("k", k, 0)
 
-    try:
-        text_hits = view.search(query, max_results=depth)
-    except QueryError as exc:
-        _log.info("fusion.text_query_refused", reason=str(exc))
-        text_hits = []
-    vector = embedder.embed([query])[0].tolist()
-    vector_hits = view.similarity_search(vector, top_k=depth)
+    # A source of weight 0 is not asked at all.
+    text_hits: list[TextResult] = []
+    if chosen.get("text", 1.0) > 0:
+        try:
+            text_hits = view.search(query, max_results=depth)
+        except QueryError as exc:
+            _log.info("fusion.text_query_refused", reason=str(exc))
+    vector_hits: list[VectorResult] = []
+    if chosen.get("vector", 1.0) > 0:
+        vector = embedder.embed([query])[0].tolist()
+        vector_hits = view.similarity_search(vector, top_k=depth)
     definitions = (
         _graph_ranking(view, query_identifiers(query), depth)
         if graph and chosen.get("graph", 1.0) > 0
