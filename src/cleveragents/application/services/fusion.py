@@ -12,7 +12,7 @@ by URI.  The reported ``score`` is that fraction rounded to a float.
 :func:`hybrid_search` asks a :class:`ScopedView` (which passes its scope to
 every backend) for the text ranking of the query, the vector ranking of its
 embedding, and, for identifiers in the query, a *graph* ranking: the chunks
-that define a symbol of that name (``uko:defines``/``uko:name``/``uko:line``
+that define a symbol of exactly that name (``uko:defines``/``uko:name``/``uko:line``
 and the chunk's line range).  The three are fused with per-source weights.
 """
 
@@ -199,8 +199,12 @@ def query_identifiers(query: str) -> list[str]:
 
 
 def definition_query(identifiers: Sequence[str]) -> str:
-    """SPARQL selecting ``(chunk, symbol name, line)`` of chunks defining any of
-    ``identifiers`` (a name equal to one, or ending in ``.`` + one).
+    """SPARQL selecting ``(chunk, symbol name, line)`` of the chunks that define
+    a symbol named exactly one of ``identifiers`` (``Class.method`` for methods).
+
+    Exact names only: a suffix match (``.method``) scans every name and took
+    seconds per query on a small corpus with rdflib.  The pattern order is the
+    one rdflib evaluates fast (symbol first, its chunk last).
 
     Raises:
         ValueError: no identifiers, or one that is not an identifier.
@@ -212,38 +216,31 @@ def definition_query(identifiers: Sequence[str]) -> str:
             raise ValueError(f"not an identifier: {ident!r}")
     # Identifiers are [A-Za-z0-9_.] only: safe inside a SPARQL string literal.
     exact = " ".join(f'"{i}"' for i in identifiers)
-    suffix = " || ".join(f'STRENDS(?name, ".{i}")' for i in identifiers)
     return (
         f"PREFIX uko: <{UKO}>\n"
         "SELECT ?chunk ?name ?line WHERE {\n"
-        f"  {{ VALUES ?name {{ {exact} }} ?sym uko:name ?name . }}\n"
-        f"  UNION {{ ?sym uko:name ?name . FILTER({suffix}) }}\n"
-        "  ?file uko:defines ?sym . ?sym uko:line ?line .\n"
-        "  ?file uko:hasChunk ?chunk . ?chunk uko:startLine ?s ; uko:endLine ?e .\n"
+        f"  VALUES ?name {{ {exact} }}\n"
+        "  ?sym uko:name ?name . ?sym uko:line ?line . ?file uko:defines ?sym .\n"
+        "  ?file uko:hasChunk ?chunk . ?chunk uko:startLine ?s . ?chunk uko:endLine ?e .\n"
         "  FILTER(?s <= ?line && ?line <= ?e)\n"
         "}"
     )
 
 
 def _graph_ranking(view: ScopedView, identifiers: list[str], depth: int) -> list[tuple[str, str]]:
-    """``(chunk URI, symbol name)`` of definitions, best first."""
+    """``(chunk URI, symbol name)`` of definitions, best first: by the order of
+    the identifiers in the query, then by URI."""
     if not identifiers:
         return []
     result = view.sparql_query(definition_query(identifiers))
-    best: dict[str, tuple[int, int, str]] = {}
+    position = {ident: i for i, ident in enumerate(identifiers)}
+    best: dict[str, tuple[int, str]] = {}
     for chunk, name, _line in result.triples:
-        for position, ident in enumerate(identifiers):
-            if name == ident:
-                key = (0, position, name)
-            elif name.endswith("." + ident):
-                key = (1, position, name)
-            else:
-                continue
-            if chunk not in best or key < best[chunk]:
-                best[chunk] = key
-            break
+        key = (position.get(name, len(identifiers)), name)
+        if chunk not in best or key < best[chunk]:
+            best[chunk] = key
     ordered = sorted(best.items(), key=lambda item: (item[1], item[0]))
-    return [(chunk, key[2]) for chunk, key in ordered[:depth]]
+    return [(chunk, key[1]) for chunk, key in ordered[:depth]]
 
 
 def _graph_metadata(uri: str, symbol: str) -> dict[str, str]:
