@@ -12,8 +12,10 @@ through a ``ScopedView`` over both resources.
 Metrics per system and question kind (both corpora together, and per corpus):
 MRR@10, hit@1 and hit@10 over the ranking of *files* (each system's units
 deduplicated by file, first occurrence), and line hit@10: one of the first ten
-units (chunks, windows, or grep's best line) contains the line that holds the
-answer's name.  ``refused`` counts queries a system answered with an error.
+units (chunks, windows, or grep's best line) overlaps the lines of the
+answer's definition.  ``--sweep`` also fuses each question's text, vector and
+graph rankings offline for a grid of ``k`` and weights (the measured defaults
+of ``hybrid_search``).  ``refused`` counts queries a system answered with an error.
 Writes ``eval-<mode>.json`` and ``eval-<mode>.md`` (``--out``, default
 ``benchmarks/eval/results``).
 """
@@ -21,7 +23,9 @@ Writes ``eval-<mode>.json`` and ``eval-<mode>.md`` (``--out``, default
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import logging
 import os
 import platform
 import statistics
@@ -32,6 +36,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
+import structlog
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -42,7 +47,12 @@ from baselines import Bm25Windows, GrepFiles, Hit  # noqa: E402
 
 from cleveragents.application.container import build_container  # noqa: E402
 from cleveragents.application.services.embedding_text import embedding_text  # noqa: E402
-from cleveragents.application.services.fusion import hybrid_search  # noqa: E402
+from cleveragents.application.services.fusion import (  # noqa: E402
+    DEFAULT_K,
+    DEFAULT_WEIGHTS,
+    hybrid_search,
+    reciprocal_rank_fusion,
+)
 from cleveragents.application.services.operations import AcmsOperations  # noqa: E402
 from cleveragents.domain.models.acms.errors import AcmsError  # noqa: E402
 from cleveragents.domain.models.acms.uko import path_of, resource_id_of  # noqa: E402
@@ -150,7 +160,8 @@ def score(question: Q.Question, hits: list[Hit]) -> dict[str, float]:
     answer = (question.corpus, question.path)
     rank = files.index(answer) + 1 if answer in files[:10] else 0
     line_hit = any(
-        (corpus, path) == answer and lo <= question.line <= hi for corpus, path, lo, hi in hits[:10]
+        (corpus, path) == answer and lo <= question.end and question.start <= hi
+        for corpus, path, lo, hi in hits[:10]
     )
     return {
         "rr": 1.0 / rank if rank else 0.0,
@@ -217,6 +228,69 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+SWEEP_K = (10, 30, 60)
+SWEEP_TEXT = (1.0, 1.5, 2.0)
+SWEEP_VECTOR = (0.5, 1.0)
+SWEEP_GRAPH = (0.5, 1.0, 2.0)
+
+
+def source_rankings(view, embedder, query: str) -> dict[str, list[str]]:
+    """Each source's own ranking, through hybrid_search with one source weighted."""
+    out = {}
+    for source in ("text", "vector", "graph"):
+        weights = {s: float(s == source) for s in ("text", "vector", "graph")}
+        try:
+            found = hybrid_search(view, embedder, query, max_results=50, weights=weights)
+        except (AcmsError, ValueError):
+            found = []
+        out[source] = [h.uko_uri for h in found]
+    return out
+
+
+def sweep(indexes, qs: list[Q.Question]) -> dict[str, list[dict]]:
+    """Offline fusion of cached source rankings for a grid of parameters."""
+    out: dict[str, list[dict]] = {}
+    for name, (ops, emb, scope, corpus_of) in indexes.items():
+        view = ops.view(scope)
+        cached = [source_rankings(view, emb, q.query) for q in qs]
+        rows = []
+        for k, wt, wv, wg in itertools.product(SWEEP_K, SWEEP_TEXT, SWEEP_VECTOR, SWEEP_GRAPH):
+            weights = {"text": wt, "vector": wv, "graph": wg}
+            scored = []
+            for q, rankings in zip(qs, cached, strict=True):
+                fused = reciprocal_rank_fusion(rankings, k=k, weights=weights, limit=50)
+                hits = [_unit_hit(h.uko_uri, corpus_of) for h in fused]
+                scored.append({**score(q, [h for h in hits if h]), "refused": False, "q": q})
+            by_kind = {kd: aggregate([r for r in scored if r["q"].kind == kd]) for kd in KINDS}
+            by_kind["all"] = aggregate(scored)
+            rows.append({"k": k, "weights": weights, "by_kind": by_kind})
+        rows.sort(key=lambda r: (-r["by_kind"]["all"]["mrr10"], -r["by_kind"]["all"]["hit1"]))
+        out[name] = rows
+    return out
+
+
+def sweep_markdown(result: dict) -> str:
+    lines = ["", "## Fusion parameters (offline sweep, MRR@10)", ""]
+    default = {"k": DEFAULT_K, "weights": dict(DEFAULT_WEIGHTS)}
+    lines.append(f"Defaults: k={default['k']}, weights={default['weights']}.")
+    for name, rows in result.get("sweep", {}).items():
+        lines += ["", f"hybrid-{name}: best five and the default", ""]
+        lines += ["| k | text | vector | graph | " + " | ".join(KINDS) + " | all |"]
+        lines += ["|" + "---|" * (len(KINDS) + 5)]
+        picked = rows[:5] + [
+            r for r in rows if r["k"] == default["k"] and r["weights"] == default["weights"]
+        ]
+        for r in picked:
+            w = r["weights"]
+            cells = [f"{r['by_kind'][kd].get('mrr10', 0):.3f}" for kd in (*KINDS, "all")]
+            lines.append(
+                f"| {r['k']} | {w['text']} | {w['vector']} | {w['graph']} | "
+                + " | ".join(cells)
+                + " |"
+            )
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -226,12 +300,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-minilm", action="store_true", help="skip the MiniLM embedder")
     parser.add_argument("--minilm-tokens", type=int, default=128)
     parser.add_argument("--compact-words", type=int, default=96)
+    parser.add_argument("--sweep", action="store_true", help="sweep fusion k and weights")
     parser.add_argument("--out", type=Path, default=HERE / "results")
     args = parser.parse_args(argv)
     mode = "quick" if args.quick else "full"
     per_kind = args.per_kind or (15 if args.quick else 100)
     t_start = time.perf_counter()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    # The library logs through structlog; here only warnings, and on stderr.
+    structlog.configure(
+        wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+    )
 
     with tempfile.TemporaryDirectory(prefix="acms-eval-") as tmp:
         base = Path(tmp)
@@ -296,13 +376,16 @@ def main(argv: list[str] | None = None) -> int:
                 "p50_ms": round(statistics.median(times), 2),
             }
             print(f"{system}: {by_kind['all']}", file=sys.stderr)
+        if args.sweep:
+            result["sweep"] = sweep(indexes, qs)
         result["question_set"] = [q.as_dict() for q in qs]
         result["seconds"] = round(time.perf_counter() - t_start, 1)
 
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"eval-{mode}.json").write_text(json.dumps(result, indent=1) + "\n")
-    (args.out / f"eval-{mode}.md").write_text(markdown(result))
-    print(markdown(result))
+    text = markdown(result) + (sweep_markdown(result) if args.sweep else "")
+    (args.out / f"eval-{mode}.md").write_text(text)
+    print(text)
     print(f"done in {result['seconds']} s", file=sys.stderr)
     return 0
 
