@@ -14,7 +14,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cleveragents.application.container import build_container
-from cleveragents.application.services.fusion import hybrid_search, reciprocal_rank_fusion
+from cleveragents.application.services.fusion import (
+    DEFAULT_K,
+    DEFAULT_WEIGHTS,
+    hybrid_search,
+    reciprocal_rank_fusion,
+)
 from cleveragents.application.services.operations import AcmsOperations
 from cleveragents.domain.models.acms.errors import QueryError
 from cleveragents.domain.models.acms.scope import ScopedView
@@ -135,7 +140,7 @@ scopes = st.sets(st.integers(0, 2), min_size=1).map(sorted)
 
 
 @settings(
-    max_examples=40,
+    max_examples=25,
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
@@ -177,12 +182,15 @@ def test_no_hit_outside_the_scope_and_ranks_match_the_sources(
         if "vector" in hit.ranks:
             assert vector[hit.ranks["vector"] - 1] == hit.uko_uri
     if "graph" not in {s for h in hits for s in h.ranks}:
-        expected = reciprocal_rank_fusion({"text": text, "vector": vector}, limit=max_results)
-        got = [(h.uko_uri, h.score) for h in hits]
-        # Equal unless the graph ranked something that did not make the cut.
-        assert got == [(h.uko_uri, h.score) for h in expected] or any(
-            "graph" in h.ranks for h in hits
+        expected = reciprocal_rank_fusion(
+            {"text": text, "vector": vector},
+            k=DEFAULT_K,
+            weights=DEFAULT_WEIGHTS,
+            limit=max_results,
         )
+        # Without a graph rank among the hits the fusion is that of text and
+        # vector alone (a graph-only unit below the cut changes no other score).
+        assert [(h.uko_uri, h.score) for h in hits] == [(h.uko_uri, h.score) for h in expected]
 
 
 def test_the_defining_chunk_ranks_first_for_an_identifier(corpus: Corpus) -> None:

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cleveragents.application.services.fusion import (
+    DEFAULT_K,
     definition_query,
     query_identifiers,
     reciprocal_rank_fusion,
@@ -102,7 +103,7 @@ def test_a_single_source_keeps_its_order_and_ranks() -> None:
     got = reciprocal_rank_fusion({"text": URIS[:5]})
     assert [h.uko_uri for h in got] == URIS[:5]
     assert [dict(h.ranks) for h in got] == [{"text": i} for i in range(1, 6)]
-    assert math.isclose(got[0].score, 1 / 61)
+    assert math.isclose(got[0].score, 1 / (DEFAULT_K + 1))
 
 
 def test_weights_and_zero_weight_sources() -> None:
