@@ -163,7 +163,14 @@ def score(question: Q.Question, hits: list[Hit]) -> dict[str, float]:
         (corpus, path) == answer and lo <= question.end and question.start <= hi
         for corpus, path, lo, hi in hits[:10]
     )
+    first = hits[0] if hits else None
     return {
+        "line1": float(
+            first is not None
+            and (first[0], first[1]) == answer
+            and first[2] <= question.end
+            and question.start <= first[3]
+        ),
         "rr": 1.0 / rank if rank else 0.0,
         "hit1": float(rank == 1),
         "hit10": float(rank > 0),
@@ -181,6 +188,7 @@ def aggregate(rows: list[dict]) -> dict[str, float]:
         "hit1": round(sum(r["hit1"] for r in rows) / n, 3),
         "hit10": round(sum(r["hit10"] for r in rows) / n, 3),
         "line_hit10": round(sum(r["line10"] for r in rows) / n, 3),
+        "line_hit1": round(sum(r["line1"] for r in rows) / n, 3),
         "refused": sum(1 for r in rows if r["refused"]),
     }
 
@@ -211,6 +219,14 @@ def markdown(result: dict) -> str:
             f"| {system} | " + " | ".join(cells) + f" | {refused} | {data['p50_ms']:.1f} |"
         )
     lines += ["", "Questions per kind: " + ", ".join(f"{k} {v}" for k, v in result["n"].items())]
+    lines += ["", "Line hit@1 (the first unit overlaps the definition):", ""]
+    lines += ["| system | " + " | ".join(KINDS) + " |", "|" + "---|" * (len(KINDS) + 1)]
+    for system, data in result["systems"].items():
+        cells = [
+            f"{data['by_kind'][k]['line_hit1']:.2f}" if data["by_kind"][k]["n"] else "-"
+            for k in KINDS
+        ]
+        lines.append(f"| {system} | " + " | ".join(cells) + " |")
     lines += ["", "Per corpus (MRR@10):", ""]
     corpora = result["corpora"]
     lines += [
