@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -197,3 +198,41 @@ def test_container_wires_the_embedder_named_by_acms_embedder(
         build_container("local", tmp_path, embedder="word2vec")
     with pytest.raises(ValueError, match="384"):
         build_container("local", tmp_path, embedder="minilm", embedding_dimension=128)
+
+
+def test_the_cli_indexes_and_searches_with_minilm(tmp_path: Path) -> None:
+    """ACMS_EMBEDDER=minilm end to end: a paraphrase finds the file that has
+    none of its words (the hashing embedder ranks money.py first for it: cosine
+    0.038 against 0.008); an unknown embedder is a one-line usage error."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "lines.py").write_text(
+        "def load_lines(path):\n    with open(path) as handle:\n        return handle.readlines()\n"
+    )
+    (root / "money.py").write_text(
+        "def total_price(cart):\n    return sum(item.cost * item.qty for item in cart)\n"
+    )
+    env = {**os.environ, "ACMS_DATA_DIR": str(tmp_path / "data"), "ACMS_EMBEDDER": "minilm"}
+    env.pop("ACMS_PROFILE", None)
+
+    def acms(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "cleveragents.acms", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+            stdin=subprocess.DEVNULL,
+        )
+
+    assert acms("project", "add", "local/p").returncode == 0
+    assert acms("resource", "add", str(root), "--project", "local/p").returncode == 0
+    assert acms("reindex").returncode == 0
+    done = acms("--json", "search", "vector", "read a text document", "--project", "local/p")
+    assert done.returncode == 0, done.stderr
+    paths = [r["metadata"]["path"] for r in json.loads(done.stdout)]
+    assert paths[0] == "lines.py", paths
+    env["ACMS_EMBEDDER"] = "word2vec"
+    bad = acms("status")
+    assert bad.returncode == 2
+    assert bad.stderr.count("\n") == 1 and "ACMS_EMBEDDER" in bad.stderr
