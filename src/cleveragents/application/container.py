@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_EMBEDDING_DIMENSION",
+    "EMBEDDERS",
     "PROFILES",
     "Container",
     "build_container",
@@ -101,6 +102,15 @@ def _hashing_embedder(dimension: int) -> Embedder:
     from cleveragents.infrastructure.acms.hashing_embedder import HashingEmbedder
 
     return HashingEmbedder(int(dimension))
+
+
+def _minilm_embedder() -> Embedder:
+    from cleveragents.infrastructure.acms.minilm_embedder import MiniLMEmbedder
+
+    return MiniLMEmbedder()
+
+
+EMBEDDERS = ("hashing", "minilm")
 
 
 def _indexer(
@@ -202,12 +212,20 @@ def build_container(
     data_dir: str | os.PathLike[str] | None = None,
     *,
     embedding_dimension: int | None = None,
+    embedder: str | None = None,
 ) -> Container:
-    """Build a container for a profile; arguments default to the environment.
+    """Build a container for a profile; arguments default to the environment
+    (``ACMS_PROFILE``, ``ACMS_DATA_DIR``, ``ACMS_EMBEDDING_DIM``, ``ACMS_EMBEDDER``).
 
     Raises:
-        ValueError: unknown profile or a non-positive embedding dimension.
+        ValueError: unknown profile or embedder, a non-positive embedding
+            dimension, or one the embedder does not have.
     """
+    embedder = embedder or os.environ.get("ACMS_EMBEDDER", "hashing")
+    if embedder not in EMBEDDERS:
+        raise ValueError(
+            f"unknown ACMS_EMBEDDER {embedder!r}; expected one of {', '.join(EMBEDDERS)}"
+        )
     profile = profile or os.environ.get("ACMS_PROFILE", "stub")
     if profile not in PROFILES:
         raise ValueError(f"unknown ACMS_PROFILE {profile!r}; expected one of {', '.join(PROFILES)}")
@@ -220,6 +238,8 @@ def build_container(
             raise ValueError(f"ACMS_EMBEDDING_DIM must be an integer, got {raw!r}") from None
     if embedding_dimension <= 0:
         raise ValueError("the embedding dimension must be positive")
+    if embedder == "minilm" and embedding_dimension != DEFAULT_EMBEDDING_DIMENSION:
+        raise ValueError(f"the minilm embedder has dimension 384, not {embedding_dimension}")
 
     container = Container()
     container.config.from_dict(
@@ -236,7 +256,11 @@ def build_container(
             providers.Singleton(_faiss_vector, cfg.data_dir, cfg.embedding_dimension)
         )
         container.graph_backend.override(providers.Singleton(_rdflib_graph, cfg.data_dir))
-        container.embedder.override(providers.Singleton(_hashing_embedder, cfg.embedding_dimension))
+        container.embedder.override(
+            providers.Singleton(_minilm_embedder)
+            if embedder == "minilm"
+            else providers.Singleton(_hashing_embedder, cfg.embedding_dimension)
+        )
         container.indexer.override(
             providers.Singleton(
                 _indexer,

@@ -11,6 +11,8 @@ no engine exception type ever leaks out of an adapter::
     ├── IndexUnavailableError      an index cannot be opened, read or written
     ├── ResourceListingError       a git resource's files cannot be listed (git
     │                              refused the checkout, is missing, timed out)
+    ├── ModelUnavailableError      an embedding model is not installed, fails its
+    │                              digest check, or cannot be loaded or run
     ├── BusyError                  another writer holds the data directory
     ├── NotFoundError (LookupError)   an unknown project or resource
     ├── ConflictError (ValueError)    a project or link that already exists
@@ -28,6 +30,7 @@ __all__ = [
     "BusyError",
     "ConflictError",
     "IndexUnavailableError",
+    "ModelUnavailableError",
     "NotFoundError",
     "QueryError",
     "QueryLimitError",
@@ -74,3 +77,7 @@ class ConflictError(AcmsError, ValueError):
 
 class BusyError(AcmsError):
     """Another reindex holds the data directory's lock."""
+
+
+class ModelUnavailableError(AcmsError):
+    """An embedding model is missing, fails its digest check, or cannot run."""

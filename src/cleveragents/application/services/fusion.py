@@ -1,0 +1,353 @@
+"""Hybrid retrieval: reciprocal rank fusion of text, vector and graph rankings.
+
+:func:`reciprocal_rank_fusion` is the one fusion rule::
+
+    score(u) = sum over sources s that ranked u:  weight(s) / (k + rank_s(u))
+
+with 1-based ranks.  It is *exact*: scores are summed as fractions (a float
+weight is an exact binary fraction), so two units whose scores are equal in
+arithmetic are tied, whatever the order of the sources, and ties are broken
+by URI.  The reported ``score`` is that fraction rounded to a float.
+
+:func:`hybrid_search` asks a :class:`ScopedView` (which passes its scope to
+every backend) for the text ranking of the query, the vector ranking of its
+embedding, and, for identifiers in the query, a *graph* ranking: the chunks
+that define a symbol of exactly that name (``uko:defines``/``uko:name``/``uko:line``
+and the chunk's line range).  The three are fused with per-source weights.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from types import MappingProxyType
+
+import structlog
+
+from cleveragents.domain.models.acms.backends import TextResult, VectorResult
+from cleveragents.domain.models.acms.embedding import Embedder
+from cleveragents.domain.models.acms.errors import QueryError
+from cleveragents.domain.models.acms.scope import ScopedView
+from cleveragents.domain.models.acms.uko import UKO, path_of
+
+__all__ = [
+    "DEFAULT_DEPTH",
+    "DEFAULT_K",
+    "DEFAULT_WEIGHTS",
+    "FusedHit",
+    "HybridHit",
+    "definition_query",
+    "hybrid_search",
+    "query_identifiers",
+    "reciprocal_rank_fusion",
+]
+
+_log = structlog.get_logger("cleveragents.acms.fusion")
+
+# Measured (benchmarks/eval/run_eval.py --quick --sweep): over 112 questions
+# on two corpora, k=30 with text weighted 2.0 and vector 0.5 gave the best
+# MRR@10 with either embedder among k in {10, 30, 60} and the weight grid;
+# equal weights at k=60 lost 0.02-0.05 MRR@10 (vector noise above exact text
+# matches).  The graph weight made no difference there: it only fires for
+# exact definitions, which text also ranks high.
+DEFAULT_K = 30
+DEFAULT_DEPTH = 50
+DEFAULT_WEIGHTS: Mapping[str, float] = MappingProxyType({"text": 2.0, "vector": 0.5, "graph": 1.0})
+_MAX_IDENTIFIERS = 8
+
+
+@dataclass(frozen=True, slots=True)
+class FusedHit:
+    """One fused unit: its URI, fused score and its 1-based rank per source."""
+
+    uko_uri: str
+    score: float
+    ranks: Mapping[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class HybridHit:
+    """A fused hit with the content and metadata the sources returned for it.
+
+    ``content`` and ``metadata`` come from the text result when there is one,
+    else the vector result; a unit only the graph found has empty content
+    and metadata naming its path, lines and the symbol it defines.
+    """
+
+    uko_uri: str
+    score: float
+    ranks: Mapping[str, int]
+    content: str = ""
+    metadata: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+
+def _check_int(name: str, value: object, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if value < low:
+        raise ValueError(f"{name} must be at least {low}, got {value}")
+    return value
+
+
+def _check_weights(weights: Mapping[str, float] | None) -> dict[str, float]:
+    if weights is None:
+        return {}
+    if not isinstance(weights, Mapping):
+        raise TypeError("weights must be a mapping of source name to float")
+    checked: dict[str, float] = {}
+    for name, weight in weights.items():
+        if not isinstance(name, str) or not name:
+            raise TypeError("weight keys must be non-empty source names (str)")
+        if isinstance(weight, bool) or not isinstance(weight, int | float):
+            raise TypeError(f"the weight of {name!r} must be a number")
+        if not math.isfinite(weight) or weight < 0:
+            raise ValueError(f"the weight of {name!r} must be finite and >= 0, got {weight}")
+        checked[name] = float(weight)
+    return checked
+
+
+def reciprocal_rank_fusion(
+    rankings: Mapping[str, Sequence[str]],
+    *,
+    k: int = DEFAULT_K,
+    weights: Mapping[str, float] | None = None,
+    limit: int | None = None,
+) -> list[FusedHit]:
+    """Fuse rankings by weighted reciprocal rank; exact and deterministic.
+
+    Args:
+        rankings: source name -> URIs, best first.  A URI appears at most
+            once per source.
+        k: the RRF constant (>= 0); larger flattens the rank curve.
+        weights: source name -> weight (finite, >= 0); a source without one
+            weighs 1.0.  A source of weight 0 is left out, ranks included.
+        limit: keep at most this many hits (>= 1); ``None`` keeps all.
+
+    Returns:
+        Hits by descending score, ties by ascending URI; ``ranks`` holds the
+        1-based rank of the hit in each (weighted) source that ranked it.
+
+    Raises:
+        TypeError: a wrong type anywhere (a ``str`` is not a ranking).
+        ValueError: empty source names or URIs, a URI twice in one source,
+            a negative ``k`` or weight, a non-finite weight, ``limit < 1``.
+    """
+    if not isinstance(rankings, Mapping):
+        raise TypeError("rankings must be a mapping of source name to a sequence of URIs")
+    k = _check_int("k", k, 0)
+    if limit is not None:
+        limit = _check_int("limit", limit, 1)
+    weight_of = _check_weights(weights)
+    ranks: dict[str, dict[str, int]] = {}
+    for source in sorted(_check_sources(rankings)):
+        ranking = rankings[source]
+        weight = weight_of.get(source, 1.0)
+        seen: set[str] = set()
+        for position, uri in enumerate(ranking, 1):
+            if not isinstance(uri, str):
+                raise TypeError(f"{source!r} ranks a {type(uri).__name__}, not a URI str")
+            if not uri:
+                raise ValueError(f"{source!r} ranks an empty URI")
+            if uri in seen:
+                raise ValueError(f"{source!r} ranks {uri!r} twice")
+            seen.add(uri)
+            if weight > 0:
+                ranks.setdefault(uri, {})[source] = position
+    scored: list[tuple[Fraction, str]] = []
+    for uri, by_source in ranks.items():
+        total = Fraction(0)
+        for source, position in by_source.items():
+            total += Fraction(weight_of.get(source, 1.0)) / (k + position)
+        scored.append((total, uri))
+    scored.sort(key=lambda item: (-item[0], item[1]))
+    if limit is not None:
+        scored = scored[:limit]
+    return [FusedHit(uri, float(total), MappingProxyType(ranks[uri])) for total, uri in scored]
+
+
+def _check_sources(rankings: Mapping[str, Sequence[str]]) -> list[str]:
+    names = list(rankings)
+    for name in names:
+        if not isinstance(name, str) or not name:
+            raise TypeError("source names must be non-empty str")
+        ranking = rankings[name]
+        if isinstance(ranking, str | bytes) or not isinstance(ranking, Sequence):
+            raise TypeError(f"the ranking of {name!r} must be a sequence of URIs, not a str")
+    return names
+
+
+# ---------------------------------------------------------------- hybrid search
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+_CODE_LIKE = re.compile(r"_|[a-z][A-Z]|[A-Za-z][0-9]|\.")
+
+
+def query_identifiers(query: str) -> list[str]:
+    """The identifiers a query names, in order, at most eight.
+
+    A word counts when it looks like code (an underscore, a camelCase hump,
+    a letter then a digit, a dot, or a call ``name(``), or when it is the
+    whole query: plain words of a sentence are not taken for symbol names.
+    """
+    words = [(m.group(), m.end()) for m in _IDENT.finditer(query)]
+    whole = query.strip()
+    found: list[str] = []
+    for word, end in words:
+        word = word.strip(".")
+        called = query[end : end + 1] == "("
+        code_like = bool(_CODE_LIKE.search(word)) or called or word == whole.rstrip("(")
+        if code_like and word and word not in found:
+            found.append(word)
+    return found[:_MAX_IDENTIFIERS]
+
+
+def definition_query(identifiers: Sequence[str]) -> str:
+    """SPARQL selecting ``(chunk, symbol name, line)`` of the chunks that define
+    a symbol named exactly one of ``identifiers`` (``Class.method`` for methods).
+
+    Exact names only: a suffix match (``.method``) scans every name and took
+    seconds per query on a small corpus with rdflib.  The pattern order is the
+    one rdflib evaluates fast (symbol first, its chunk last).
+
+    Raises:
+        ValueError: no identifiers, or one that is not an identifier.
+    """
+    if not identifiers:
+        raise ValueError("definition_query needs at least one identifier")
+    for ident in identifiers:
+        if not _IDENT.fullmatch(ident):
+            raise ValueError(f"not an identifier: {ident!r}")
+    # Identifiers are [A-Za-z0-9_.] only: safe inside a SPARQL string literal.
+    exact = " ".join(f'"{i}"' for i in identifiers)
+    return (
+        f"PREFIX uko: <{UKO}>\n"
+        "SELECT ?chunk ?name ?line WHERE {\n"
+        f"  VALUES ?name {{ {exact} }}\n"
+        "  ?sym uko:name ?name . ?sym uko:line ?line . ?file uko:defines ?sym .\n"
+        "  ?file uko:hasChunk ?chunk . ?chunk uko:startLine ?s . ?chunk uko:endLine ?e .\n"
+        "  FILTER(?s <= ?line && ?line <= ?e)\n"
+        "}"
+    )
+
+
+def _graph_ranking(view: ScopedView, identifiers: list[str], depth: int) -> list[tuple[str, str]]:
+    """``(chunk URI, symbol name)`` of definitions, best first: by the order of
+    the identifiers in the query, then by URI."""
+    if not identifiers:
+        return []
+    result = view.sparql_query(definition_query(identifiers))
+    position = {ident: i for i, ident in enumerate(identifiers)}
+    best: dict[str, tuple[int, str]] = {}
+    for chunk, name, _line in result.triples:
+        key = (position.get(name, len(identifiers)), name)
+        if chunk not in best or key < best[chunk]:
+            best[chunk] = key
+    ordered = sorted(best.items(), key=lambda item: (item[1], item[0]))
+    return [(chunk, key[1]) for chunk, key in ordered[:depth]]
+
+
+def _graph_metadata(uri: str, symbol: str) -> dict[str, str]:
+    meta = {"symbol": symbol, "source": "graph"}
+    path = path_of(uri)
+    if path is not None:
+        meta["path"] = path
+    fragment = uri.rpartition("#")[2]
+    lines = re.fullmatch(r"L(\d+)-L(\d+)", fragment)
+    if lines:
+        meta["start_line"], meta["end_line"] = lines.group(1), lines.group(2)
+    return meta
+
+
+def hybrid_search(
+    view: ScopedView,
+    embedder: Embedder,
+    query: str,
+    *,
+    max_results: int = 20,
+    k: int = DEFAULT_K,
+    weights: Mapping[str, float] | None = None,
+    depth: int = DEFAULT_DEPTH,
+    graph: bool = True,
+) -> list[HybridHit]:
+    """Text, vector and (for identifiers) graph rankings of ``query``, fused.
+
+    Every backend is called through ``view``, so with its scope.  A query the
+    text backend refuses (:class:`QueryError`, e.g. its syntax) leaves the
+    text ranking empty and is logged (``fusion.text_query_refused``); the
+    other sources still answer.
+
+    Args:
+        view: the scoped backends.
+        embedder: embeds the query for the vector ranking (the index's embedder).
+        query: any non-empty text.
+        max_results: hits returned (>= 1).
+        k, weights: see :func:`reciprocal_rank_fusion`; ``weights`` default
+            to :data:`DEFAULT_WEIGHTS` (sources ``text``, ``vector``, ``graph``).
+        depth: how many results each source contributes (>= 1).
+        graph: add the graph ranking of definitions of query identifiers.
+
+    Raises:
+        TypeError / ValueError: bad arguments (an empty query among them).
+        QueryLimitError / IndexUnavailableError: from a backend.
+    """
+    if not isinstance(query, str):
+        raise TypeError(f"query must be a str, not {type(query).__name__}")
+    if not query.strip():
+        raise ValueError("query must not be empty")
+    max_results = _check_int("max_results", max_results, 1)
+    depth = _check_int("depth", depth, 1)
+    chosen = dict(DEFAULT_WEIGHTS) if weights is None else _check_weights(weights)
+    _check_int("k", k, 0)
+
+    # A source of weight 0 is not asked at all.
+    text_hits: list[TextResult] = []
+    if chosen.get("text", 1.0) > 0:
+        try:
+            text_hits = view.search(query, max_results=depth)
+        except QueryError as exc:
+            _log.info("fusion.text_query_refused", reason=str(exc))
+    vector_hits: list[VectorResult] = []
+    if chosen.get("vector", 1.0) > 0:
+        vector = embedder.embed([query])[0].tolist()
+        vector_hits = view.similarity_search(vector, top_k=depth)
+    definitions = (
+        _graph_ranking(view, query_identifiers(query), depth)
+        if graph and chosen.get("graph", 1.0) > 0
+        else []
+    )
+
+    rankings: dict[str, list[str]] = {
+        "text": _unique(r.uko_uri for r in text_hits),
+        "vector": _unique(r.uko_uri for r in vector_hits),
+        "graph": [uri for uri, _ in definitions],
+    }
+    fused = reciprocal_rank_fusion(rankings, k=k, weights=chosen, limit=max_results)
+    found: dict[str, TextResult | VectorResult] = {}
+    for results in (vector_hits, text_hits):  # text wins: it carries the matching content
+        for r in results:
+            found[r.uko_uri] = r
+    symbols = dict(definitions)
+    hits: list[HybridHit] = []
+    for hit in fused:
+        source = found.get(hit.uko_uri)
+        if source is not None:
+            content, meta = source.content, dict(source.metadata)
+        else:
+            content, meta = "", _graph_metadata(hit.uko_uri, symbols.get(hit.uko_uri, ""))
+        hits.append(HybridHit(hit.uko_uri, hit.score, hit.ranks, content, MappingProxyType(meta)))
+    _log.debug(
+        "fusion.hybrid_search",
+        text=len(text_hits),
+        vector=len(vector_hits),
+        graph=len(definitions),
+        hits=len(hits),
+    )
+    return hits
+
+
+def _unique(uris: Iterable[str]) -> list[str]:
+    # A backend ranks each unit once; this only guards the fusion's precondition.
+    return list(dict.fromkeys(uris))
