@@ -14,6 +14,8 @@ no engine exception type ever leaks out of an adapter::
     ├── BusyError                  another writer holds the data directory
     ├── NotFoundError (LookupError)   an unknown project or resource
     ├── ConflictError (ValueError)    a project or link that already exists
+    ├── ScopeError (ValueError)    a call asked for a project, resource or URI
+    │                              outside the scope it was given
     └── ScopeViolationError        a result outside the scope reached a check
                                    that must never see one (a bug, never input)
 
@@ -32,6 +34,7 @@ __all__ = [
     "NotFoundError",
     "QueryError",
     "QueryLimitError",
+    "ScopeError",
     "ScopeViolationError",
 ]
 
@@ -50,6 +53,10 @@ class QueryLimitError(QueryError):
 
 class IndexUnavailableError(AcmsError):
     """An index could not be opened, read or written."""
+
+
+class ScopeError(AcmsError, ValueError):
+    """A call named a project, resource or URI outside the scope it was given."""
 
 
 class ScopeViolationError(AcmsError):
