@@ -291,3 +291,28 @@ def test_mcp_over_streamable_http(http_server: str, world: dict[str, Any]) -> No
             return await _calls(client, world)
 
     _check(anyio.run(run))
+
+
+def test_the_readme_agent_host_example_runs(tmp_path: Path) -> None:
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "ACMS_DATA_DIR": str(tmp_path / "data")}
+    env.pop("ACMS_PROFILE", None)
+    _cli(env, "project", "add", "local/sample")
+    _cli(env, "resource", "add", str(repo / "data" / "sample"), "--project", "local/sample")
+    _cli(env, "reindex")
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(repo / "scripts" / "agent_host_example.py"),
+            str(tmp_path / "data"),
+            "local/sample",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "inventory/" in done.stdout
+    assert "context:" in done.stdout
