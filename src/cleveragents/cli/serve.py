@@ -36,7 +36,7 @@ from starlette.responses import Response
 from cleveragents.application.services.agent_session import AgentSession, render
 from cleveragents.domain.models.acms.errors import AcmsError, ScopeError
 
-__all__ = ["main", "make_mcp_server", "tool_functions"]
+__all__ = ["configure_stderr_logging", "main", "make_mcp_server", "tool_functions"]
 
 _log = structlog.get_logger("cleveragents.acms.serve")
 
@@ -231,7 +231,7 @@ def _json(body: dict[str, Any], status: int) -> Response:
     return Response(render(body), status_code=status, media_type="application/json")
 
 
-def _configure_logging(level: str) -> None:
+def configure_stderr_logging(level: str) -> None:
     """JSON lines on stderr for structlog and the standard logging module."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(message)s"))
@@ -261,7 +261,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--resource", action="append", default=[])
     parser.add_argument("--log-level", default="warning")
     args = parser.parse_args(argv)
-    _configure_logging(args.log_level)
+    configure_stderr_logging(args.log_level)
     data_dir = Path(args.data_dir or os.environ.get("ACMS_DATA_DIR") or "data")
     try:
         from cleveragents.acms import open_data_dir
