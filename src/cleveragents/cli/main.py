@@ -580,6 +580,15 @@ def _one_line(exc: object) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``acms`` console script."""
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    if args_in[:1] in (["serve"], ["watch"]):
+        # Long-lived services with options of their own (cli/serve.py, cli/watch.py).
+        from importlib import import_module
+
+        service: Callable[[Sequence[str]], int] = import_module(
+            f"cleveragents.cli.{args_in[0]}"
+        ).main
+        return guarded(_PROG, lambda: service(args_in[1:]))
     parser = build_parser()
 
     def body() -> int:

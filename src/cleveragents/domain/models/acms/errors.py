@@ -16,6 +16,8 @@ no engine exception type ever leaks out of an adapter::
     ├── BusyError                  another writer holds the data directory
     ├── NotFoundError (LookupError)   an unknown project or resource
     ├── ConflictError (ValueError)    a project or link that already exists
+    ├── ScopeError (ValueError)    a call asked for a project, resource or URI
+    │                              outside the scope it was given
     └── ScopeViolationError        a result outside the scope reached a check
                                    that must never see one (a bug, never input)
 
@@ -35,6 +37,7 @@ __all__ = [
     "QueryError",
     "QueryLimitError",
     "ResourceListingError",
+    "ScopeError",
     "ScopeViolationError",
 ]
 
@@ -61,6 +64,10 @@ class ResourceListingError(AcmsError):
     Never answered by walking the tree instead: a walk would read the files
     ``.gitignore`` keeps out (build output, local configuration, secrets).
     """
+
+
+class ScopeError(AcmsError, ValueError):
+    """A call named a project, resource or URI outside the scope it was given."""
 
 
 class ScopeViolationError(AcmsError):

@@ -1,0 +1,419 @@
+"""What an agent host asks of the indexes, in agent-sized answers.
+
+An :class:`AgentSession` is fixed to the scope the operator chose (projects
+and resources); every call may narrow that scope and never widen it.  Every
+answer is a JSON object whose compact serialisation (:func:`render`) never
+exceeds the call's character budget: results are added best first while they
+fit, a hit too large for what is left is shortened (fewer lines, shorter
+lines) before it is dropped, and ``"truncated": {"more": N}`` says how many
+were left out.  Hits carry integer line numbers and the matching lines of the
+chunk (with a line of context), not whole chunks.
+
+The same session backs the MCP tools, the HTTP API, the CLI and the Python
+facade, so all four give the same answers.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cleveragents.application.services.fusion import hybrid_search
+from cleveragents.domain.models.acms.backends import (
+    GraphBackend,
+    TextBackend,
+    VectorBackend,
+)
+from cleveragents.domain.models.acms.embedding import Embedder
+from cleveragents.domain.models.acms.errors import ScopeError
+from cleveragents.domain.models.acms.scope import ScopedView
+from cleveragents.domain.models.acms.uko import file_uri, path_of, resource_id_of
+from cleveragents.domain.models.acms.ulids import canonical_ulid
+
+__all__ = [
+    "DEFAULT_BUDGET",
+    "MAX_BUDGET",
+    "MIN_BUDGET",
+    "AgentSession",
+    "FileReader",
+    "SessionScope",
+    "matching_lines",
+    "query_terms",
+    "render",
+]
+
+DEFAULT_BUDGET = 8_000
+MIN_BUDGET = 256
+MAX_BUDGET = 200_000
+_MAX_LINE_CHARS = 200
+_MAX_LINES_PER_HIT = 8
+_MAX_READ_LINES = 2_000
+_TERM = re.compile(r"[A-Za-z][a-z]+|[A-Z]+(?![a-z])|\d+|[^\W\d_]+")
+_WORD = re.compile(r"\w+")
+_RANGE = re.compile(r"^L(\d+)-L(\d+)$")
+_MODES = ("hybrid", "text", "vector")
+
+#: Reads a file of a resource: (resource id, relative path, max bytes) -> text,
+#: or None when it cannot be read safely (vanished, a symlink, too large).
+FileReader = Callable[[str, str, int], str | None]
+
+
+def render(response: Mapping[str, Any]) -> str:
+    """The compact JSON text of a response: what budgets are measured on."""
+    return json.dumps(response, ensure_ascii=False, separators=(",", ":"))
+
+
+def query_terms(query: str) -> set[str]:
+    """Lower-case terms of a query: whole words and their identifier parts."""
+    terms: set[str] = set()
+    for word in _WORD.findall(query):
+        if len(word) > 1:
+            terms.add(word.lower())
+        terms.update(part.lower() for part in _TERM.findall(word) if len(part) > 1)
+    return terms
+
+
+def matching_lines(
+    content: str,
+    start_line: int,
+    terms: Iterable[str],
+    *,
+    context: int = 1,
+    max_lines: int = _MAX_LINES_PER_HIT,
+) -> list[dict[str, Any]]:
+    """The lines of a chunk that hold a query term, with ``context`` lines
+    around each; the first lines when none match.  Each line at most 200
+    characters; at most ``max_lines`` lines."""
+    lines = content.split("\n")
+    wanted = {t.lower() for t in terms}
+    hits = [i for i, line in enumerate(lines) if wanted & query_terms(line)]
+    keep: list[int] = []
+    for i in hits or [0]:
+        for j in range(max(0, i - context), min(len(lines), i + context + 1)):
+            if j not in keep:
+                keep.append(j)
+    keep.sort()
+    return [{"line": start_line + j, "text": lines[j][:_MAX_LINE_CHARS]} for j in keep[:max_lines]]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionScope:
+    """The scope the operator fixed: resource ULIDs, and project names -> their ULIDs."""
+
+    resources: frozenset[str]
+    projects: Mapping[str, frozenset[str]]
+
+    def narrow(
+        self, projects: Sequence[str] | None = None, resources: Sequence[str] | None = None
+    ) -> frozenset[str]:
+        """The scope of one call: the named projects and resources, which must
+        lie inside this scope (an unknown or outside name is a :class:`ScopeError`);
+        all of it when neither is given."""
+        if not projects and not resources:
+            return self.resources
+        chosen: set[str] = set()
+        for name in projects or ():
+            if not isinstance(name, str) or name not in self.projects:
+                raise ScopeError(f"project {name!r} is not in this session's scope")
+            chosen |= self.projects[name]
+        for rid in resources or ():
+            try:
+                canonical = canonical_ulid(rid)
+            except (TypeError, ValueError):
+                raise ScopeError(f"resource {rid!r} is not a resource ULID") from None
+            if canonical not in self.resources:
+                raise ScopeError(f"resource {canonical} is not in this session's scope")
+            chosen.add(canonical)
+        return frozenset(chosen)
+
+
+def _budget(value: object) -> int:
+    if value is None:
+        return DEFAULT_BUDGET
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError("budget must be an int (characters)")
+    if not MIN_BUDGET <= value <= MAX_BUDGET:
+        raise ValueError(f"budget must be between {MIN_BUDGET} and {MAX_BUDGET} characters")
+    return value
+
+
+def _count(value: object, name: str, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int")
+    if not 1 <= value <= high:
+        raise ValueError(f"{name} must be between 1 and {high}")
+    return value
+
+
+def _shrunk(item: dict[str, Any]) -> Iterable[dict[str, Any]]:
+    """Ever smaller versions of a hit: fewer lines, then shorter text."""
+    lines = item.get("lines")
+    if isinstance(lines, list):
+        for n in range(len(lines) - 1, 0, -1):
+            yield {**item, "lines": lines[:n]}
+        if lines:
+            first = lines[0]
+            for width in (80, 40):
+                yield {**item, "lines": [{**first, "text": str(first["text"])[:width]}]}
+        yield {k: v for k, v in item.items() if k != "lines"}
+    text = item.get("text")
+    if isinstance(text, str):
+        for width in (len(text) // 2, len(text) // 4, 40):
+            if width < len(text):
+                yield {**item, "text": text[:width]}
+
+
+def fit(envelope: dict[str, Any], items: Sequence[dict[str, Any]], budget: int) -> dict[str, Any]:
+    """``envelope`` with ``results`` holding as many of ``items`` as fit in
+    ``budget`` characters (see :func:`render`), and ``truncated``."""
+    results: list[dict[str, Any]] = []
+    marker_room = len(render({"truncated": {"more": len(items)}})) + 1
+    used = len(render({**envelope, "results": [], "truncated": False}))
+    if used > budget:
+        raise ValueError(f"a budget of {budget} characters cannot hold this answer's envelope")
+    for i, item in enumerate(items):
+        remaining = len(items) - i - 1
+        room = budget - used - (1 if results else 0) - (marker_room if remaining else 0)
+        chosen = None
+        for candidate in (item, *_shrunk(item)):
+            if len(render(candidate)) <= room:
+                chosen = candidate
+                break
+        if chosen is None:
+            break
+        results.append(chosen)
+        used += len(render(chosen)) + (1 if len(results) > 1 else 0)
+    more = len(items) - len(results)
+    response = {**envelope, "results": results, "truncated": {"more": more} if more else False}
+    while len(render(response)) > budget and results:  # marker digits: belt and braces
+        results.pop()
+        more += 1
+        response = {**envelope, "results": results, "truncated": {"more": more}}
+    return response
+
+
+class AgentSession:
+    """Scoped, budgeted operations over the three backends.
+
+    Args:
+        text, vector, graph: the backends (any implementation of the Protocols).
+        embedder: the index's own embedder (queries are embedded with it).
+        scope: the operator's scope.
+        read_file: reads an indexed file from its resource (for :meth:`read`).
+    """
+
+    def __init__(
+        self,
+        *,
+        text: TextBackend,
+        vector: VectorBackend,
+        graph: GraphBackend,
+        embedder: Embedder,
+        scope: SessionScope,
+        read_file: FileReader,
+    ) -> None:
+        self._text = text
+        self._vector = vector
+        self._graph = graph
+        self._embedder = embedder
+        self._scope = scope
+        self._read_file = read_file
+
+    @property
+    def scope(self) -> SessionScope:
+        """The operator's scope."""
+        return self._scope
+
+    def _view(self, projects: Sequence[str] | None, resources: Sequence[str] | None) -> ScopedView:
+        scope = self._scope.narrow(projects, resources)
+        return ScopedView(self._text, self._vector, self._graph, scope)
+
+    # ------------------------------------------------------------ search
+
+    def search(
+        self,
+        query: str,
+        *,
+        mode: str = "hybrid",
+        max_results: int = 10,
+        budget: int | None = None,
+        projects: Sequence[str] | None = None,
+        resources: Sequence[str] | None = None,
+    ) -> dict[str, Any]:
+        """Hits for ``query``: ``hybrid`` (text and vector fused), ``text`` or ``vector``.
+
+        Each hit: ``uri``, ``path``, ``start_line``/``end_line`` (ints),
+        ``score``, ``lines`` (the matching lines with context), and for
+        hybrid the ``ranks`` per source.
+        """
+        if mode not in _MODES:
+            raise ValueError(f"mode must be one of {', '.join(_MODES)}")
+        if not isinstance(query, str) or not query.strip():
+            raise ValueError("query must be a non-empty string")
+        limit = _count(max_results, "max_results", 100)
+        chars = _budget(budget)
+        view = self._view(projects, resources)
+        terms = query_terms(query)
+        items: list[dict[str, Any]] = []
+        if mode == "hybrid":
+            for hit in hybrid_search(view, self._embedder, query, max_results=limit):
+                items.append(
+                    _hit(hit.uko_uri, hit.content, hit.metadata, hit.score, terms)
+                    | {"ranks": dict(hit.ranks)}
+                )
+        elif mode == "text":
+            for t in view.search(query, max_results=limit):
+                items.append(_hit(t.uko_uri, t.content, t.metadata, t.score, terms))
+        else:
+            embedding = self._embedder.embed([query])[0].tolist()
+            for v in view.similarity_search(embedding, top_k=limit):
+                items.append(_hit(v.uko_uri, v.content, v.metadata, v.score, terms))
+        return fit({"tool": "search", "mode": mode, "query": query}, items, chars)
+
+    # ------------------------------------------------------------ graph
+
+    def sparql(
+        self,
+        query: str,
+        *,
+        budget: int | None = None,
+        projects: Sequence[str] | None = None,
+        resources: Sequence[str] | None = None,
+    ) -> dict[str, Any]:
+        """A sandboxed SPARQL query over the scope's graphs (triples, or ASK's boolean)."""
+        chars = _budget(budget)
+        result = self._view(projects, resources).sparql_query(query)
+        items = [{"s": s, "p": p, "o": o} for s, p, o in result.triples]
+        envelope: dict[str, Any] = {"tool": "sparql"}
+        if "boolean" in result.metadata:
+            envelope["boolean"] = result.metadata["boolean"] == "true"
+        return fit(envelope, items, chars)
+
+    def triples(
+        self,
+        subject: str,
+        *,
+        budget: int | None = None,
+        projects: Sequence[str] | None = None,
+        resources: Sequence[str] | None = None,
+    ) -> dict[str, Any]:
+        """The triples whose subject is ``subject``, within the scope."""
+        chars = _budget(budget)
+        result = self._view(projects, resources).get_triples(subject)
+        items = [{"s": s, "p": p, "o": o} for s, p, o in result.triples]
+        return fit({"tool": "triples", "subject": subject}, items, chars)
+
+    def traverse(
+        self,
+        start: str,
+        *,
+        depth: int = 2,
+        budget: int | None = None,
+        projects: Sequence[str] | None = None,
+        resources: Sequence[str] | None = None,
+    ) -> dict[str, Any]:
+        """Triples within ``depth`` hops of ``start``, within the scope."""
+        chars = _budget(budget)
+        result = self._view(projects, resources).traverse(start, depth=depth)
+        items = [{"s": s, "p": p, "o": o} for s, p, o in result.triples]
+        return fit({"tool": "traverse", "start": start, "depth": depth}, items, chars)
+
+    # ------------------------------------------------------------ reading
+
+    def read(
+        self,
+        uri: str,
+        *,
+        start_line: int | None = None,
+        end_line: int | None = None,
+        budget: int | None = None,
+    ) -> dict[str, Any]:
+        """An indexed file, or a line range of it, by URI (a chunk URI's
+        ``#L10-L42`` gives the range).  The URI's resource must be in scope
+        and the file indexed (so files the index left out — ignored, secret,
+        binary — are never read); lines are returned numbered, as many as fit."""
+        chars = _budget(budget)
+        if not isinstance(uri, str):
+            raise TypeError("uri must be a string")
+        rid = resource_id_of(uri)
+        path = path_of(uri)
+        if rid is None or path is None:
+            raise ValueError("uri must name a file of a resource: uko://<ULID>/<path>[#L1-L9]")
+        if rid not in self._scope.resources:
+            raise ScopeError(f"resource {rid} is not in this session's scope")
+        fragment = uri.split("#", 1)[1] if "#" in uri else ""
+        found = _RANGE.match(fragment)
+        if found and start_line is None and end_line is None:
+            start_line, end_line = int(found.group(1)), int(found.group(2))
+        first = _count(start_line, "start_line", 10**9) if start_line is not None else 1
+        last = _count(end_line, "end_line", 10**9) if end_line is not None else None
+        if last is not None and last < first:
+            raise ValueError("end_line must not be before start_line")
+        own = file_uri(rid, path)
+        alone = ScopedView(self._text, self._vector, self._graph, frozenset({rid}))
+        if not alone.get_triples(own).triples:
+            raise ValueError(f"{own} is not an indexed file of this scope")
+        text = self._read_file(rid, path, 4 * MAX_BUDGET)
+        if text is None:
+            raise ValueError(f"{own} cannot be read now (moved, too large or not a regular file)")
+        lines = text.split("\n")
+        stop = len(lines) if last is None else min(last, len(lines))
+        stop = min(stop, first - 1 + _MAX_READ_LINES)
+        items = [{"line": n, "text": lines[n - 1]} for n in range(first, stop + 1)]
+        envelope = {"tool": "read", "uri": own, "path": path, "total_lines": len(lines)}
+        return fit(envelope, items, chars)
+
+    # ------------------------------------------------------------ context
+
+    def context(
+        self,
+        task: str,
+        *,
+        budget: int | None = None,
+        projects: Sequence[str] | None = None,
+        resources: Sequence[str] | None = None,
+    ) -> dict[str, Any]:
+        """A ranked bundle of snippets for a task description within the budget:
+        the hybrid hits, each with its matching lines, best first, one per
+        chunk, as many as fit."""
+        chars = _budget(budget)
+        response = self.search(
+            task,
+            mode="hybrid",
+            max_results=50,
+            budget=chars,
+            projects=projects,
+            resources=resources,
+        )
+        response["tool"] = "context"
+        response.pop("mode", None)
+        return fit(
+            {k: v for k, v in response.items() if k not in ("results", "truncated")},
+            response["results"],
+            chars,
+        )
+
+
+def _hit(
+    uri: str, content: str, metadata: Mapping[str, str], score: float, terms: set[str]
+) -> dict[str, Any]:
+    start = _int(metadata.get("start_line"), 1)
+    end = _int(metadata.get("end_line"), start + max(0, content.count("\n")))
+    return {
+        "uri": uri,
+        "path": metadata.get("path") or path_of(uri) or "",
+        "start_line": start,
+        "end_line": end,
+        "score": round(float(score), 4),
+        "lines": matching_lines(content, start, terms) if content else [],
+    }
+
+
+def _int(value: object, default: int) -> int:
+    try:
+        return int(str(value))
+    except (TypeError, ValueError):
+        return default

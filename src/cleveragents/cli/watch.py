@@ -1,0 +1,136 @@
+"""``acms watch``: keep the indexes following the files.
+
+A writer process: it watches the location of every registered resource
+(PyPI ``watchfiles``, inotify on Linux), gathers the changes of a short quiet
+period (``--debounce``, default 0.2 s), then reindexes incrementally only the
+resources that changed, under the data directory's reindex lock, so it never
+races ``acms reindex`` or ``scripts/reindex.py``.  Resources registered or
+removed while it runs are picked up within ``--rescan`` seconds.  An
+incremental reindex reads only the files whose size or mtime changed, so a
+saved file is searchable about debounce + its own indexing time after the
+write.  Exit with SIGINT or SIGTERM; a reindex in progress finishes first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+__all__ = ["main", "resources_for"]
+
+_log = structlog.get_logger("cleveragents.acms.watch")
+
+
+def resources_for(changed: Iterable[str], roots: Mapping[str, str]) -> set[str]:
+    """The resources whose location contains one of the ``changed`` paths
+    (nested locations: every resource that contains the path)."""
+    prepared = [(rid, os.path.join(os.path.realpath(root), "")) for rid, root in roots.items()]
+    hit: set[str] = set()
+    for path in changed:
+        real = os.path.realpath(path)
+        for rid, root in prepared:
+            if real.startswith(root) or real == root[:-1]:
+                hit.add(rid)
+    return hit
+
+
+def _roots(ops: Any) -> dict[str, str]:  # noqa: ANN401 - AcmsOperations
+    return {r.resource_id: r.location for r in ops.list_resources() if os.path.isdir(r.location)}
+
+
+def run(
+    ops: Any,  # noqa: ANN401 - AcmsOperations
+    *,
+    debounce: float,
+    rescan: float,
+    stop: threading.Event,
+    data_dir: str | os.PathLike[str],
+    lock_timeout: float = 60.0,
+) -> None:
+    """Watch and reindex until ``stop`` is set.  Changes inside ``data_dir``
+    (the indexes' own writes, when the data directory sits inside a watched
+    resource) are ignored, or every reindex would trigger the next."""
+    import watchfiles
+
+    own = os.path.join(os.path.realpath(data_dir), "")
+    default = watchfiles.DefaultFilter()
+
+    def wanted(change: watchfiles.Change, path: str) -> bool:
+        return default(change, path) and not os.path.realpath(path).startswith(own)
+
+    while not stop.is_set():
+        roots = _roots(ops)
+        if not roots:
+            stop.wait(rescan)
+            continue
+        _log.info("acms.watch.watching", resources=len(roots))
+        for changes in watchfiles.watch(
+            *sorted(set(roots.values())),
+            watch_filter=wanted,
+            debounce=int(debounce * 1000),
+            step=50,
+            stop_event=stop,
+            rust_timeout=int(rescan * 1000),
+            yield_on_timeout=True,
+            raise_interrupt=False,
+        ):
+            if changes:
+                touched = resources_for((path for _, path in changes), roots)
+                if touched:
+                    report = ops.reindex(resources=sorted(touched), lock_timeout=lock_timeout)
+                    _log.info(
+                        "acms.watch.reindexed",
+                        resources=sorted(touched),
+                        seconds=round(report.seconds, 3),
+                    )
+            if _roots(ops) != roots:
+                break  # resources added or removed: watch the new set
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the watcher until SIGINT/SIGTERM."""
+    parser = argparse.ArgumentParser(prog="acms watch", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data-dir", default=None)
+    parser.add_argument("--debounce", type=float, default=0.2, help="seconds of quiet (0.2)")
+    parser.add_argument("--rescan", type=float, default=5.0, help="registry re-read (5 s)")
+    parser.add_argument("--lock-timeout", type=float, default=60.0)
+    parser.add_argument("--log-level", default="info")
+    args = parser.parse_args(argv)
+    if not 0 <= args.debounce <= 60 or not 0.1 <= args.rescan <= 3600:
+        parser.error("--debounce must be within 0..60 s and --rescan within 0.1..3600 s")
+    from cleveragents.cli.serve import configure_stderr_logging
+
+    configure_stderr_logging(args.log_level)
+    from cleveragents.application.container import build_container
+    from cleveragents.application.services.operations import AcmsOperations
+
+    data_dir = Path(args.data_dir or os.environ.get("ACMS_DATA_DIR") or "data")
+    ops = AcmsOperations.from_container(build_container("local", data_dir))
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        run(
+            ops,
+            debounce=args.debounce,
+            rescan=args.rescan,
+            stop=stop,
+            data_dir=data_dir,
+            lock_timeout=args.lock_timeout,
+        )
+    except Exception as exc:
+        print(f"acms watch: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""``acms watch`` as a user runs it: a saved file becomes searchable, new
+resources are picked up, and the indexes' own writes do not loop."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from cleveragents.cli.watch import resources_for
+
+
+def _acms(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "cleveragents.acms", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+
+
+def _found(env: dict[str, str], word: str) -> bool:
+    done = _acms(env, "--json", "search", "text", word, "--project", "local/w")
+    return done.returncode == 0 and bool(json.loads(done.stdout))
+
+
+def _wait(predicate, seconds: float = 60) -> float:  # type: ignore[no-untyped-def]
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < seconds:
+        if predicate():
+            return time.monotonic() - t0
+        time.sleep(0.1)
+    raise AssertionError("not within the time allowed")
+
+
+def test_resources_for_maps_paths_to_every_containing_resource(tmp_path: Path) -> None:
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    roots = {"A": str(tmp_path / "a"), "B": str(tmp_path / "a" / "b"), "C": str(tmp_path / "c")}
+    assert resources_for([str(tmp_path / "a" / "b" / "x.py")], roots) == {"A", "B"}
+    assert resources_for([str(tmp_path / "a" / "y.py")], roots) == {"A"}
+    assert resources_for([str(tmp_path / "ab" / "y.py")], roots) == set()
+
+
+def test_a_saved_file_becomes_searchable_and_new_resources_are_watched(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "a.py").write_text("def first():\n    return 1\n")
+    data = repo / "data"  # inside the watched tree on purpose: its writes must not loop
+    env = {**os.environ, "ACMS_DATA_DIR": str(data)}
+    env.pop("ACMS_PROFILE", None)
+    assert _acms(env, "project", "add", "local/w").returncode == 0
+    assert _acms(env, "resource", "add", str(repo), "--project", "local/w").returncode == 0
+    assert _acms(env, "reindex").returncode == 0
+    log = (tmp_path / "watch.log").open("wb")
+    watcher = subprocess.Popen(
+        [sys.executable, "-m", "cleveragents.cli.watch", "--rescan", "0.5"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=log,
+    )
+    try:
+        time.sleep(1.5)  # let it start watching
+        (repo / "b.py").write_text("def zanzibar_marker():\n    return 2\n")
+        _wait(lambda: _found(env, "zanzibar_marker"))
+        other = tmp_path / "other"
+        other.mkdir()
+        assert _acms(env, "resource", "add", str(other), "--project", "local/w").returncode == 0
+        time.sleep(1.5)  # the next rescan picks it up
+        (other / "c.py").write_text("def quokka_marker():\n    return 3\n")
+        _wait(lambda: _found(env, "quokka_marker"))
+        time.sleep(2)
+        reindexes = (tmp_path / "watch.log").read_text().count("acms.watch.reindexed")
+        time.sleep(2)
+        assert (tmp_path / "watch.log").read_text().count("acms.watch.reindexed") == reindexes
+    finally:
+        watcher.send_signal(signal.SIGTERM)
+        assert watcher.wait(timeout=30) == 0
+        log.close()

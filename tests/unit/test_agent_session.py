@@ -1,0 +1,87 @@
+"""Agent-sized answers: budgets never exceeded, matching lines, scope narrowing."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cleveragents.application.services.agent_session import (
+    MIN_BUDGET,
+    SessionScope,
+    fit,
+    matching_lines,
+    query_terms,
+    render,
+)
+from cleveragents.domain.models.acms.errors import ScopeError
+
+A = "01JD5TD11B0000000000000000"
+B = "01JD5TD11B0000000000000001"
+C = "01JD5TD11B0000000000000002"
+
+line = st.fixed_dictionaries({"line": st.integers(1, 10**6), "text": st.text(max_size=300)})
+hit = st.fixed_dictionaries(
+    {
+        "uri": st.text(min_size=1, max_size=120),
+        "path": st.text(max_size=80),
+        "start_line": st.integers(1, 10**6),
+        "score": st.floats(0, 1),
+        "lines": st.lists(line, max_size=10),
+    }
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    items=st.lists(hit, max_size=40),
+    budget=st.integers(MIN_BUDGET, 20_000),
+    query=st.text(max_size=100),
+)
+def test_an_answer_never_exceeds_its_budget(items, budget, query) -> None:
+    answer = fit({"tool": "search", "query": query[:50]}, items, budget)
+    assert len(render(answer)) <= budget
+    kept = len(answer["results"])
+    assert answer["truncated"] == ({"more": len(items) - kept} if kept < len(items) else False)
+    # Best first: what is kept is a prefix of the ranking (by URI).
+    assert [r["uri"] for r in answer["results"]] == [i["uri"] for i in items[:kept]]
+
+
+def test_a_generous_budget_keeps_everything_and_a_small_one_says_how_many_more() -> None:
+    items = [{"uri": f"u{i}", "lines": [{"line": i, "text": "x" * 100}]} for i in range(20)]
+    assert fit({}, items, 100_000)["truncated"] is False
+    small = fit({}, items, MIN_BUDGET)
+    assert small["truncated"]["more"] == 20 - len(small["results"]) > 0
+
+
+def test_a_hit_too_large_is_shortened_before_it_is_dropped() -> None:
+    item = {"uri": "u", "lines": [{"line": n, "text": "y" * 150} for n in range(8)]}
+    answer = fit({}, [item], 400)
+    assert answer["results"] and len(answer["results"][0]["lines"]) < 8
+    assert len(render(answer)) <= 400
+
+
+def test_matching_lines_are_the_lines_with_query_terms_and_their_context() -> None:
+    chunk = "def a():\n    pass\n\ndef parse_json(x):\n    return x\n\nz = 1"
+    got = matching_lines(chunk, 10, query_terms("parseJson"))
+    assert [g["line"] for g in got] == [12, 13, 14]
+    assert got[1]["text"] == "def parse_json(x):"
+    assert [g["line"] for g in matching_lines("a\nb", 5, {"nothing"})] == [5, 6]
+
+
+def test_query_terms_split_identifiers() -> None:
+    assert {"parsejson", "parse", "json", "get", "http", "url"} <= query_terms(
+        "parseJson getHTTPUrl"
+    )
+
+
+def test_a_call_may_narrow_the_scope_and_never_widen_it() -> None:
+    scope = SessionScope(
+        resources=frozenset({A, B}), projects={"p/a": frozenset({A}), "p/b": frozenset({B})}
+    )
+    assert scope.narrow() == {A, B}
+    assert scope.narrow(projects=["p/a"]) == {A}
+    assert scope.narrow(resources=[B.lower()]) == {B}
+    for bad in ({"projects": ["p/c"]}, {"resources": [C]}, {"resources": ["not-a-ulid"]}):
+        with pytest.raises(ScopeError):
+            scope.narrow(**bad)  # type: ignore[arg-type]
