@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from cleveragents.bootstrap import private_umask
 from cleveragents.cli.main import (
     EXIT_FAILURE,
     EXIT_OK,
@@ -127,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         out.emit(report.as_dict(), lambda: format_report(report))
         return EXIT_OK
 
+    private_umask()  # this process owns the data directory: owner-only files
     return guarded(PROG, body)
 
 

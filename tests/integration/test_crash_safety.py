@@ -42,7 +42,7 @@ import pytest
 from cleveragents.application.container import build_container
 from cleveragents.application.services.chunking import chunk_text, detect_language, make_units
 from cleveragents.application.services.code_graph import extract_facts, file_triples, module_index
-from cleveragents.application.services.fault_injection import ENV_VAR, STEPS
+from cleveragents.infrastructure.acms.fault_injection import ENV_VAR, STEPS
 from cleveragents.application.services.operations import AcmsOperations
 from cleveragents.application.services.resource_files import decode_text
 from cleveragents.domain.models.acms.uko import UKO, file_uri, path_of, resource_uri
@@ -475,7 +475,7 @@ def test_crash_point(scenario: Scenario, outcomes: dict[str, list[str]]) -> None
 
 def test_fault_hook_rejects_an_unknown_step() -> None:
     done = run(
-        ["-c", "import cleveragents.application.services.fault_injection"],
+        ["-c", "import cleveragents.infrastructure.acms.fault_injection"],
         {**os.environ, ENV_VAR: "no.such.step"},
     )
     assert done.returncode != 0

@@ -25,7 +25,13 @@ from typing import Literal, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from cleveragents.domain.models.acms.backends import IndexUnit, WriteTriple
+from cleveragents.domain.models.acms.backends import (
+    GraphIndex,
+    IndexUnit,
+    TextIndex,
+    VectorIndex,
+    WriteTriple,
+)
 from cleveragents.domain.models.acms.indexing import FileRecord, IndexStats
 
 __all__ = [
@@ -34,6 +40,7 @@ __all__ = [
     "FileDelta",
     "IndexStore",
     "IndexTransaction",
+    "MaintainedStore",
     "VerifyProblem",
 ]
 
@@ -181,6 +188,11 @@ class IndexStore(Protocol):
         """Embedding dimension of the vector index."""
         ...
 
+    @property
+    def catalog(self) -> Catalog:
+        """The record of what was indexed (read it; the store writes it)."""
+        ...
+
     def session(
         self, resource_id: str, *, identity: str
     ) -> AbstractContextManager[IndexTransaction]:
@@ -209,4 +221,53 @@ class IndexStore(Protocol):
 
     def iter_resource_ids(self) -> Iterator[str]:
         """Every resource any index or the catalog holds, sorted."""
+        ...
+
+
+@runtime_checkable
+class MaintainedStore(IndexStore, Protocol):
+    """An index store over a data directory: its lock, rebuild and health."""
+
+    @property
+    def text(self) -> TextIndex:
+        """The live text index."""
+        ...
+
+    @property
+    def vector(self) -> VectorIndex:
+        """The live vector index."""
+        ...
+
+    @property
+    def graph(self) -> GraphIndex:
+        """The live graph index."""
+        ...
+
+    def writing(self, *, timeout: float = 60.0) -> AbstractContextManager[MaintainedStore]:
+        """Hold the data directory's writer lock (after repairing a killed rebuild).
+
+        Raises:
+            BusyError: another writer held it for ``timeout`` seconds.
+        """
+        ...
+
+    def rebuild(self) -> AbstractContextManager[IndexStore]:
+        """A fresh, empty store whose indexes replace the live ones atomically
+        when the block exits normally (hold :meth:`writing`)."""
+        ...
+
+    def counts(self, resource_id: str) -> dict[str, int]:
+        """Files and units per index of one resource."""
+        ...
+
+    def bytes_on_disk(self) -> dict[str, int]:
+        """Sizes of the live indexes and the registry."""
+        ...
+
+    def loose_modes(self) -> list[str]:
+        """Paths in the data directory that group or others may access."""
+        ...
+
+    def secure(self) -> None:
+        """Narrow the data directory's files to owner-only."""
         ...
