@@ -42,10 +42,10 @@ import pytest
 from cleveragents.application.container import build_container
 from cleveragents.application.services.chunking import chunk_text, detect_language, make_units
 from cleveragents.application.services.code_graph import extract_facts, file_triples, module_index
-from cleveragents.infrastructure.acms.fault_injection import ENV_VAR, STEPS
 from cleveragents.application.services.operations import AcmsOperations
 from cleveragents.application.services.resource_files import decode_text
 from cleveragents.domain.models.acms.uko import UKO, file_uri, path_of, resource_uri
+from cleveragents.infrastructure.acms.fault_injection import ENV_VAR, STEPS
 
 REPO = Path(__file__).resolve().parents[2]
 REINDEX = REPO / "scripts" / "reindex.py"
