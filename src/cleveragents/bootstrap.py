@@ -38,10 +38,15 @@ def bootstrap(
     Raises:
         ValueError: an unknown profile or a bad embedding dimension.
     """
+    from pathlib import Path
+
     from cleveragents.application.container import build_container
     from cleveragents.application.services.operations import AcmsOperations
+    from cleveragents.infrastructure.acms.file_modes import make_private_dirs
 
     container = build_container(profile, data_dir, embedding_dimension=embedding_dimension)
+    # Before the registry or any engine creates it with the process umask.
+    make_private_dirs(Path(container.config.data_dir()))
     return AcmsOperations.from_container(container)
 
 
