@@ -169,6 +169,8 @@ class ManagedIndexStore:
             "catalog": catalog,
         }
         self._open: dict[str, object] = {}
+        self._writing = 0  # depth of writing() blocks held by this process
+        self._unsecured = False  # a session wrote since the last secure()
         self._dimension = dimension
         self.data_dir = data_dir
         self.clock = clock
@@ -320,6 +322,11 @@ class ManagedIndexStore:
         yield tx
         tx.commit()
         if tx.wrote:
+            self._wrote()
+
+    def _wrote(self) -> None:
+        self._unsecured = True
+        if not self._writing:  # else once, when the writer lock is released
             self.secure()
 
     def delete_resource(self, resource_id: str) -> None:
@@ -342,6 +349,7 @@ class ManagedIndexStore:
         checkpoint("resource.delete")
         for key in (_identity_key(rid), _stamp_key(rid), _dirty_key(rid)):
             catalog.delete_meta(key)
+        self._wrote()
         _log.info("index_store.resource_deleted", resource_id=rid)
 
     def mark_dirty(self, resource_ids: Iterable[str]) -> None:
@@ -417,6 +425,7 @@ class ManagedIndexStore:
 
     def secure(self) -> None:
         """Narrow what the engines created in the data directory to owner-only."""
+        self._unsecured = False
         if self.data_dir is not None:
             file_modes.tighten(self._owned())
 
@@ -448,7 +457,13 @@ class ManagedIndexStore:
                 self.mark_dirty(rids)
                 shutil.rmtree(staging, ignore_errors=True)
                 _log.warning("reindex.interrupted_rebuild_recovered", resources=len(rids))
-            yield self
+            self._writing += 1
+            try:
+                yield self
+            finally:
+                self._writing -= 1
+                if self._unsecured:
+                    self.secure()
 
     def rebuild(self) -> AbstractContextManager[ManagedIndexStore]:
         """Fresh indexes in ``.rebuild/``, swapped in on a normal exit (hold :meth:`writing`).
