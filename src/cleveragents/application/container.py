@@ -91,6 +91,10 @@ def _hashing_embedder(dimension: int) -> Embedder:
 def _indexer(store: ManagedIndexStore, embedder: Embedder) -> Indexer:
     from cleveragents.application.services.indexer import Indexer
 
+    # An indexer is built to write: open its four stores now, as the indexer
+    # of the first round did, so a hydration opens no module or file of
+    # ours once it has started.
+    store.open_all()
     return Indexer(store, embedder)
 
 

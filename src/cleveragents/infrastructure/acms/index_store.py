@@ -302,6 +302,11 @@ class ManagedIndexStore:
         """Embedding dimension of the vector index."""
         return self._dimension
 
+    def open_all(self) -> None:
+        """Open the four stores now rather than on first use."""
+        for name in INDEX_NAMES:
+            self._get(name)
+
     def close(self) -> None:
         """Close every store opened so far."""
         for name in INDEX_NAMES:
