@@ -151,6 +151,23 @@ def test_a_new_embedder_identity_reindexes_everything(store: ManagedIndexStore, 
     assert Indexer(store, Renamed(DIM)).index_resource(RID, tree.root, "directory").files_read == 0
 
 
+def test_an_embedder_change_reindexes_every_resource_not_only_the_first(
+    store: ManagedIndexStore, tree: Tree
+) -> None:
+    """The identity is recorded per resource: the first round kept one global
+    flag, cleared by the first session, so later resources kept old vectors."""
+    old = Indexer(store, HashingEmbedder(DIM))
+    for rid in (RID, OTHER):
+        old.index_resource(rid, tree.root, "directory")
+
+    class Renamed(HashingEmbedder):
+        name = "another-model"
+
+    new = Indexer(store, Renamed(DIM))
+    for rid in (RID, OTHER):
+        assert new.index_resource(rid, tree.root, "directory").files_indexed == 4, rid
+
+
 def test_prune_and_delete_resource(indexer: Indexer, store: ManagedIndexStore, tree: Tree) -> None:
     index(indexer, tree)
     indexer.index_resource(OTHER, tree.root, "directory")
