@@ -16,8 +16,11 @@ version become orphans, and checks that the next reindex succeeds without
 waiting for a writer lock, that ``scripts/reindex.py --verify`` passes, and
 that each index holds exactly the units of the final files.
 
-Scenarios run two at a time (they are subprocess-bound); each test reports
-one scenario.  ``benchmarks/soak_crash.py`` is the long random soak.
+The crash points are the index store's (``infrastructure/acms/index_store.py``
+owns every write step; ``tests/unit/test_index_store.py`` crashes the same
+steps in process, in milliseconds).  Scenarios run two at a time (they are
+subprocess-bound); each test reports one scenario.
+``benchmarks/soak_crash.py`` is the long random soak.
 """
 
 from __future__ import annotations

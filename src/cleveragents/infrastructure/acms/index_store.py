@@ -317,8 +317,14 @@ class ManagedIndexStore:
     # ------------------------------------------------------------ sessions
 
     @contextmanager
-    def session(self, resource_id: str, *, identity: str) -> Iterator[StoreTransaction]:
+    def session(
+        self, resource_id: str, *, identity: str | None = None
+    ) -> Iterator[StoreTransaction]:
         """One resource's transaction; leaving the block normally commits it.
+
+        ``identity`` names what produced the units (embedder, settings): when
+        it differs from the one recorded for the resource, the session is
+        ``full``.  None: neither checked nor recorded.
 
         An exception leaves what was written and the dirty marker: the
         resource's next session repairs it.
@@ -518,7 +524,7 @@ class ManagedIndexStore:
 class StoreTransaction:
     """One resource's session over a :class:`ManagedIndexStore` (see the module doc)."""
 
-    def __init__(self, store: ManagedIndexStore, resource_id: str, identity: str) -> None:
+    def __init__(self, store: ManagedIndexStore, resource_id: str, identity: str | None) -> None:
         self._store = store
         self.resource_id = resource_id
         self.stats = IndexStats()
@@ -529,7 +535,7 @@ class StoreTransaction:
         self._identity = identity
         recorded = catalog.get_meta(_identity_key(resource_id)) or catalog.get_meta("embedder")
         # Units from another embedder or analyzer are not comparable: redo all.
-        self._full = recorded is not None and recorded != identity
+        self._full = identity is not None and recorded is not None and recorded != identity
         stamp = catalog.get_meta(_stamp_key(resource_id))
         self._racy_from = int(stamp) if stamp is not None else None
         # A re-run compares the listing with each file's (size, mtime) only;
@@ -727,8 +733,9 @@ class StoreTransaction:
         if self.wrote:
             # Files whose mtime is not older than this are re-hashed next time.
             self._catalog.set_meta(_stamp_key(rid), str(self._started_ns))
-        if self._catalog.get_meta(_identity_key(rid)) != self._identity:
-            self._catalog.set_meta(_identity_key(rid), self._identity)
+        identity = self._identity
+        if identity is not None and self._catalog.get_meta(_identity_key(rid)) != identity:
+            self._catalog.set_meta(_identity_key(rid), identity)
         self.stats.seconds = time.perf_counter() - self._t0
         self._done = True
         _log.info("indexer.resource_indexed", resource_id=rid, **self.stats.as_dict())

@@ -194,12 +194,13 @@ class IndexStore(Protocol):
         ...
 
     def session(
-        self, resource_id: str, *, identity: str
+        self, resource_id: str, *, identity: str | None = None
     ) -> AbstractContextManager[IndexTransaction]:
         """A transaction over one resource; leaving it normally commits it.
 
         ``identity`` names what produced the units (embedder and settings): a
-        change of identity makes every session ``full`` until it completes.
+        change of identity makes the resource's sessions ``full`` until one
+        completes (None: not checked).
         """
         ...
 
