@@ -106,3 +106,14 @@ def test_status_warns_about_loose_modes_and_names_them(tmp_path: Path, tree: Pat
     assert "warning" in status.stderr and str(registry) in status.stderr
     as_json = run(data, "--json", "status")
     assert str(registry) in as_json.stdout
+
+
+def test_quickstart_twice_on_one_data_dir_reuses_its_resource(tmp_path: Path, tree: Path) -> None:
+    quickstart = REPO / "scripts" / "quickstart.py"
+    data = tmp_path / "data"
+    for _ in range(2):
+        done = run(data, str(tree), "--data-dir", str(data), script=quickstart)
+        assert done.returncode == 0, done.stderr
+    listed = run(data, "resource", "list")
+    assert len(listed.stdout.strip().splitlines()) == 1
+    assert loose_paths(data) == []
