@@ -730,6 +730,7 @@ class StoreTransaction:
         if self._dirty:
             self._catalog.delete_meta(_dirty_key(rid))
             checkpoint("index.clean")
+            self.wrote = True  # a repair session writes even when nothing changed
         if self.wrote:
             # Files whose mtime is not older than this are re-hashed next time.
             self._catalog.set_meta(_stamp_key(rid), str(self._started_ns))
