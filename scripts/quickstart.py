@@ -16,8 +16,7 @@ from pathlib import Path
 
 import structlog
 
-from cleveragents.application.container import build_container
-from cleveragents.application.services.operations import AcmsOperations
+from cleveragents.bootstrap import bootstrap, private_umask
 from cleveragents.domain.models.acms.errors import AcmsError
 from cleveragents.domain.models.acms.uko import UKO, resource_uri
 
@@ -34,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.path.is_dir():
         print(f"quickstart: not a directory: {args.path}", file=sys.stderr)
         return 2
+    private_umask()  # this process owns the data directory: owner-only files
     data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="acms-quickstart-"))
     try:
         return run(args.path.resolve(), data_dir, args.query)
@@ -47,11 +47,13 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(path: Path, data_dir: Path, query: str | None) -> int:
     """The same steps as ``acms project add`` / ``resource add`` / ``reindex`` / queries."""
-    ops = AcmsOperations.from_container(build_container("local", data_dir))
+    ops = bootstrap(data_dir)
     name = "local/quickstart"
     if ops.projects.get(name) is None:
         ops.add_project(name)
-    resource = ops.add_resource(str(path), name)
+    # A second run over the same data directory reuses the resource.
+    same = [r for r in ops.list_resources(name) if Path(r.location).resolve() == path]
+    resource = same[0] if same else ops.add_resource(str(path), name)
     report = ops.reindex(resources=[resource.resource_id])
     stats = report.total
     print(f"data dir:  {data_dir}")

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from cleveragents.bootstrap import private_umask
 from cleveragents.cli.main import (
     EXIT_FAILURE,
     EXIT_OK,
@@ -131,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         out.emit(report.as_dict(), lambda: format_report(report))
         return report_failures(PROG, report)
 
+    private_umask()  # this process owns the data directory: owner-only files
     return guarded(PROG, body)
 
 

@@ -16,8 +16,11 @@ version become orphans, and checks that the next reindex succeeds without
 waiting for a writer lock, that ``scripts/reindex.py --verify`` passes, and
 that each index holds exactly the units of the final files.
 
-Scenarios run two at a time (they are subprocess-bound); each test reports
-one scenario.  ``benchmarks/soak_crash.py`` is the long random soak.
+The crash points are the index store's (``infrastructure/acms/index_store.py``
+owns every write step; ``tests/unit/test_index_store.py`` crashes the same
+steps in process, in milliseconds).  Scenarios run two at a time (they are
+subprocess-bound); each test reports one scenario.
+``benchmarks/soak_crash.py`` is the long random soak.
 """
 
 from __future__ import annotations
@@ -42,10 +45,10 @@ import pytest
 from cleveragents.application.container import build_container
 from cleveragents.application.services.chunking import chunk_text, detect_language, make_units
 from cleveragents.application.services.code_graph import extract_facts, file_triples, module_index
-from cleveragents.application.services.fault_injection import ENV_VAR, STEPS
 from cleveragents.application.services.operations import AcmsOperations
 from cleveragents.application.services.resource_files import decode_text
 from cleveragents.domain.models.acms.uko import UKO, file_uri, path_of, resource_uri
+from cleveragents.infrastructure.acms.fault_injection import ENV_VAR, STEPS
 
 REPO = Path(__file__).resolve().parents[2]
 REINDEX = REPO / "scripts" / "reindex.py"
@@ -475,7 +478,7 @@ def test_crash_point(scenario: Scenario, outcomes: dict[str, list[str]]) -> None
 
 def test_fault_hook_rejects_an_unknown_step() -> None:
     done = run(
-        ["-c", "import cleveragents.application.services.fault_injection"],
+        ["-c", "import cleveragents.infrastructure.acms.fault_injection"],
         {**os.environ, ENV_VAR: "no.such.step"},
     )
     assert done.returncode != 0

@@ -1186,7 +1186,12 @@ def _hydrate_hostile(
         fragments = {f.metadata["path"]: f.content for f in tiers.fragments()}
         return fragments, set(indexer.catalog.records(A))
     finally:
-        for backend in (indexer.text, indexer.vector, indexer.graph, indexer.catalog):
+        for backend in (
+            indexer.store.text,
+            indexer.store.vector,
+            indexer.store.graph,
+            indexer.catalog,
+        ):
             with contextlib.suppress(Exception):
                 backend.close()
         shutil.rmtree(work, ignore_errors=True)
@@ -1255,8 +1260,8 @@ def _check_hydration(
         assert not (path in mutated and regular[path] in broken), (path, regular[path])
         assert record.size <= indexer.max_file_bytes
     for token in ("outsidesecretmarker", PASSWD_TOKEN):
-        assert indexer.text.search(token, scope=frozenset({A})) == [], token
-    for unit_uri_ in indexer.text.unit_uris(A):
+        assert indexer.store.text.search(token, scope=frozenset({A})) == [], token
+    for unit_uri_ in indexer.store.text.unit_uris(A):
         assert resource_id_of(unit_uri_) == A
 
 

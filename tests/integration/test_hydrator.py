@@ -22,6 +22,7 @@ from cleveragents.application.services.indexer import Indexer
 from cleveragents.domain.models.acms.scope import ScopedView
 from cleveragents.domain.models.acms.tiers import ContextTier
 from cleveragents.domain.models.acms.uko import UKO, file_uri, path_of
+from cleveragents.infrastructure.acms.index_store import ManagedIndexStore
 from cleveragents.infrastructure.acms.sqlite_registry import open_registry
 from gitrepo import git
 
@@ -210,13 +211,13 @@ def test_a_failed_write_never_loses_a_file_and_the_next_run_repairs(
     ix: Indexer = container.indexer()
     ix.index_resource(RID, repo)
     (repo / "pkg" / "util.py").write_text("def replacement_function():\n    pass\n")
-    broken = Indexer(
+    store = ManagedIndexStore.over(
         container.text_backend(),
         container.vector_backend(),
         ExplodingGraph(container.graph_backend()),  # type: ignore[arg-type]
-        container.embedder(),
         ix.catalog,
     )
+    broken = Indexer(store, container.embedder())
     with pytest.raises(OSError, match="injected"):
         broken.index_resource(RID, repo)
     # The file is still in every index (old or new version), never missing.

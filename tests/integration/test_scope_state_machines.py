@@ -842,6 +842,7 @@ class IndexerScopeMachine(RuleBasedStateMachine):
     def _oracle(self, scope: frozenset[str]) -> Any:
         from cleveragents.application.services.indexer import Indexer
         from cleveragents.infrastructure.acms.hashing_embedder import HashingEmbedder
+        from cleveragents.infrastructure.acms.index_store import ManagedIndexStore
         from cleveragents.infrastructure.acms.sqlite_catalog import SqliteCatalog
 
         key = canonical(scope)
@@ -851,7 +852,8 @@ class IndexerScopeMachine(RuleBasedStateMachine):
             vector = FaissVectorBackend(None, dimension=IX_DIM)
             graph = RdflibGraphBackend()
             catalog = SqliteCatalog(":memory:")
-            ix = Indexer(text, vector, graph, HashingEmbedder(IX_DIM), catalog)
+            store = ManagedIndexStore.over(text, vector, graph, catalog)
+            ix = Indexer(store, HashingEmbedder(IX_DIM))
             for rid in sorted(key & set(self.committed)):
                 ix.index_resource(rid, self.snaps / rid, "directory")
 

@@ -6,8 +6,12 @@ says.  The profile switch selects real engines:
 
 - ``ACMS_PROFILE=stub`` (default): the stubs.
 - ``ACMS_PROFILE=local``: Tantivy, FAISS and rdflib on disk under
-  ``ACMS_DATA_DIR`` (default ``./data``): ``text/``, ``vectors/``, ``graph/``,
-  plus ``catalog/``, the ``embedder`` and the ``indexer`` that feeds them.
+  ``ACMS_DATA_DIR`` (default ``./data``), all owned by one ``index_store``
+  (``infrastructure.acms.index_store``: the layout, the write protocol and
+  its crash repair), plus the ``embedder`` and the ``indexer`` (a planner)
+  that feeds the store.
+
+Entry points build this through :func:`cleveragents.bootstrap.bootstrap`.
 
 In every profile ``project_repository`` and ``resource_registry`` live in
 ``<data dir>/registry.sqlite3`` and ``context_tier_service`` is in memory.
@@ -22,7 +26,6 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -42,6 +45,7 @@ if TYPE_CHECKING:
     # tier service pydantic, and a query command needs neither.
     from cleveragents.application.services.context_tier_service import ContextTierService
     from cleveragents.application.services.indexer import Indexer
+    from cleveragents.infrastructure.acms.index_store import ManagedIndexStore
 
 __all__ = [
     "DEFAULT_EMBEDDING_DIMENSION",
@@ -49,10 +53,7 @@ __all__ = [
     "PROFILES",
     "Container",
     "build_container",
-    "build_index_set",
-    "collect_index_garbage",
     "get_container",
-    "install_index",
     "override_providers",
     "reset_container",
     "reset_overrides",
@@ -62,40 +63,24 @@ PROFILES = ("stub", "local")
 DEFAULT_EMBEDDING_DIMENSION = 384
 
 
-def _live(data_dir: str | os.PathLike[str], name: str) -> Path:
-    from cleveragents.infrastructure.acms.index_layout import live_index_path
+def _index_store(data_dir: str, dimension: int) -> ManagedIndexStore:
+    # The one owner of the data directory's layout and write protocol; it
+    # opens each engine on first use.
+    from cleveragents.infrastructure.acms.index_store import ManagedIndexStore
 
-    return live_index_path(data_dir, name)
-
-
-def _tantivy_text(data_dir: str) -> TextIndex:
-    return _tantivy_text_at(_live(data_dir, "text"))
+    return ManagedIndexStore.open(data_dir, dimension=int(dimension))
 
 
-def _tantivy_text_at(path: Path) -> TextIndex:
-    from cleveragents.infrastructure.acms.tantivy_text import TantivyTextBackend
-
-    return TantivyTextBackend(path)
+def _text(store: ManagedIndexStore) -> TextIndex:
+    return store.text
 
 
-def _faiss_vector(data_dir: str, dimension: int) -> VectorIndex:
-    return _faiss_vector_at(_live(data_dir, "vectors"), int(dimension))
+def _vector(store: ManagedIndexStore) -> VectorIndex:
+    return store.vector
 
 
-def _faiss_vector_at(path: Path, dimension: int) -> VectorIndex:
-    from cleveragents.infrastructure.acms.faiss_vector import FaissVectorBackend
-
-    return FaissVectorBackend(path, dimension=dimension)
-
-
-def _rdflib_graph(data_dir: str) -> GraphIndex:
-    return _rdflib_graph_at(_live(data_dir, "graph"))
-
-
-def _rdflib_graph_at(path: Path) -> GraphIndex:
-    from cleveragents.infrastructure.acms.rdflib_graph import RdflibGraphBackend
-
-    return RdflibGraphBackend(path)
+def _graph(store: ManagedIndexStore) -> GraphIndex:
+    return store.graph
 
 
 def _hashing_embedder(dimension: int) -> Embedder:
@@ -113,59 +98,14 @@ def _minilm_embedder() -> Embedder:
 EMBEDDERS = ("hashing", "minilm")
 
 
-def _indexer(
-    text: TextIndex, vector: VectorIndex, graph: GraphIndex, embedder: Embedder, data_dir: str
-) -> Indexer:
+def _indexer(store: ManagedIndexStore, embedder: Embedder) -> Indexer:
     from cleveragents.application.services.indexer import Indexer
-    from cleveragents.infrastructure.acms.sqlite_catalog import SqliteCatalog
 
-    catalog = SqliteCatalog(_live(data_dir, "catalog") / CATALOG_FILE)
-    return Indexer(text, vector, graph, embedder, catalog)
-
-
-# In its own directory so a rebuild swaps it like the indexes it describes.
-CATALOG_FILE = "catalog.sqlite3"
-
-
-INDEX_NAMES = ("text", "vectors", "graph", "catalog")
-
-
-def build_index_set(
-    root: str | os.PathLike[str], embedder: Embedder
-) -> tuple[Indexer, Callable[[], None]]:
-    """A fresh indexer over new indexes in real directories under ``root``
-    (``reindex --rebuild``).
-
-    Returns the indexer and a function that closes its backends and catalog.
-    """
-    from cleveragents.application.services.indexer import Indexer
-    from cleveragents.infrastructure.acms.sqlite_catalog import SqliteCatalog
-
-    base = Path(root)
-    text = _tantivy_text_at(base / "text")
-    vector = _faiss_vector_at(base / "vectors", embedder.dimension)
-    graph = _rdflib_graph_at(base / "graph")
-    catalog = SqliteCatalog(base / "catalog" / CATALOG_FILE)
-
-    def close() -> None:
-        for backend in (text, vector, graph, catalog):
-            backend.close()
-
-    return Indexer(text, vector, graph, embedder, catalog), close
-
-
-def install_index(data_dir: Path, name: str, fresh: Path, generation: str) -> Path | None:
-    """Make a freshly built index live atomically (see ``index_layout``)."""
-    from cleveragents.infrastructure.acms.index_layout import install
-
-    return install(data_dir, name, fresh, generation)
-
-
-def collect_index_garbage(data_dir: Path) -> None:
-    """Delete index generations that no live name points into."""
-    from cleveragents.infrastructure.acms.index_layout import collect_garbage
-
-    collect_garbage(data_dir, INDEX_NAMES)
+    # An indexer is built to write: open its four stores now, as the indexer
+    # of the first round did, so a hydration opens no module or file of
+    # ours once it has started.
+    store.open_all()
+    return Indexer(store, embedder)
 
 
 def _context_tier_service() -> ContextTierService:
@@ -199,6 +139,7 @@ class Container(containers.DeclarativeContainer):
     graph_backend = providers.Singleton(InMemoryGraphBackend)
 
     # No indexes to feed in the stub profile; the local profile wires these.
+    index_store: providers.Provider[ManagedIndexStore | None] = providers.Object(None)
     embedder: providers.Provider[Embedder | None] = providers.Object(None)
     indexer: providers.Provider[Indexer | None] = providers.Object(None)
 
@@ -251,25 +192,19 @@ def build_container(
     )
     if profile == "local":
         cfg = container.config
-        container.text_backend.override(providers.Singleton(_tantivy_text, cfg.data_dir))
-        container.vector_backend.override(
-            providers.Singleton(_faiss_vector, cfg.data_dir, cfg.embedding_dimension)
+        container.index_store.override(
+            providers.Singleton(_index_store, cfg.data_dir, cfg.embedding_dimension)
         )
-        container.graph_backend.override(providers.Singleton(_rdflib_graph, cfg.data_dir))
+        container.text_backend.override(providers.Singleton(_text, container.index_store))
+        container.vector_backend.override(providers.Singleton(_vector, container.index_store))
+        container.graph_backend.override(providers.Singleton(_graph, container.index_store))
         container.embedder.override(
             providers.Singleton(_minilm_embedder)
             if embedder == "minilm"
             else providers.Singleton(_hashing_embedder, cfg.embedding_dimension)
         )
         container.indexer.override(
-            providers.Singleton(
-                _indexer,
-                container.text_backend,
-                container.vector_backend,
-                container.graph_backend,
-                container.embedder,
-                cfg.data_dir,
-            )
+            providers.Singleton(_indexer, container.index_store, container.embedder)
         )
     return container
 
@@ -294,7 +229,14 @@ def reset_container() -> None:
         _container = None
 
 
-_PROFILE_WIRED = ("text_backend", "vector_backend", "graph_backend", "embedder", "indexer")
+_PROFILE_WIRED = (
+    "index_store",
+    "text_backend",
+    "vector_backend",
+    "graph_backend",
+    "embedder",
+    "indexer",
+)
 
 
 def override_providers(**overrides: object) -> None:

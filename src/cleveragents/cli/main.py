@@ -159,6 +159,11 @@ def build_parser() -> argparse.ArgumentParser:
     add.add_argument("path")
     add.add_argument("--project", required=True, metavar="NAME")
     add.add_argument("--type", choices=["git-checkout", "directory"], default=None)
+    add.add_argument(
+        "--force",
+        action="store_true",
+        help="register even if the path is, is inside or contains a resource of the project",
+    )
     _secret_options(add)
     secrets = resource.add_parser(
         "secrets",
@@ -299,10 +304,9 @@ def data_dir_of(args: argparse.Namespace) -> Path:
 
 def operations_for(args: argparse.Namespace) -> Any:  # noqa: ANN401 - AcmsOperations, lazily imported
     """The operations over the chosen data directory (real engines)."""
-    from cleveragents.application.container import build_container
-    from cleveragents.application.services.operations import AcmsOperations
+    from cleveragents.bootstrap import bootstrap
 
-    return AcmsOperations.from_container(build_container("local", data_dir_of(args)))
+    return bootstrap(data_dir_of(args))
 
 
 # ---------------------------------------------------------------- output
@@ -386,6 +390,13 @@ def run(args: argparse.Namespace, out: Output) -> int:
     if command == "status":
         status = ops.status()
         out.emit(status, lambda: _status(status))
+        if status.get("loose_modes"):
+            loose = status["loose_modes"]
+            print(
+                f"{_PROG}: warning: {len(loose)} path(s) in the data directory are readable "
+                f"by others (chmod go-rwx): {', '.join(loose[:5])}",
+                file=sys.stderr,
+            )
         return EXIT_OK
     view = ops.view(ops.scope(args.project, args.resource))
     if command == "search" and args.kind == "text":
@@ -430,6 +441,7 @@ def _resource(ops: Any, args: argparse.Namespace, out: Output) -> int:  # noqa: 
             args.path,
             args.project,
             args.type,
+            force=args.force,
             secret_filter=not args.no_secret_filter,
             secret_allow=args.allow_secret_pattern,
         )
@@ -596,6 +608,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         configure_logging(args.log_level)
         return run(args, Output(args.json))
 
+    from cleveragents.bootstrap import private_umask
+
+    private_umask()  # this process owns the data directory: owner-only files
     return guarded(_PROG, body)
 
 

@@ -1,70 +1,53 @@
-"""Incremental indexer: keeps the text, vector and graph indexes of each
-resource in step with its files.
+"""Incremental indexer: a planner that turns a resource's files into per-file
+changes for the index store.
 
 Design::
 
-    hydrator / reindex ──► Indexer.session(resource) ──► IndexSession
+    hydrator / reindex ──► Indexer.session(resource) ──► IndexSession (planner)
                                              │ per listed file:
-                                             │   needs_read? (catalog size/mtime)
+                                             │   needs_read? (catalog size/mtime, racy,
+                                             │                suspect after a crash)
                                              │   update(file, bytes) -> hash changed?
-                                             │ batches of files:
-                                             │   chunk + embed + triples
-                                             │   text / vector / graph .upsert
-                                             │   catalog.put (after the indexes commit)
-                                             └ finish(): delete units of vanished files,
-                                                         sweep orphans if it was dirty
+                                             │   chunk + embed + triples -> FileDelta
+                                             │          │
+                                             │          ▼ tx.apply(delta)
+                                             │   IndexStore transaction (infrastructure):
+                                             │   write order, markers, crash repair
+                                             └ finish(): vanished files -> delete deltas;
+                                                         the store commits
 
-- A file whose size and mtime match the catalog is not read at all.
-- A file read whose content hash matches is not re-indexed (only its
-  catalog row is touched).
-- A changed file's new units are written in the same atomic upsert that
-  drops its old ones, so a crash never leaves the file missing from an index;
-  the catalog is updated only after all three indexes committed, so an
-  interrupted run is repaired by the next one (upserts are idempotent).
-  Deletions go the other way: a vanished file's catalog row goes first, then
-  its units.  So the catalog never names a unit an index lacks, except in the
-  window of a changed file (the catalog still names the old units, and the
-  file's size or mtime no longer match it, so it is re-read).
-
-Crash safety: the *dirty marker*.  Before a session's first index write it
-records ``dirty:<resource>`` in the catalog meta, and clears it only at the
-end of a complete :meth:`IndexSession.finish`.  A crash in between can leave
-units no catalog row names: a file changed again before the next run (its
-crashed version's units are in neither the old nor the new row), or a file
-that vanished.  A session that *starts* on a dirty resource therefore
-
-1. marks *suspect* every file whose catalog units or graph subjects some
-   index lacks, and re-indexes it even when its size, mtime and hash match;
-2. after its own writes, *sweeps*: deletes the text and vector units and the
-   graph file subjects (and ``contains`` edges) that no catalog row names.
-
-Only dirty sessions scan the indexes; a clean resource with nothing to do
-costs what it always did (no index reads and no writes, not even the marker).
-:mod:`.fault_injection` names every write step (``checkpoint``), for the crash
-tests that kill a reindex at each one.
+- A file whose size and mtime match the catalog is not read at all, unless
+  the store calls its entry *racy* (its mtime is not older than the last
+  catalog write: a same-size rewrite in the same timestamp tick would look
+  unchanged) or *suspect* (an earlier session crashed with it half-written).
+- A file read whose content hash matches is not re-indexed (a ``touch``
+  delta updates its catalog row).
+- A changed file's delta names its new units and the old record: the store
+  writes the new units in the same atomic upsert that drops the old ones.
 - Imports are resolved against the files listed in the same walk.  An
   unchanged file keeps the import targets resolved when it was indexed;
   ``full=True`` re-resolves everything.
 
-The indexer depends on the backend Protocols and the :class:`Embedder` port
-only; the container supplies the engines.
+The planner makes no engine call: it reads the catalog through the store's
+transaction and hands it :class:`FileDelta` values (see
+:mod:`cleveragents.domain.models.acms.index_store`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from types import TracebackType
 
 import numpy as np
+import numpy.typing as npt
 import structlog
 
 from cleveragents.application.services.chunking import chunk_text, detect_language, make_units
 from cleveragents.application.services.code_graph import ModuleLookup, extract_facts, file_triples
-from cleveragents.application.services.fault_injection import checkpoint
 from cleveragents.application.services.resource_files import (
     ListedFile,
     ReadFile,
@@ -74,17 +57,17 @@ from cleveragents.application.services.resource_files import (
     read_file,
     secret_content,
 )
-from cleveragents.domain.models.acms.backends import (
-    GraphIndex,
-    IndexUnit,
-    TextIndex,
-    VectorIndex,
-    WriteTriple,
-)
+from cleveragents.domain.models.acms.backends import IndexUnit, WriteTriple
 from cleveragents.domain.models.acms.embedding import Embedder
+from cleveragents.domain.models.acms.index_store import (
+    Catalog,
+    FileDelta,
+    IndexStore,
+    IndexTransaction,
+)
 from cleveragents.domain.models.acms.indexing import FileRecord, IndexStats
 from cleveragents.domain.models.acms.secret_filter import DEFAULT_SECRET_FILTER, SecretFilter
-from cleveragents.domain.models.acms.uko import UKO, file_uri, path_of, resource_uri
+from cleveragents.domain.models.acms.uko import file_uri
 from cleveragents.domain.models.acms.ulids import canonical_ulid
 
 __all__ = [
@@ -102,67 +85,44 @@ _EMBED_BATCH = 256
 _log = structlog.get_logger("cleveragents.acms.indexer")
 
 
-class Catalog(Protocol):
-    """Where the indexer remembers what it indexed (see ``SqliteCatalog``)."""
-
-    def records(self, resource_id: str) -> dict[str, FileRecord]: ...
-    def file_stats(self, resource_id: str) -> dict[str, tuple[int, int]]: ...
-    def get(self, resource_id: str, paths: Iterable[str]) -> dict[str, FileRecord]: ...
-    def put(self, resource_id: str, records: Iterable[FileRecord]) -> None: ...
-    def remove(self, resource_id: str, paths: Iterable[str] | None = None) -> None: ...
-    def resource_ids(self) -> set[str]: ...
-    def get_meta(self, key: str) -> str | None: ...
-    def set_meta(self, key: str, value: str) -> None: ...
-    def delete_meta(self, key: str) -> None: ...
-
-
 @dataclass(slots=True)
-class _Pending:
+class _Planned:
     listed: ListedFile
     sha256: str
     units: list[IndexUnit]
     triples: list[WriteTriple]
     subjects: tuple[str, ...]
     old: FileRecord | None
+    size: int
 
 
 class Indexer:
-    """Feeds the three indexes of a resource from its files, incrementally."""
+    """Plans the changes of each resource's files; the store writes them."""
 
     def __init__(
         self,
-        text: TextIndex,
-        vector: VectorIndex,
-        graph: GraphIndex,
+        store: IndexStore,
         embedder: Embedder,
-        catalog: Catalog,
         *,
         max_file_bytes: int = DEFAULT_INDEX_FILE_BYTES,
-        batch_units: int = 8192,
-        batch_bytes: int = 16 * 1024 * 1024,
-        batch_triples: int = 250_000,
     ) -> None:
-        if embedder.dimension != vector.dimension:
+        if embedder.dimension != store.dimension:
             raise ValueError(
                 f"embedder dimension {embedder.dimension} does not match the vector index "
-                f"dimension {vector.dimension}"
+                f"dimension {store.dimension}"
             )
         if max_file_bytes <= 0:
             raise ValueError("max_file_bytes must be positive")
-        self.text = text
-        self.vector = vector
-        self.graph = graph
+        self.store = store
         self.embedder = embedder
-        self.catalog = catalog
         self.max_file_bytes = max_file_bytes
-        self.batch_units = batch_units
-        self.batch_bytes = batch_bytes
-        self.batch_triples = batch_triples
-        identity = f"{embedder.name}:{embedder.dimension}"
-        recorded = catalog.get_meta("embedder")
-        # Vectors from another embedder are not comparable: re-index everything.
-        self._force_full = recorded is not None and recorded != identity
-        self._identity = identity
+        # What produced the units: a change re-indexes every file.
+        self.identity = f"{embedder.name}:{embedder.dimension}"
+
+    @property
+    def catalog(self) -> Catalog:
+        """The store's catalog (read-only use: status, tests)."""
+        return self.store.catalog
 
     def session(
         self,
@@ -174,14 +134,12 @@ class Indexer:
         secrets: SecretFilter = DEFAULT_SECRET_FILTER,
     ) -> IndexSession:
         """Start indexing one resource whose walk listed ``listed_paths``
-        (``secrets`` content-checks the files the session reads itself)."""
+        (``secrets`` content-checks the files the session reads itself).
+
+        Use it as a context manager, or call :meth:`IndexSession.finish`.
+        """
         return IndexSession(
-            self,
-            canonical_ulid(resource_id),
-            Path(root),
-            listed_paths,
-            full=full or self._force_full,
-            secrets=secrets,
+            self, canonical_ulid(resource_id), Path(root), listed_paths, full=full, secrets=secrets
         )
 
     def index_resource(
@@ -206,59 +164,26 @@ class Indexer:
         listing = list_resource(root, resource_type, secrets=secrets)
         listed = listing.files
         paths = [f.rel_path for f in listed]
-        session = self.session(resource_id, root, paths, full=full, secrets=secrets)
-        for _ in listing.secret_skipped:
-            session.stats.skip("secret")
-        for done, f in enumerate(listed, 1):
-            session.visit(f)
-            if progress is not None:
-                progress(done, len(listed))
-        return session.finish()
+        with self.session(resource_id, root, paths, full=full, secrets=secrets) as session:
+            for _ in listing.secret_skipped:
+                session.stats.skip("secret")
+            for done, f in enumerate(listed, 1):
+                session.visit(f)
+                if progress is not None:
+                    progress(done, len(listed))
+        return session.stats
 
     def delete_resource(self, resource_id: str) -> None:
-        """Delete every unit of a resource from all indexes and the catalog.
-
-        The catalog rows go first, under the dirty marker: a crash part way
-        leaves units no row names, which the resource's next session sweeps
-        (or the next prune deletes), never rows naming units that are gone.
-        """
-        rid = canonical_ulid(resource_id)
-        self.catalog.set_meta(_dirty_key(rid), "delete")
-        self.catalog.remove(rid)
-        checkpoint("resource.delete")
-        self.text.delete(rid)
-        checkpoint("resource.delete")
-        self.vector.delete(rid)
-        checkpoint("resource.delete")
-        self.graph.delete(rid)
-        checkpoint("resource.delete")
-        self.catalog.delete_meta(_dirty_key(rid))
-        _log.info("indexer.resource_deleted", resource_id=rid)
+        """Delete every unit of a resource from all indexes and the catalog."""
+        self.store.delete_resource(resource_id)
 
     def mark_dirty(self, resource_ids: Iterable[str]) -> None:
-        """Make the next session of each resource check its indexes against the
-        catalog and sweep orphans (e.g. after an interrupted rebuild swap)."""
-        for rid in resource_ids:
-            self.catalog.set_meta(_dirty_key(canonical_ulid(rid)), "marked")
+        """Make the next session of each resource check and repair it."""
+        self.store.mark_dirty(resource_ids)
 
     def prune(self, keep: Iterable[str]) -> list[str]:
         """Delete the units of every indexed resource not in ``keep``."""
-        keep_set = {canonical_ulid(r) for r in keep}
-        present = (
-            self.catalog.resource_ids()
-            | self.text.resource_ids()
-            | self.vector.resource_ids()
-            | self.graph.resource_ids()
-        )
-        gone = sorted(present - keep_set)
-        for rid in gone:
-            self.delete_resource(rid)
-        return gone
-
-    def _mark_identity(self) -> None:
-        if self.catalog.get_meta("embedder") != self._identity:
-            self.catalog.set_meta("embedder", self._identity)
-        self._force_full = False
+        return self.store.prune(keep)
 
 
 class NotRead:
@@ -285,14 +210,13 @@ class IndexSession:
         self._secrets = secrets
         self.resource_id = resource_id
         self.root = root
-        self.full = full
-        self.stats = IndexStats()
-        self._t0 = time.perf_counter()
-        # A re-run compares the listing with each file's (size, mtime) only;
-        # the full record (unit URIs, subjects) is fetched for the few files
-        # that changed or vanished.  Nothing here is O(resource) beyond that.
-        self._catalog_stats = indexer.catalog.file_stats(resource_id)
-        self._records: dict[str, FileRecord] = {}
+        self._stack = contextlib.ExitStack()
+        self._tx: IndexTransaction = self._stack.enter_context(
+            indexer.store.session(resource_id, identity=indexer.identity)
+        )
+        self.full = full or self._tx.full
+        self.stats: IndexStats = self._tx.stats
+        self._catalog_stats = self._tx.file_stats()
         self._listed_paths = (
             listed_paths
             if isinstance(listed_paths, list | tuple | set | frozenset)
@@ -300,32 +224,25 @@ class IndexSession:
         )
         self._module_lookup: ModuleLookup | None = None
         self._seen: set[str] = set()
-        self._touched: list[FileRecord] = []
-        self._pending: list[_Pending] = []
-        self._pending_units = 0
-        self._pending_bytes = 0
-        self._graph_triples: list[WriteTriple] = []
-        self._graph_delete_subjects: set[str] = set()
-        self._graph_delete_triples: list[WriteTriple] = []
-        self._graph_records: list[FileRecord] = []
+        self._to_embed: list[_Planned] = []
+        self._to_embed_units = 0
         self._finished = False
-        # A previous session of this resource did not finish: check, then sweep.
-        self._dirty_at_start = indexer.catalog.get_meta(_dirty_key(resource_id)) is not None
-        self._dirty = self._dirty_at_start
-        if self._dirty_at_start:
-            self._records = indexer.catalog.records(resource_id)
-        self._suspect = self._find_suspects() if self._dirty_at_start else set()
 
-    def _old(self, path: str) -> FileRecord | None:
-        """The catalog's record of ``path`` (fetched on first need)."""
-        if path not in self._catalog_stats:
-            return None
-        old = self._records.get(path)
-        if old is None:
-            old = self._ix.catalog.get(self.resource_id, [path]).get(path)
-            if old is not None:
-                self._records[path] = old
-        return old
+    def __enter__(self) -> IndexSession:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            self.finish()
+        else:
+            # Nothing more is written: the store keeps the dirty marker, and
+            # the resource's next session repairs what this one left.
+            self._stack.__exit__(exc_type, exc, tb)
 
     @property
     def _modules(self) -> ModuleLookup:
@@ -334,42 +251,18 @@ class IndexSession:
             self._module_lookup = ModuleLookup(self._listed_paths)
         return self._module_lookup
 
-    def _find_suspects(self) -> set[str]:
-        """Paths whose catalog row names a unit or subject some index lacks."""
-        rid = self.resource_id
-        text = self._ix.text.unit_uris(rid)
-        vector = self._ix.vector.unit_uris(rid)
-        subjects = self._ix.graph.subjects(rid)
-        suspect = {
-            path
-            for path, rec in self._records.items()
-            if not (
-                text.issuperset(rec.unit_uris)
-                and vector.issuperset(rec.unit_uris)
-                and subjects.issuperset(rec.graph_subjects)
-            )
-        }
-        if suspect:
-            _log.info("indexer.suspect_files", resource_id=rid, files=len(suspect))
-        return suspect
-
-    def _mark_dirty(self) -> None:
-        """Record that this session is about to write its indexes."""
-        if not self._dirty:
-            self._ix.catalog.set_meta(_dirty_key(self.resource_id), "session")
-            checkpoint("index.dirty")
-            self._dirty = True
-
     # ------------------------------------------------------------ per file
 
     def needs_read(self, listed: ListedFile) -> bool:
-        """True when the index needs this file's bytes (new, or size/mtime changed)."""
+        """True when the index needs this file's bytes (new, changed, racy or suspect)."""
         if listed.size > self._ix.max_file_bytes:
             return False
+        recorded = self._catalog_stats.get(listed.rel_path)
         return (
             self.full
-            or self._catalog_stats.get(listed.rel_path) != (listed.size, listed.mtime_ns)
-            or listed.rel_path in self._suspect
+            or recorded != (listed.size, listed.mtime_ns)
+            or listed.rel_path in self._tx.suspects
+            or self._tx.is_racy(recorded[1])
         )
 
     def visit(self, listed: ListedFile, preread: ReadFile | NotRead | None = NOT_READ) -> None:
@@ -418,27 +311,27 @@ class IndexSession:
         self.stats.skip(reason)
 
     def update(self, listed: ListedFile, data: bytes) -> None:
-        """Index ``data`` as the current content of ``listed`` if it changed."""
+        """Plan ``data`` as the current content of ``listed`` if it changed."""
         if len(data) > self._ix.max_file_bytes:
             self.skip(listed, "too_large")
             return
         path = listed.rel_path
         self._seen.add(path)
         sha = hashlib.sha256(data).hexdigest()
-        old = self._old(path)
+        old = self._tx.record(path)
         if is_binary(path, data[:8192]):
             # Recorded with no units, so an unchanged binary file is never re-read.
             self.stats.skip("binary")
-            self._queue(_Pending(listed, sha, [], [], (), old), 0)
+            self._apply(_Planned(listed, sha, [], [], (), old, 0), np.zeros((0, 0), np.float32))
             return
-        if old is not None and old.sha256 == sha and not self.full and path not in self._suspect:
+        unchanged = old is not None and old.sha256 == sha
+        if unchanged and old is not None and not self.full and path not in self._tx.suspects:
             self.stats.files_unchanged += 1
             self.stats.files_touched += 1
-            self._touched.append(
-                FileRecord(
-                    path, listed.size, listed.mtime_ns, sha, old.unit_uris, old.graph_subjects
-                )
+            record = FileRecord(
+                path, listed.size, listed.mtime_ns, sha, old.unit_uris, old.graph_subjects
             )
+            self._tx.apply(FileDelta("touch", path, record=record, old=old))
             return
         text = decode_text(data)
         language = detect_language(path)
@@ -450,94 +343,47 @@ class IndexSession:
         # The file and the URIs under it: never the resource node (its one
         # `contains` edge is dropped as an exact triple instead).
         subjects = tuple(sorted({t[0] for t in triples if t[0].startswith(own)} | {own}))
-        self._queue(_Pending(listed, sha, units, triples, subjects, old), len(data))
+        self._to_embed.append(_Planned(listed, sha, units, triples, subjects, old, len(data)))
+        self._to_embed_units += len(units)
+        if self._to_embed_units >= _EMBED_BATCH:
+            self._embed_pending()
 
-    # ------------------------------------------------------------ batches
+    # ------------------------------------------------------------ deltas
 
-    def _queue(self, pending: _Pending, size: int) -> None:
-        self._pending.append(pending)
-        self._pending_units += len(pending.units)
-        self._pending_bytes += size
-        if (
-            self._pending_units >= self._ix.batch_units
-            or self._pending_bytes >= self._ix.batch_bytes
-        ):
-            self._flush()
+    def _embed_pending(self) -> None:
+        """Embed the planned files' units in one call and hand their deltas on."""
+        planned, self._to_embed, self._to_embed_units = self._to_embed, [], 0
+        rows = self._embed([u.content for p in planned for u in p.units])
+        offset = 0
+        for p in planned:
+            self._apply(p, rows[offset : offset + len(p.units)])
+            offset += len(p.units)
 
-    def _flush(self) -> None:
-        """Write the pending files to the text and vector indexes now; queue
-        their graph change and catalog rows for :meth:`_flush_graph`.
-
-        A resource's graph is one file rewritten per change, so graph writes
-        are batched far larger than text/vector ones.  Catalog rows follow the
-        graph write: a file is recorded only once all three indexes hold it.
-        """
-        if not self._pending:
-            return
-        rid = self.resource_id
-        ix = self._ix
-        units = [u for p in self._pending for u in p.units]
-        new_uris = {u.uko_uri for u in units}
-        stale = {
-            uri for p in self._pending if p.old for uri in p.old.unit_uris if uri not in new_uris
-        }
-        embeddings = self._embed([u.content for u in units], ix.vector.dimension)
-        self._mark_dirty()
-        ix.text.upsert(rid, units, delete_uris=stale)
-        checkpoint("index.text")
-        ix.vector.upsert(rid, units, embeddings, delete_uris=stale)
-        checkpoint("index.vector")
-        self.stats.index_writes += 2
-        self.stats.units_written += len(units)
-        resource_subject = _resource_subject(rid)
-        for p in self._pending:
-            self._graph_triples.extend(p.triples)
-            if p.old is not None:
-                self._graph_delete_subjects.update(
-                    s for s in p.old.graph_subjects if s != resource_subject
-                )
-                self._graph_delete_triples.extend(_contains(rid, p.old.path))
-            self._graph_delete_subjects.update(s for s in p.subjects if s != resource_subject)
-            self._graph_records.append(
-                FileRecord(
-                    p.listed.rel_path,
-                    p.listed.size,
-                    p.listed.mtime_ns,
-                    p.sha256,
-                    tuple(u.uko_uri for u in p.units),
-                    p.subjects,
-                )
+    def _apply(self, p: _Planned, embeddings: npt.NDArray[np.float32]) -> None:
+        record = FileRecord(
+            p.listed.rel_path,
+            p.listed.size,
+            p.listed.mtime_ns,
+            p.sha256,
+            tuple(u.uko_uri for u in p.units),
+            p.subjects,
+        )
+        self._tx.apply(
+            FileDelta(
+                "index",
+                p.listed.rel_path,
+                record=record,
+                old=p.old,
+                units=tuple(p.units),
+                embeddings=embeddings if p.units else None,
+                triples=tuple(p.triples),
+                subjects=p.subjects,
+                size=p.size,
             )
-        self.stats.files_indexed += sum(1 for p in self._pending if p.units or p.triples)
-        _log.debug(
-            "indexer.batch_written", resource_id=rid, files=len(self._pending), units=len(units)
         )
-        self._pending.clear()
-        self._pending_units = 0
-        self._pending_bytes = 0
-        if len(self._graph_triples) >= self._ix.batch_triples:
-            self._flush_graph()
 
-    def _flush_graph(self) -> None:
-        if not self._graph_records:
-            return
-        rid = self.resource_id
-        self._ix.graph.upsert(
-            rid,
-            self._graph_triples,
-            delete_subjects=self._graph_delete_subjects,
-            delete_triples=self._graph_delete_triples,
-        )
-        checkpoint("index.graph")
-        self._ix.catalog.put(rid, self._graph_records)
-        checkpoint("index.catalog")
-        self.stats.index_writes += 1
-        self._graph_triples = []
-        self._graph_delete_subjects = set()
-        self._graph_delete_triples = []
-        self._graph_records = []
-
-    def _embed(self, texts: Sequence[str], dimension: int) -> np.ndarray:
+    def _embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        dimension = self._ix.embedder.dimension
         if not texts:
             return np.zeros((0, dimension), dtype=np.float32)
         parts = [
@@ -547,103 +393,14 @@ class IndexSession:
         return np.ascontiguousarray(np.vstack(parts), dtype=np.float32)
 
     def finish(self) -> IndexStats:
-        """Write what is pending and delete the units of files no longer present."""
+        """Hand on what is planned, delete files no longer present, commit."""
         if self._finished:
             return self.stats
-        self._flush()
-        self._flush_graph()
-        if self._touched:
-            self._ix.catalog.put(self.resource_id, self._touched)
-            checkpoint("index.touch")
-            self._touched.clear()
-        rid = self.resource_id
-        seen = self._seen
-        gone_paths = [path for path in self._catalog_stats if path not in seen]
-        gone = list(self._ix.catalog.get(rid, gone_paths).values()) if gone_paths else []
-        if gone:
-            uris = [u for rec in gone for u in rec.unit_uris]
-            subjects = [
-                s for rec in gone for s in rec.graph_subjects if s != _resource_subject(rid)
-            ]
-            self._mark_dirty()
-            # Rows first: a crash below leaves orphans for the sweep, never a
-            # row naming units that are already gone.
-            self._ix.catalog.remove(rid, [rec.path for rec in gone])
-            checkpoint("delete.catalog")
-            self._ix.text.delete(rid, uris)
-            checkpoint("delete.text")
-            self._ix.vector.delete(rid, uris)
-            checkpoint("delete.vector")
-            self._ix.graph.upsert(
-                rid,
-                [],
-                delete_subjects=subjects,
-                delete_triples=[c for rec in gone for c in _contains(rid, rec.path)],
-            )
-            checkpoint("delete.graph")
-            self.stats.files_deleted += len(gone)
-            self.stats.index_writes += 3
-        if self._dirty_at_start:
-            self._sweep()
-        if self._dirty:
-            self._ix.catalog.delete_meta(_dirty_key(rid))
-            checkpoint("index.clean")
-        self._ix._mark_identity()
-        self.stats.seconds = time.perf_counter() - self._t0
+        self._embed_pending()
+        gone_paths = [path for path in self._catalog_stats if path not in self._seen]
+        if gone_paths:
+            for path, rec in sorted(self._tx.records(gone_paths).items()):
+                self._tx.apply(FileDelta("delete", path, old=rec))
         self._finished = True
-        _log.info("indexer.resource_indexed", resource_id=self.resource_id, **self.stats.as_dict())
+        self._stack.close()  # the store commits
         return self.stats
-
-    def _sweep(self) -> None:
-        """Delete what no catalog row names (what an interrupted session left)."""
-        rid = self.resource_id
-        records = self._ix.catalog.records(rid)
-        expected = {u for rec in records.values() for u in rec.unit_uris}
-        text_orphans = self._ix.text.unit_uris(rid) - expected
-        if text_orphans:
-            self._ix.text.delete(rid, text_orphans)
-            self.stats.index_writes += 1
-        checkpoint("sweep.text")
-        vector_orphans = self._ix.vector.unit_uris(rid) - expected
-        if vector_orphans:
-            self._ix.vector.delete(rid, vector_orphans)
-            self.stats.index_writes += 1
-        checkpoint("sweep.vector")
-        subjects = {s for rec in records.values() for s in rec.graph_subjects}
-        # Only file subjects (the rule verify checks): never the resource node.
-        subject_orphans = {
-            s for s in self._ix.graph.subjects(rid) if s not in subjects and path_of(s) is not None
-        }
-        files = {file_uri(rid, rec.path) for rec in records.values() if rec.graph_subjects}
-        resource = _resource_subject(rid)
-        contains_orphans = [
-            (resource, UKO + "contains", o)
-            for _s, p, o in self._ix.graph.get_triples(resource, scope=frozenset({rid})).triples
-            if p == UKO + "contains" and o not in files
-        ]
-        if subject_orphans or contains_orphans:
-            self._ix.graph.upsert(
-                rid, [], delete_subjects=subject_orphans, delete_triples=contains_orphans
-            )
-            self.stats.index_writes += 1
-        checkpoint("sweep.graph")
-        _log.info(
-            "indexer.orphans_swept",
-            resource_id=rid,
-            text=len(text_orphans),
-            vector=len(vector_orphans),
-            graph_subjects=len(subject_orphans),
-            contains=len(contains_orphans),
-        )
-
-
-def _dirty_key(resource_id: str) -> str:
-    return f"dirty:{resource_id}"
-
-
-def _resource_subject(resource_id: str) -> str:
-    return resource_uri(resource_id)
-
-
-def _contains(resource_id: str, path: str) -> list[WriteTriple]:
-    return [(_resource_subject(resource_id), UKO + "contains", file_uri(resource_id, path))]

@@ -1,26 +1,20 @@
 """The operations behind the ``acms`` command line and ``scripts/reindex.py``.
 
 The CLI parses arguments and prints; everything it does goes through
-:class:`AcmsOperations`, built from the container (``local`` profile), so the
-same behaviour is available to an agent host in Python.
+:class:`AcmsOperations`, built by :func:`cleveragents.bootstrap.bootstrap`, so
+the same behaviour is available to an agent host in Python.
 
-Crash safety of ``rebuild``: fresh indexes are built in ``.rebuild/`` (never
-opened as live), then each live index is exchanged with its fresh copy, the
-catalog last.  A crash before the first exchange leaves the live indexes
-untouched; a crash between exchanges leaves each live index complete (old or
-new) but possibly from different generations.  Every write path holds the
-reindex lock, and a finished rebuild renames ``.rebuild/`` to ``.previous/``,
-so a ``.rebuild/`` seen under the lock is always the remains of a killed
-rebuild: ``reindex`` and ``hydrate`` then mark every resource dirty in the
-live catalog (its next session checks it against the indexes and sweeps
-orphans) and delete ``.rebuild/``; ``rebuild`` deletes it before it starts.
+Every write goes through the index store (a unit of work that owns the data
+directory's layout, lock, write order and crash repair): ``reindex``,
+``hydrate`` and ``remove_resource`` hold its writer lock, ``rebuild`` indexes
+into a fresh store that is swapped in atomically.  This module decides *what*
+to index (which resources, which projects) and never how it is written.
 """
 
 from __future__ import annotations
 
 import os
 import shlex
-import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterable
@@ -29,17 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import structlog
-from ulid import ULID
 
-from cleveragents.application.container import (
-    INDEX_NAMES,
-    Container,
-    build_index_set,
-    collect_index_garbage,
-    install_index,
-)
-from cleveragents.application.services.fault_injection import checkpoint
-from cleveragents.application.services.reindex_lock import ReindexLock
 from cleveragents.domain.models.acms.backends import (
     GraphBackend,
     GraphIndex,
@@ -51,9 +35,11 @@ from cleveragents.domain.models.acms.backends import (
 from cleveragents.domain.models.acms.embedding import Embedder
 from cleveragents.domain.models.acms.errors import (
     AcmsError,
+    ConflictError,
     NotFoundError,
     ResourceListingError,
 )
+from cleveragents.domain.models.acms.index_store import MaintainedStore, VerifyProblem
 from cleveragents.domain.models.acms.indexing import IndexStats
 from cleveragents.domain.models.acms.registry import (
     RESOURCE_TYPES,
@@ -64,22 +50,24 @@ from cleveragents.domain.models.acms.registry import (
 )
 from cleveragents.domain.models.acms.scope import ScopedView
 from cleveragents.domain.models.acms.secret_filter import secret_filter_of
-from cleveragents.domain.models.acms.uko import path_of
 from cleveragents.domain.models.acms.ulids import canonical_ulid
 
 if TYPE_CHECKING:
     # Imported where used: a query command needs neither the indexer (numpy,
     # parsers) nor the tier service (pydantic).
+    from cleveragents.application.container import Container
     from cleveragents.application.services.context_tier_service import ContextTierService
     from cleveragents.application.services.indexer import Indexer
 
-__all__ = ["AcmsOperations", "ReindexReport", "VerifyProblem", "detect_resource_type"]
+__all__ = [
+    "AcmsOperations",
+    "ReindexReport",
+    "VerifyProblem",
+    "detect_resource_type",
+]
 
 _log = structlog.get_logger("cleveragents.acms.operations")
 _T = TypeVar("_T")
-
-_STAGING = ".rebuild"
-_PREVIOUS = ".previous"
 
 
 def detect_resource_type(path: str | os.PathLike[str]) -> str:
@@ -139,17 +127,6 @@ class ReindexReport:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class VerifyProblem:
-    """One disagreement between the catalog and an index."""
-
-    resource_id: str
-    index: str
-    missing: int
-    extra: int
-    sample: str
-
-
 class AcmsOperations:
     """Projects, resources, reindexing, scoped queries and status over one data dir."""
 
@@ -159,28 +136,24 @@ class AcmsOperations:
         data_dir: Path,
         projects: ProjectRepository,
         resources: ResourceRegistry,
+        store: Callable[[], MaintainedStore],
         text: Callable[[], TextIndex],
         vector: Callable[[], VectorIndex],
         graph: Callable[[], GraphIndex],
         embedder: Callable[[], Embedder],
         indexer: Callable[[], Indexer],
-        index_set: Callable[[Path, Embedder], tuple[Indexer, Callable[[], None]]] | None = None,
-        install: Callable[[Path, str, Path, str], Path | None] | None = None,
-        collect_garbage: Callable[[Path], None] | None = None,
     ) -> None:
         # Backends are built on first use, so commands that do not need an
         # engine (project list, resource add) do not import or open it.
         self.data_dir = data_dir
         self.projects = projects
         self.resources = resources
+        self._store = store
         self._text = text
         self._vector = vector
         self._graph = graph
         self._embedder = embedder
         self._indexer = indexer
-        self._index_set = index_set
-        self._install = install
-        self._collect_garbage = collect_garbage
 
     @classmethod
     def from_container(cls, container: Container) -> AcmsOperations:
@@ -189,21 +162,25 @@ class AcmsOperations:
             data_dir=Path(container.config.data_dir()),
             projects=container.project_repository(),
             resources=container.resource_registry(),
+            store=_required(container.index_store, "an index store"),
             text=_writable(container.text_backend, TextIndex, "a text index"),
             vector=_writable(container.vector_backend, VectorIndex, "a vector index"),
             graph=_writable(container.graph_backend, GraphIndex, "a graph index"),
             embedder=_required(container.embedder, "an embedder"),
             indexer=_required(container.indexer, "an indexer"),
-            index_set=build_index_set,
-            install=install_index,
-            collect_garbage=collect_index_garbage,
         )
+
+    def _secure(self) -> None:
+        """Owner-only modes for what a registry write may have created."""
+        self._store().secure()
 
     # ------------------------------------------------------------ projects
 
     def add_project(self, name: str) -> Project:
         """Create a project (``namespace/name``)."""
-        return self.projects.add(name)
+        project = self.projects.add(name)
+        self._secure()
+        return project
 
     def list_projects(self) -> list[Project]:
         """Every project with its resource ULIDs."""
@@ -232,21 +209,27 @@ class AcmsOperations:
         project: str,
         resource_type: str | None = None,
         *,
+        force: bool = False,
         secret_filter: bool = True,
         secret_allow: Iterable[str] = (),
     ) -> Resource:
         """Register ``path`` and link it to ``project``.
 
-        ``secret_filter=False`` turns the secret deny-list off for it;
-        ``secret_allow`` globs let matching files through it.
+        A path equal to, inside or containing a resource already in the
+        project would index the same files twice: it is refused unless
+        ``force``.  ``secret_filter=False`` turns the secret deny-list off
+        for it; ``secret_allow`` globs let matching files through it.
 
         Raises:
             NotFoundError: unknown project.  ValueError: bad path, type or
             allow-pattern.  ResourceListingError: git refuses the checkout.
+            ConflictError: the path overlaps a resource of the project.
         """
-        self.project(project)
+        linked = set(self.project(project).resource_ids)
         if resource_type is not None and resource_type not in RESOURCE_TYPES:
             raise ValueError(f"unknown resource type {resource_type!r}")
+        if not force:
+            self._refuse_overlap(path, project, linked)
         resource = self.resources.register(
             path,
             resource_type or detect_resource_type(path),
@@ -254,6 +237,7 @@ class AcmsOperations:
             secret_allow=tuple(secret_allow),
         )
         self.projects.link(project, resource.resource_id)
+        self._secure()
         return resource
 
     def set_secret_policy(
@@ -270,6 +254,25 @@ class AcmsOperations:
             secret_filter=secret_filter,
             secret_allow=tuple(secret_allow),
         )
+
+    def _refuse_overlap(self, path: str, project: str, linked: set[str]) -> None:
+        new = Path(os.path.realpath(os.path.expanduser(path)))
+        for r in self.resources.list():
+            if r.resource_id not in linked:
+                continue
+            old = Path(os.path.realpath(r.location))
+            if new == old:
+                relation = "is already registered as"
+            elif old in new.parents:
+                relation = "is inside"
+            elif new in old.parents:
+                relation = "contains"
+            else:
+                continue
+            raise ConflictError(
+                f"{new} {relation} resource {r.resource_id} ({old}) of project {project}; "
+                "its files would be indexed twice (use --force to register it anyway)"
+            )
 
     def list_resources(self, project: str | None = None) -> list[Resource]:
         """Registered resources, all or those of one project."""
@@ -288,8 +291,8 @@ class AcmsOperations:
         rid = canonical_ulid(resource_id)
         if self.resources.get(rid) is None:
             raise NotFoundError(f"no resource {rid} (see 'acms resource list')")
-        with ReindexLock(self.data_dir):
-            self._indexer().delete_resource(rid)
+        with self._store().writing() as store:
+            store.delete_resource(rid)
             self.resources.remove(rid)
 
     # ------------------------------------------------------------ scope and queries
@@ -364,9 +367,8 @@ class AcmsOperations:
         )
         report = ReindexReport()
         t0 = time.perf_counter()
-        with ReindexLock(self.data_dir, timeout=lock_timeout):
+        with self._store().writing(timeout=lock_timeout) as store:
             indexer = self._indexer()
-            self._recover_interrupted_rebuild(indexer)
             for rid in targets:
                 resource = self.resources.get(rid)
                 if resource is None:
@@ -395,7 +397,7 @@ class AcmsOperations:
                 report.resources[rid] = stats
                 self.resources.mark_indexed(rid, secrets_skipped=stats.skipped.get("secret", 0))
             if everything:
-                report.pruned = indexer.prune(r.resource_id for r in self.resources.list())
+                report.pruned = store.prune(r.resource_id for r in self.resources.list())
         report.seconds = time.perf_counter() - t0
         return report
 
@@ -406,28 +408,19 @@ class AcmsOperations:
         progress: Callable[[str, int, int], None] | None = None,
     ) -> ReindexReport:
         """Build fresh indexes of every resource beside the live ones, then swap
-        each one in with an atomic exchange.
+        each one in with an atomic exchange (see ``MaintainedStore.rebuild``).
 
         Readers see the old index or the new one, never a half-built one; a
         reader that has an index open picks the new one up on its next query.
-        The previous indexes are kept in ``.previous/`` until the next rebuild,
-        so a reader in the middle of a query is never pulled from under.
         """
-        if self._index_set is None or self._install is None or self._collect_garbage is None:
-            raise AcmsError("rebuild needs the local profile's index factory")
+        from cleveragents.application.services.indexer import Indexer
+
         report = ReindexReport()
         t0 = time.perf_counter()
-        with ReindexLock(self.data_dir, timeout=lock_timeout):
-            staging = self.data_dir / _STAGING
-            previous = self.data_dir / _PREVIOUS
-            for stale in (staging, previous):
-                shutil.rmtree(stale, ignore_errors=True)
-            # Generations no live link points into: the one the last rebuild
-            # replaced, and any left by a killed one.
-            self._collect_garbage(self.data_dir)
-            staging.mkdir(parents=True)
-            indexer, close = self._index_set(staging, self._embedder())
-            try:
+        embedder = self._embedder()
+        with self._store().writing(timeout=lock_timeout) as live:
+            with live.rebuild() as fresh:
+                indexer = Indexer(fresh, embedder)
                 for resource in self.resources.list():
                     if not os.path.isdir(resource.location):
                         report.missing.append(resource.resource_id)
@@ -448,20 +441,6 @@ class AcmsOperations:
                             f"rebuild stopped, live indexes unchanged: resource "
                             f"{resource.resource_id}: {exc}"
                         ) from exc
-            finally:
-                close()
-            checkpoint("rebuild.staged")
-            # INDEX_NAMES ends with the catalog: until it is swapped, the live
-            # catalog is the old one, and a swapped index that is ahead of it
-            # is repaired as after any interrupted session (see the module doc).
-            generation = str(ULID())
-            for name in INDEX_NAMES:
-                displaced = self._install(self.data_dir, name, staging / name, generation)
-                if displaced is not None:  # a real directory of the older layout
-                    os.replace(displaced, staging / name)
-                checkpoint("rebuild.swap")
-            os.replace(staging, previous)
-            checkpoint("rebuild.done")
             for rid, stats in report.resources.items():
                 self.resources.mark_indexed(rid, secrets_skipped=stats.skipped.get("secret", 0))
         report.seconds = time.perf_counter() - t0
@@ -475,8 +454,7 @@ class AcmsOperations:
         )
 
         total = 0
-        with ReindexLock(self.data_dir):
-            self._recover_interrupted_rebuild(self._indexer())
+        with self._store().writing():
             for name in projects:
                 for rid in self.project(name).resource_ids:
                     resource = self.resources.get(rid)
@@ -492,78 +470,36 @@ class AcmsOperations:
                         )
         return total
 
-    def _recover_interrupted_rebuild(self, indexer: Indexer) -> None:
-        """After a killed rebuild: mark every resource dirty, drop ``.rebuild/``.
-
-        Call with the reindex lock held (see the module doc).
-        """
-        staging = self.data_dir / _STAGING
-        if not staging.exists():
-            return
-        rids = [r.resource_id for r in self.resources.list()]
-        indexer.mark_dirty(rids)
-        shutil.rmtree(staging, ignore_errors=True)
-        _log.warning("reindex.interrupted_rebuild_recovered", resources=len(rids))
-
     # ------------------------------------------------------------ status and verify
 
     def status(self) -> dict[str, Any]:
-        """Resources, last indexed time, unit counts per backend, sizes on disk."""
-        text, vector, graph = self._text(), self._vector(), self._graph()
-        catalog = self._indexer().catalog
-        rows = []
-        for r in self.resources.list():
-            records = catalog.records(r.resource_id)
-            rows.append(
-                {
-                    "resource_id": r.resource_id,
-                    "location": r.location,
-                    "type": r.resource_type,
-                    "last_indexed_at": r.last_indexed_at,
-                    "files": sum(1 for rec in records.values() if rec.unit_uris),
-                    "text_units": len(text.unit_uris(r.resource_id)),
-                    "vector_units": len(vector.unit_uris(r.resource_id)),
-                    "graph_subjects": len(graph.subjects(r.resource_id)),
-                    "secret_filter": secret_filter_of(r).describe(),
-                    "secrets_skipped": r.secrets_skipped,
-                }
-            )
-        sizes = {
-            name: _du(self.data_dir / name)
-            for name in ("text", "vectors", "graph", "catalog", "registry.sqlite3")
-        }
+        """Resources, last indexed time, unit counts per backend, sizes on disk,
+        the secret filter per resource, and the paths of the data directory
+        that others may read."""
+        store = self._store()
+        rows = [
+            {
+                "resource_id": r.resource_id,
+                "location": r.location,
+                "type": r.resource_type,
+                "last_indexed_at": r.last_indexed_at,
+                **store.counts(r.resource_id),
+                "secret_filter": secret_filter_of(r).describe(),
+                "secrets_skipped": r.secrets_skipped,
+            }
+            for r in self.resources.list()
+        ]
         return {
             "data_dir": str(self.data_dir),
             "projects": len(self.list_projects()),
             "resources": rows,
-            "bytes_on_disk": sizes,
+            "bytes_on_disk": store.bytes_on_disk(),
+            "loose_modes": store.loose_modes(),
         }
 
     def verify(self) -> list[VerifyProblem]:
         """Check that catalog, text, vector and graph agree on every resource."""
-        text, vector, graph = self._text(), self._vector(), self._graph()
-        catalog = self._indexer().catalog
-        problems: list[VerifyProblem] = []
-        registered = {r.resource_id for r in self.resources.list()}
-        present = catalog.resource_ids() | text.resource_ids() | vector.resource_ids()
-        present |= graph.resource_ids()
-        for rid in sorted(registered | present):
-            records = catalog.records(rid)
-            expected = {u for rec in records.values() for u in rec.unit_uris}
-            subjects = _file_subjects({s for rec in records.values() for s in rec.graph_subjects})
-            if rid not in registered:
-                expected, subjects = set(), set()
-            checks = (
-                ("text", expected, text.unit_uris(rid)),
-                ("vector", expected, vector.unit_uris(rid)),
-                ("graph", subjects, _file_subjects(graph.subjects(rid))),
-            )
-            for name, want, have in checks:
-                missing, extra = want - have, have - want
-                if missing or extra:
-                    sample = sorted(missing or extra)[0]
-                    problems.append(VerifyProblem(rid, name, len(missing), len(extra), sample))
-        return problems
+        return self._store().verify(r.resource_id for r in self.resources.list())
 
 
 class _LazyBackend:
@@ -612,23 +548,3 @@ def _required(provider: Callable[[], _T | None], what: str) -> Callable[[], _T]:
         return value
 
     return get
-
-
-def _file_subjects(subjects: set[str]) -> set[str]:
-    # The resource node itself is not a file's subject.
-    return {s for s in subjects if path_of(s) is not None}
-
-
-def _du(path: Path) -> int:
-    if not path.exists():
-        return 0
-    if path.is_file():
-        return path.stat().st_size
-    total = 0
-    for root, _dirs, files in os.walk(path):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(root, name)).st_size
-            except OSError:
-                continue
-    return total

@@ -18,6 +18,7 @@ paths, ``FaissVectorBackend`` and ``SqliteCatalog`` the database's inode).
 The previous generation stays on disk until the next rebuild, so a reader in
 the middle of a query is never pulled from under.  A data directory made
 before this layout (real directories) is converted by its first rebuild.
+Directories made here are owner-only (0700), whatever the umask.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from pathlib import Path
 
 from ulid import ULID
 
+from cleveragents.infrastructure.acms.file_modes import make_private_dirs
 from cleveragents.infrastructure.acms.fs_swap import exchange_paths
 
 __all__ = ["GENERATIONS", "collect_garbage", "install", "live_index_path"]
@@ -43,7 +45,7 @@ def live_index_path(data_dir: str | os.PathLike[str], name: str) -> Path:
     if live.exists() or live.is_symlink():
         return live
     target = Path(GENERATIONS) / str(ULID()) / name
-    (root / target).mkdir(parents=True, exist_ok=True)
+    make_private_dirs(root / target)
     # Another process may create the link at the same moment: first one wins,
     # the loser's empty generation is collected by the next rebuild.
     with contextlib.suppress(FileExistsError):
@@ -62,7 +64,7 @@ def install(
     """
     root = Path(data_dir)
     target = Path(GENERATIONS) / generation / name
-    (root / target).parent.mkdir(parents=True, exist_ok=True)
+    make_private_dirs((root / target).parent)
     os.replace(fresh, root / target)
     link = root / f".{name}.swap"
     with contextlib.suppress(FileNotFoundError):

@@ -14,8 +14,11 @@ from pathlib import Path
 from types import TracebackType
 
 from cleveragents.domain.models.acms.errors import BusyError, IndexUnavailableError
+from cleveragents.infrastructure.acms.file_modes import make_private_dirs
 
-__all__ = ["ReindexLock"]
+__all__ = ["LOCK_FILE", "ReindexLock"]
+
+LOCK_FILE = "reindex.lock"
 
 
 class ReindexLock:
@@ -26,14 +29,14 @@ class ReindexLock:
     """
 
     def __init__(self, data_dir: str | os.PathLike[str], *, timeout: float = 60.0) -> None:
-        self.path = Path(data_dir) / "reindex.lock"
+        self.path = Path(data_dir) / LOCK_FILE
         self.timeout = timeout
         self._fd: int | None = None
 
     def __enter__(self) -> ReindexLock:
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            make_private_dirs(self.path.parent)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as exc:
             raise IndexUnavailableError(f"cannot open the lock {self.path}: {exc}") from exc
         deadline = time.monotonic() + self.timeout

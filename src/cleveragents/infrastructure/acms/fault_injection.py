@@ -1,7 +1,8 @@
 """Crash points for tests: kill this process at a named write step.
 
-The indexer and the rebuild call :func:`checkpoint` right after each durable
-write step.  A crash test sets, for the process under test::
+The index store (``index_store``) calls :func:`checkpoint` right after each
+durable write step of a session, a resource deletion and a rebuild.  A crash
+test sets, for the process under test::
 
     ACMS_FAULT_AT=<step>[:<n>]
 

@@ -1,0 +1,274 @@
+"""The index store port: how a planner hands its changes to the indexes.
+
+The indexer (a planner) turns a resource's files into one :class:`FileDelta`
+per file; an :class:`IndexStore` applies them inside a per-resource
+:class:`IndexTransaction`::
+
+    with store.session(resource_id, identity=embedder_identity) as tx:
+        for delta in planner.plan(...):
+            tx.apply(delta)
+    # leaving the block normally commits: the rest of the writes, vanished
+    # files' deletions, the repair of an earlier crash, the clean marker
+
+The store alone knows the order of the writes, the crash markers and the
+repair; the planner never calls an engine.  :class:`Catalog` is the record
+of what was indexed, which a store keeps beside the indexes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+from cleveragents.domain.models.acms.backends import (
+    GraphIndex,
+    IndexUnit,
+    TextIndex,
+    VectorIndex,
+    WriteTriple,
+)
+from cleveragents.domain.models.acms.indexing import FileRecord, IndexStats
+
+__all__ = [
+    "Catalog",
+    "DeltaKind",
+    "FileDelta",
+    "IndexStore",
+    "IndexTransaction",
+    "MaintainedStore",
+    "VerifyProblem",
+]
+
+DeltaKind = Literal["index", "touch", "delete"]
+
+
+@dataclass(frozen=True, slots=True)
+class FileDelta:
+    """One file's change to a resource's indexes.
+
+    - ``index``: ``record`` is the file's new catalog row; ``units`` (with one
+      ``embeddings`` row each) and ``triples`` replace what ``old`` named.
+    - ``touch``: the content is unchanged; only the catalog row (size,
+      mtime) is replaced by ``record``.
+    - ``delete``: the file vanished; everything ``old`` names goes.
+    """
+
+    kind: DeltaKind
+    path: str
+    record: FileRecord | None = None
+    old: FileRecord | None = None
+    units: tuple[IndexUnit, ...] = ()
+    embeddings: npt.NDArray[np.float32] | None = None
+    triples: tuple[WriteTriple, ...] = ()
+    subjects: tuple[str, ...] = ()
+    size: int = field(default=0, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("index", "touch", "delete"):
+            raise ValueError(f"unknown delta kind {self.kind!r}")
+        if self.kind == "delete":
+            if self.old is None or self.record is not None:
+                raise ValueError("a delete delta names the old record and no new one")
+        elif self.record is None or self.record.path != self.path:
+            raise ValueError(f"a {self.kind} delta needs the file's new record")
+        if self.units and (self.embeddings is None or self.embeddings.shape[0] != len(self.units)):
+            raise ValueError("an index delta needs one embedding row per unit")
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyProblem:
+    """One disagreement between the catalog and an index."""
+
+    resource_id: str
+    index: str
+    missing: int
+    extra: int
+    sample: str
+
+
+class Catalog(Protocol):
+    """What was indexed for each file of each resource, plus store metadata."""
+
+    def records(self, resource_id: str) -> dict[str, FileRecord]:
+        """Every record of a resource, by path."""
+        ...
+
+    def file_stats(self, resource_id: str) -> dict[str, tuple[int, int]]:
+        """``(size, mtime_ns)`` of every file of a resource, by path."""
+        ...
+
+    def get(self, resource_id: str, paths: Iterable[str]) -> dict[str, FileRecord]:
+        """The records of some files (paths without a record are left out)."""
+        ...
+
+    def put(self, resource_id: str, records: Iterable[FileRecord]) -> None:
+        """Insert or replace records of one resource, in one transaction."""
+        ...
+
+    def remove(self, resource_id: str, paths: Iterable[str] | None = None) -> None:
+        """Forget some files of a resource, or all of them when ``paths`` is None."""
+        ...
+
+    def resource_ids(self) -> set[str]:
+        """Resources with at least one record."""
+        ...
+
+    def get_meta(self, key: str) -> str | None:
+        """A store-wide setting, or None."""
+        ...
+
+    def set_meta(self, key: str, value: str) -> None:
+        """Record a store-wide setting."""
+        ...
+
+    def delete_meta(self, key: str) -> None:
+        """Forget a setting (no error when it is not set)."""
+        ...
+
+    def close(self) -> None:
+        """Release the catalog's files."""
+        ...
+
+
+@runtime_checkable
+class IndexTransaction(Protocol):
+    """One resource's pass over the store (see the module doc)."""
+
+    resource_id: str
+    stats: IndexStats
+
+    @property
+    def full(self) -> bool:
+        """True when every file must be re-indexed (the index identity changed)."""
+        ...
+
+    @property
+    def suspects(self) -> frozenset[str]:
+        """Paths an earlier crash may have left incomplete: re-index them."""
+        ...
+
+    def file_stats(self) -> Mapping[str, tuple[int, int]]:
+        """The catalog's ``(size, mtime_ns)`` per path of this resource."""
+        ...
+
+    def is_racy(self, mtime_ns: int) -> bool:
+        """True when a file with this recorded mtime may have changed unseen
+        (it is not older than the resource's last catalog write)."""
+        ...
+
+    def record(self, path: str) -> FileRecord | None:
+        """The catalog record of one path (fetched on first need)."""
+        ...
+
+    def records(self, paths: Iterable[str]) -> dict[str, FileRecord]:
+        """The catalog records of some paths."""
+        ...
+
+    def apply(self, delta: FileDelta) -> None:
+        """Queue or write one file's change, in the store's write order.
+
+        Raises:
+            ValueError: a delta of another resource.
+            IndexUnavailableError: a write failed.
+        """
+        ...
+
+
+@runtime_checkable
+class IndexStore(Protocol):
+    """Owner of the indexes' write protocol (see the module doc)."""
+
+    @property
+    def dimension(self) -> int:
+        """Embedding dimension of the vector index."""
+        ...
+
+    @property
+    def catalog(self) -> Catalog:
+        """The record of what was indexed (read it; the store writes it)."""
+        ...
+
+    def session(
+        self, resource_id: str, *, identity: str | None = None
+    ) -> AbstractContextManager[IndexTransaction]:
+        """A transaction over one resource; leaving it normally commits it.
+
+        ``identity`` names what produced the units (embedder and settings): a
+        change of identity makes the resource's sessions ``full`` until one
+        completes (None: not checked).
+        """
+        ...
+
+    def delete_resource(self, resource_id: str) -> None:
+        """Delete every unit and record of a resource, crash-safely."""
+        ...
+
+    def mark_dirty(self, resource_ids: Iterable[str]) -> None:
+        """Make the next session of each resource check and repair it."""
+        ...
+
+    def prune(self, keep: Iterable[str]) -> list[str]:
+        """Delete every indexed resource not in ``keep``; return their ULIDs."""
+        ...
+
+    def verify(self, registered: Iterable[str]) -> list[VerifyProblem]:
+        """Check that catalog, text, vector and graph agree on every resource."""
+        ...
+
+    def iter_resource_ids(self) -> Iterator[str]:
+        """Every resource any index or the catalog holds, sorted."""
+        ...
+
+
+@runtime_checkable
+class MaintainedStore(IndexStore, Protocol):
+    """An index store over a data directory: its lock, rebuild and health."""
+
+    @property
+    def text(self) -> TextIndex:
+        """The live text index."""
+        ...
+
+    @property
+    def vector(self) -> VectorIndex:
+        """The live vector index."""
+        ...
+
+    @property
+    def graph(self) -> GraphIndex:
+        """The live graph index."""
+        ...
+
+    def writing(self, *, timeout: float = 60.0) -> AbstractContextManager[MaintainedStore]:
+        """Hold the data directory's writer lock (after repairing a killed rebuild).
+
+        Raises:
+            BusyError: another writer held it for ``timeout`` seconds.
+        """
+        ...
+
+    def rebuild(self) -> AbstractContextManager[IndexStore]:
+        """A fresh, empty store whose indexes replace the live ones atomically
+        when the block exits normally (hold :meth:`writing`)."""
+        ...
+
+    def counts(self, resource_id: str) -> dict[str, int]:
+        """Files and units per index of one resource."""
+        ...
+
+    def bytes_on_disk(self) -> dict[str, int]:
+        """Sizes of the live indexes and the registry."""
+        ...
+
+    def loose_modes(self) -> list[str]:
+        """Paths in the data directory that group or others may access."""
+        ...
+
+    def secure(self) -> None:
+        """Narrow the data directory's files to owner-only."""
+        ...

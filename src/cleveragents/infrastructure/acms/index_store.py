@@ -1,0 +1,821 @@
+"""The index store: the one owner of the write protocol (a unit of work).
+
+It alone knows
+
+- the data directory layout (``index_layout``: ``text``, ``vectors``,
+  ``graph``, ``catalog`` as links into generations; ``reindex.lock``;
+  ``.rebuild/`` and ``.previous/``), with owner-only modes (``file_modes``);
+- the order of the writes of a resource session, the dirty marker, the
+  crash points (``fault_injection``) and the repair of an interrupted session
+  or rebuild;
+- the racily-clean rule that makes a same-size rewrite within one timestamp
+  tick visible.
+
+Planners hand it per-file :class:`FileDelta` values inside a session::
+
+    with store.session(rid, identity="hashing-v2:384") as tx:
+        tx.apply(delta)            # index / touch / delete one file
+    # normal exit commits: flush, vanished files, sweep, clean marker
+
+Write order of a session (every step a commit, each followed by its
+``checkpoint``):
+
+1. ``dirty:<rid>`` recorded in the catalog before the first index write;
+2. per batch of changed files: text upsert, vector upsert (new units in the
+   same atomic change that drops the old); per larger batch the graph upsert
+   and *then* the files' catalog rows, so the catalog names only units that
+   every index holds (except during a changed file's window, when the file's
+   size or mtime no longer match its row, so it is re-read);
+3. catalog rows of files whose mtime changed but content did not;
+4. vanished files: catalog rows first, then text, vector, graph (a crash
+   leaves orphans for the sweep, never a row naming units already gone);
+5. if the session *started* dirty: sweep what no catalog row names;
+6. the marker cleared.
+
+A session that starts on a dirty resource marks *suspect* every file whose
+catalog units or subjects some index lacks (the planner re-indexes them).
+
+Racily clean (git's rule): a session records, with its catalog writes, the
+coarse clock at its start (the clock that stamps file mtimes).  A later
+session re-hashes every file whose recorded mtime is not older than that
+stamp: its size and mtime could match while its content changed within the
+same tick.  Exact for file systems whose timestamps are at least as fine as
+the kernel tick (ext4, xfs, btrfs, tmpfs); coarser ones (FAT's 2 s) are not
+covered.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import structlog
+from ulid import ULID
+
+from cleveragents.domain.models.acms.backends import (
+    GraphIndex,
+    IndexUnit,
+    TextIndex,
+    VectorIndex,
+    WriteTriple,
+)
+from cleveragents.domain.models.acms.index_store import Catalog, FileDelta, VerifyProblem
+from cleveragents.domain.models.acms.indexing import FileRecord, IndexStats
+from cleveragents.domain.models.acms.uko import UKO, file_uri, path_of, resource_uri
+from cleveragents.domain.models.acms.ulids import canonical_ulid
+from cleveragents.infrastructure.acms import file_modes
+from cleveragents.infrastructure.acms.fault_injection import checkpoint
+from cleveragents.infrastructure.acms.index_layout import (
+    GENERATIONS,
+    collect_garbage,
+    install,
+    live_index_path,
+)
+from cleveragents.infrastructure.acms.reindex_lock import LOCK_FILE, ReindexLock
+
+if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
+__all__ = [
+    "CATALOG_FILE",
+    "INDEX_NAMES",
+    "ManagedIndexStore",
+    "StoreTransaction",
+    "coarse_clock_ns",
+]
+
+INDEX_NAMES = ("text", "vectors", "graph", "catalog")
+# In its own directory so a rebuild swaps it like the indexes it describes.
+CATALOG_FILE = "catalog.sqlite3"
+REGISTRY_FILE = "registry.sqlite3"
+STAGING = ".rebuild"
+PREVIOUS = ".previous"
+
+_log = structlog.get_logger("cleveragents.acms.index_store")
+
+# CLOCK_REALTIME_COARSE: the clock Linux stamps file times with.
+_CLOCK_REALTIME_COARSE = 5
+
+
+def coarse_clock_ns() -> int:
+    """Now, by the clock that stamps file mtimes (never later than it)."""
+    if sys.platform.startswith("linux"):
+        return time.clock_gettime_ns(_CLOCK_REALTIME_COARSE)
+    return time.time_ns() - 2_000_000_000  # unknown tick: be generous
+
+
+def _dirty_key(rid: str) -> str:
+    return f"dirty:{rid}"
+
+
+def _identity_key(rid: str) -> str:
+    return f"identity:{rid}"
+
+
+def _stamp_key(rid: str) -> str:
+    return f"catalog_written_ns:{rid}"
+
+
+def _contains(rid: str, path: str) -> list[WriteTriple]:
+    return [(resource_uri(rid), UKO + "contains", file_uri(rid, path))]
+
+
+def _file_subjects(subjects: Iterable[str]) -> set[str]:
+    # The resource node itself is not a file's subject.
+    return {s for s in subjects if path_of(s) is not None}
+
+
+@dataclass(frozen=True, slots=True)
+class _Batches:
+    units: int = 8192
+    bytes: int = 16 * 1024 * 1024
+    triples: int = 250_000
+
+
+class ManagedIndexStore:
+    """The four stores of a data directory (or given instances) and their write protocol.
+
+    Build one with :meth:`open` (a data directory) or :meth:`over` (instances,
+    e.g. the in-memory reference indexes).  Indexes are opened on first use,
+    so a command that queries one engine never imports the others.
+    """
+
+    def __init__(
+        self,
+        *,
+        text: Callable[[], TextIndex],
+        vector: Callable[[], VectorIndex],
+        graph: Callable[[], GraphIndex],
+        catalog: Callable[[], Catalog],
+        dimension: int,
+        data_dir: Path | None = None,
+        clock: Callable[[], int] = coarse_clock_ns,
+        batch_units: int = 8192,
+        batch_bytes: int = 16 * 1024 * 1024,
+        batch_triples: int = 250_000,
+    ) -> None:
+        self._factories: dict[str, Callable[[], object]] = {
+            "text": text,
+            "vectors": vector,
+            "graph": graph,
+            "catalog": catalog,
+        }
+        self._open: dict[str, object] = {}
+        self._writing = 0  # depth of writing() blocks held by this process
+        self._unsecured = False  # a session wrote since the last secure()
+        self._dimension = dimension
+        self.data_dir = data_dir
+        self.clock = clock
+        self.batches = _Batches(batch_units, batch_bytes, batch_triples)
+
+    # ------------------------------------------------------------ construction
+
+    @classmethod
+    def open(
+        cls, data_dir: str | os.PathLike[str], *, dimension: int, **options: object
+    ) -> ManagedIndexStore:
+        """The live indexes of ``data_dir`` (created owner-only on first use)."""
+        root = Path(data_dir).resolve()
+        file_modes.make_private_dirs(root)
+        return cls._at(root, dimension, live=True, **options)
+
+    @classmethod
+    def _at(cls, root: Path, dimension: int, *, live: bool, **options: object) -> ManagedIndexStore:
+        def where(name: str) -> Path:
+            if live:
+                return live_index_path(root, name)
+            path = root / name
+            file_modes.make_private_dirs(path)
+            return path
+
+        def text() -> TextIndex:
+            from cleveragents.infrastructure.acms.tantivy_text import TantivyTextBackend
+
+            return TantivyTextBackend(where("text"))
+
+        def vector() -> VectorIndex:
+            from cleveragents.infrastructure.acms.faiss_vector import FaissVectorBackend
+
+            return FaissVectorBackend(where("vectors"), dimension=dimension)
+
+        def graph() -> GraphIndex:
+            from cleveragents.infrastructure.acms.rdflib_graph import RdflibGraphBackend
+
+            return RdflibGraphBackend(where("graph"))
+
+        def catalog() -> Catalog:
+            from cleveragents.infrastructure.acms.sqlite_catalog import SqliteCatalog
+
+            return SqliteCatalog(where("catalog") / CATALOG_FILE)
+
+        return cls(
+            text=text,
+            vector=vector,
+            graph=graph,
+            catalog=catalog,
+            dimension=dimension,
+            data_dir=root,
+            **options,  # type: ignore[arg-type]
+        )
+
+    @classmethod
+    def over(
+        cls,
+        text: TextIndex,
+        vector: VectorIndex,
+        graph: GraphIndex,
+        catalog: Catalog,
+        **options: object,
+    ) -> ManagedIndexStore:
+        """A store over existing index instances (no data directory, no lock)."""
+        return cls(
+            text=lambda: text,
+            vector=lambda: vector,
+            graph=lambda: graph,
+            catalog=lambda: catalog,
+            dimension=vector.dimension,
+            **options,  # type: ignore[arg-type]
+        )
+
+    @classmethod
+    def in_memory(cls, dimension: int, **options: object) -> ManagedIndexStore:
+        """A store over the in-memory reference indexes (fast tests)."""
+        from cleveragents.infrastructure.acms.memory_indexes import (
+            MemoryCatalog,
+            MemoryGraphIndex,
+            MemoryTextIndex,
+            MemoryVectorIndex,
+        )
+
+        return cls.over(
+            MemoryTextIndex(),
+            MemoryVectorIndex(dimension),
+            MemoryGraphIndex(),
+            MemoryCatalog(),
+            **options,
+        )
+
+    # ------------------------------------------------------------ the stores
+
+    def _get(self, name: str) -> object:
+        value = self._open.get(name)
+        if value is None:
+            value = self._open[name] = self._factories[name]()
+        return value
+
+    @property
+    def text(self) -> TextIndex:
+        """The text index (opened on first use)."""
+        value = self._get("text")
+        assert isinstance(value, TextIndex)
+        return value
+
+    @property
+    def vector(self) -> VectorIndex:
+        """The vector index (opened on first use)."""
+        value = self._get("vectors")
+        assert isinstance(value, VectorIndex)
+        return value
+
+    @property
+    def graph(self) -> GraphIndex:
+        """The graph index (opened on first use)."""
+        value = self._get("graph")
+        assert isinstance(value, GraphIndex)
+        return value
+
+    @property
+    def catalog(self) -> Catalog:
+        """The catalog (opened on first use)."""
+        return self._get("catalog")  # type: ignore[return-value]
+
+    @property
+    def dimension(self) -> int:
+        """Embedding dimension of the vector index."""
+        return self._dimension
+
+    def open_all(self) -> None:
+        """Open the four stores now rather than on first use."""
+        for name in INDEX_NAMES:
+            self._get(name)
+
+    def close(self) -> None:
+        """Close every store opened so far."""
+        for name in INDEX_NAMES:
+            value = self._open.pop(name, None)
+            if value is not None:
+                value.close()  # type: ignore[attr-defined]
+
+    # ------------------------------------------------------------ sessions
+
+    @contextmanager
+    def session(
+        self, resource_id: str, *, identity: str | None = None
+    ) -> Iterator[StoreTransaction]:
+        """One resource's transaction; leaving the block normally commits it.
+
+        ``identity`` names what produced the units (embedder, settings): when
+        it differs from the one recorded for the resource, the session is
+        ``full``.  None: neither checked nor recorded.
+
+        An exception leaves what was written and the dirty marker: the
+        resource's next session repairs it.
+        """
+        tx = StoreTransaction(self, canonical_ulid(resource_id), identity)
+        yield tx
+        tx.commit()
+        if tx.wrote:
+            self._wrote()
+
+    def _wrote(self) -> None:
+        self._unsecured = True
+        if not self._writing:  # else once, when the writer lock is released
+            self.secure()
+
+    def delete_resource(self, resource_id: str) -> None:
+        """Delete every unit and record of a resource.
+
+        The catalog rows go first, under the dirty marker: a crash part way
+        leaves units no row names, which the resource's next session sweeps
+        (or the next prune deletes), never rows naming units that are gone.
+        """
+        rid = canonical_ulid(resource_id)
+        catalog = self.catalog
+        catalog.set_meta(_dirty_key(rid), "delete")
+        catalog.remove(rid)
+        checkpoint("resource.delete")
+        self.text.delete(rid)
+        checkpoint("resource.delete")
+        self.vector.delete(rid)
+        checkpoint("resource.delete")
+        self.graph.delete(rid)
+        checkpoint("resource.delete")
+        for key in (_identity_key(rid), _stamp_key(rid), _dirty_key(rid)):
+            catalog.delete_meta(key)
+        self._wrote()
+        _log.info("index_store.resource_deleted", resource_id=rid)
+
+    def mark_dirty(self, resource_ids: Iterable[str]) -> None:
+        """Make the next session of each resource check it against the catalog."""
+        for rid in resource_ids:
+            self.catalog.set_meta(_dirty_key(canonical_ulid(rid)), "marked")
+
+    def iter_resource_ids(self) -> Iterator[str]:
+        """Every resource the catalog or an index holds, sorted."""
+        present = (
+            self.catalog.resource_ids()
+            | self.text.resource_ids()
+            | self.vector.resource_ids()
+            | self.graph.resource_ids()
+        )
+        return iter(sorted(present))
+
+    def prune(self, keep: Iterable[str]) -> list[str]:
+        """Delete the units of every indexed resource not in ``keep``."""
+        keep_set = {canonical_ulid(r) for r in keep}
+        gone = [rid for rid in self.iter_resource_ids() if rid not in keep_set]
+        for rid in gone:
+            self.delete_resource(rid)
+        return gone
+
+    # ------------------------------------------------------------ checks
+
+    def verify(self, registered: Iterable[str]) -> list[VerifyProblem]:
+        """Check that catalog, text, vector and graph agree on every resource."""
+        known = {canonical_ulid(r) for r in registered}
+        problems: list[VerifyProblem] = []
+        for rid in sorted(known | set(self.iter_resource_ids())):
+            records = self.catalog.records(rid)
+            expected = {u for rec in records.values() for u in rec.unit_uris}
+            subjects = _file_subjects(s for rec in records.values() for s in rec.graph_subjects)
+            if rid not in known:
+                expected, subjects = set(), set()
+            checks = (
+                ("text", expected, self.text.unit_uris(rid)),
+                ("vector", expected, self.vector.unit_uris(rid)),
+                ("graph", subjects, _file_subjects(self.graph.subjects(rid))),
+            )
+            for name, want, have in checks:
+                missing, extra = want - have, have - want
+                if missing or extra:
+                    sample = sorted(missing or extra)[0]
+                    problems.append(VerifyProblem(rid, name, len(missing), len(extra), sample))
+        return problems
+
+    def counts(self, resource_id: str) -> dict[str, int]:
+        """Files with units in the catalog, and units per index, of one resource."""
+        rid = canonical_ulid(resource_id)
+        records = self.catalog.records(rid)
+        return {
+            "files": sum(1 for rec in records.values() if rec.unit_uris),
+            "text_units": len(self.text.unit_uris(rid)),
+            "vector_units": len(self.vector.unit_uris(rid)),
+            "graph_subjects": len(self.graph.subjects(rid)),
+        }
+
+    # ------------------------------------------------------------ the data directory
+
+    def _root(self) -> Path:
+        if self.data_dir is None:
+            raise ValueError("this store has no data directory")
+        return self.data_dir
+
+    def _owned(self) -> list[Path]:
+        root = self._root()
+        names = [GENERATIONS, STAGING, PREVIOUS, LOCK_FILE]
+        names += [REGISTRY_FILE + suffix for suffix in ("", "-wal", "-shm", "-journal")]
+        return [root / name for name in names]
+
+    def secure(self) -> None:
+        """Narrow what the engines created in the data directory to owner-only."""
+        self._unsecured = False
+        if self.data_dir is not None:
+            file_modes.tighten(self._owned())
+
+    def loose_modes(self) -> list[str]:
+        """The data directory and the files in it that others may access."""
+        root = self._root()
+        return [str(p) for p in file_modes.loose([root]) if p == root] + [
+            str(p) for p in file_modes.loose(self._owned())
+        ]
+
+    def bytes_on_disk(self) -> dict[str, int]:
+        """Sizes of the live indexes and the registry."""
+        root = self._root()
+        return {name: _du(root / name) for name in (*INDEX_NAMES, REGISTRY_FILE)}
+
+    @contextmanager
+    def writing(self, *, timeout: float = 60.0) -> Iterator[ManagedIndexStore]:
+        """Hold the data directory's reindex lock; repair an interrupted rebuild first.
+
+        A finished rebuild renames ``.rebuild/`` to ``.previous/``, so a
+        ``.rebuild/`` seen under the lock is the remains of a killed one: every
+        resource is marked dirty (its next session checks and sweeps it) and
+        ``.rebuild/`` goes.
+        """
+        with ReindexLock(self._root(), timeout=timeout):
+            staging = self._root() / STAGING
+            if staging.exists():
+                rids = list(self.iter_resource_ids())
+                self.mark_dirty(rids)
+                shutil.rmtree(staging, ignore_errors=True)
+                _log.warning("reindex.interrupted_rebuild_recovered", resources=len(rids))
+            self._writing += 1
+            try:
+                yield self
+            finally:
+                self._writing -= 1
+                if self._unsecured:
+                    self.secure()
+
+    def rebuild(self) -> AbstractContextManager[ManagedIndexStore]:
+        """Fresh indexes in ``.rebuild/``, swapped in on a normal exit (hold :meth:`writing`).
+
+        Each live index is exchanged with its fresh copy, the catalog last:
+        until it is swapped, the live catalog is the old one, and a swapped
+        index ahead of it is repaired as after any interrupted session.
+        Readers see the old index or the new one, never a half-built one.
+        """
+        return self._rebuild()
+
+    @contextmanager
+    def _rebuild(self) -> Iterator[ManagedIndexStore]:
+        root = self._root()
+        staging, previous = root / STAGING, root / PREVIOUS
+        for stale in (staging, previous):
+            shutil.rmtree(stale, ignore_errors=True)
+        # Generations no live link points into: the one the last rebuild
+        # replaced, and any left by a killed one.
+        collect_garbage(root, INDEX_NAMES)
+        file_modes.make_private_dirs(staging)
+        fresh = ManagedIndexStore._at(
+            staging,
+            self._dimension,
+            live=False,
+            clock=self.clock,
+            batch_units=self.batches.units,
+            batch_bytes=self.batches.bytes,
+            batch_triples=self.batches.triples,
+        )
+        try:
+            yield fresh
+        finally:
+            fresh.close()
+        checkpoint("rebuild.staged")
+        generation = str(ULID())
+        for name in INDEX_NAMES:
+            displaced = install(root, name, staging / name, generation)
+            if displaced is not None:  # a real directory of the older layout
+                os.replace(displaced, staging / name)
+            checkpoint("rebuild.swap")
+        os.replace(staging, previous)
+        checkpoint("rebuild.done")
+        self.secure()
+
+
+class StoreTransaction:
+    """One resource's session over a :class:`ManagedIndexStore` (see the module doc)."""
+
+    def __init__(self, store: ManagedIndexStore, resource_id: str, identity: str | None) -> None:
+        self._store = store
+        self.resource_id = resource_id
+        self.stats = IndexStats()
+        self._t0 = time.perf_counter()
+        self._started_ns = store.clock()
+        catalog = store.catalog
+        self._catalog = catalog
+        self._identity = identity
+        recorded = catalog.get_meta(_identity_key(resource_id)) or catalog.get_meta("embedder")
+        # Units from another embedder or analyzer are not comparable: redo all.
+        self._full = identity is not None and recorded is not None and recorded != identity
+        stamp = catalog.get_meta(_stamp_key(resource_id))
+        self._racy_from = int(stamp) if stamp is not None else None
+        # A re-run compares the listing with each file's (size, mtime) only;
+        # full records are fetched for the few files that changed or vanished.
+        self._catalog_stats = catalog.file_stats(resource_id)
+        self._records: dict[str, FileRecord] = {}
+        self._dirty_at_start = catalog.get_meta(_dirty_key(resource_id)) is not None
+        self._dirty = self._dirty_at_start
+        self._suspects: frozenset[str] = frozenset()
+        if self._dirty_at_start:
+            self._records = catalog.records(resource_id)
+            self._suspects = self._find_suspects()
+        self._pending: list[FileDelta] = []
+        self._pending_units = 0
+        self._pending_bytes = 0
+        self._graph_triples: list[WriteTriple] = []
+        self._graph_delete_subjects: set[str] = set()
+        self._graph_delete_triples: list[WriteTriple] = []
+        self._graph_records: list[FileRecord] = []
+        self._touched: list[FileRecord] = []
+        self._gone: list[FileRecord] = []
+        self.wrote = False
+        self._done = False
+
+    # ------------------------------------------------------------ what the planner reads
+
+    @property
+    def full(self) -> bool:
+        """True when every file must be re-indexed (the index identity changed)."""
+        return self._full
+
+    @property
+    def suspects(self) -> frozenset[str]:
+        """Paths an earlier crash may have left incomplete."""
+        return self._suspects
+
+    def file_stats(self) -> Mapping[str, tuple[int, int]]:
+        """The catalog's ``(size, mtime_ns)`` per path of this resource."""
+        return self._catalog_stats
+
+    def is_racy(self, mtime_ns: int) -> bool:
+        """True when a file recorded with this mtime may have changed unseen."""
+        return self._racy_from is not None and mtime_ns >= self._racy_from
+
+    def record(self, path: str) -> FileRecord | None:
+        """The catalog record of ``path`` (fetched on first need)."""
+        if path not in self._catalog_stats:
+            return None
+        old = self._records.get(path)
+        if old is None:
+            old = self._catalog.get(self.resource_id, [path]).get(path)
+            if old is not None:
+                self._records[path] = old
+        return old
+
+    def records(self, paths: Iterable[str]) -> dict[str, FileRecord]:
+        """The catalog records of some paths (one query for those not fetched yet)."""
+        wanted = [p for p in paths if p in self._catalog_stats]
+        missing = [p for p in wanted if p not in self._records]
+        if missing:
+            self._records.update(self._catalog.get(self.resource_id, missing))
+        return {p: self._records[p] for p in wanted if p in self._records}
+
+    # ------------------------------------------------------------ writes
+
+    def apply(self, delta: FileDelta) -> None:
+        """Queue or write one file's change (see the module doc for the order)."""
+        if self._done:
+            raise ValueError("the session is already committed")
+        for unit in delta.units:
+            if unit.resource_id != self.resource_id:
+                raise ValueError(f"unit {unit.uko_uri[:80]!r} is not of {self.resource_id}")
+        if delta.kind == "touch":
+            assert delta.record is not None
+            self._touched.append(delta.record)
+        elif delta.kind == "delete":
+            assert delta.old is not None
+            self._gone.append(delta.old)
+        else:
+            self._pending.append(delta)
+            self._pending_units += len(delta.units)
+            self._pending_bytes += delta.size
+            batches = self._store.batches
+            if self._pending_units >= batches.units or self._pending_bytes >= batches.bytes:
+                self._flush()
+
+    def _mark_dirty(self) -> None:
+        if not self._dirty:
+            self._catalog.set_meta(_dirty_key(self.resource_id), "session")
+            checkpoint("index.dirty")
+            self._dirty = True
+        self.wrote = True
+
+    def _flush(self) -> None:
+        """Write pending files to text and vector now; queue their graph change
+        and catalog rows for :meth:`_flush_graph` (a resource's graph changes
+        in far larger batches)."""
+        if not self._pending:
+            return
+        rid, store = self.resource_id, self._store
+        units: list[IndexUnit] = [u for d in self._pending for u in d.units]
+        rows = [d.embeddings for d in self._pending if d.units and d.embeddings is not None]
+        embeddings = (
+            np.ascontiguousarray(np.vstack(rows), dtype=np.float32)
+            if rows
+            else np.zeros((0, store.dimension), dtype=np.float32)
+        )
+        new_uris = {u.uko_uri for u in units}
+        stale = {
+            uri for d in self._pending if d.old for uri in d.old.unit_uris if uri not in new_uris
+        }
+        self._mark_dirty()
+        store.text.upsert(rid, units, delete_uris=stale)
+        checkpoint("index.text")
+        store.vector.upsert(rid, units, embeddings, delete_uris=stale)
+        checkpoint("index.vector")
+        self.stats.index_writes += 2
+        self.stats.units_written += len(units)
+        resource = resource_uri(rid)
+        for d in self._pending:
+            assert d.record is not None
+            self._graph_triples.extend(d.triples)
+            if d.old is not None:
+                self._graph_delete_subjects.update(s for s in d.old.graph_subjects if s != resource)
+                self._graph_delete_triples.extend(_contains(rid, d.old.path))
+            self._graph_delete_subjects.update(s for s in d.subjects if s != resource)
+            self._graph_records.append(d.record)
+        self.stats.files_indexed += sum(1 for d in self._pending if d.units or d.triples)
+        _log.debug(
+            "index_store.batch_written", resource_id=rid, files=len(self._pending), units=len(units)
+        )
+        self._pending.clear()
+        self._pending_units = 0
+        self._pending_bytes = 0
+        if len(self._graph_triples) >= store.batches.triples:
+            self._flush_graph()
+
+    def _flush_graph(self) -> None:
+        if not self._graph_records:
+            return
+        rid = self.resource_id
+        self._store.graph.upsert(
+            rid,
+            self._graph_triples,
+            delete_subjects=self._graph_delete_subjects,
+            delete_triples=self._graph_delete_triples,
+        )
+        checkpoint("index.graph")
+        self._catalog.put(rid, self._graph_records)
+        checkpoint("index.catalog")
+        self.stats.index_writes += 1
+        self._graph_triples = []
+        self._graph_delete_subjects = set()
+        self._graph_delete_triples = []
+        self._graph_records = []
+
+    def commit(self) -> IndexStats:
+        """Write what is pending, delete vanished files, repair, clear the marker."""
+        if self._done:
+            return self.stats
+        rid, store = self.resource_id, self._store
+        self._flush()
+        self._flush_graph()
+        if self._touched:
+            self._catalog.put(rid, self._touched)
+            checkpoint("index.touch")
+            self._touched = []
+            self.wrote = True
+        if self._gone:
+            gone = self._gone
+            uris = [u for rec in gone for u in rec.unit_uris]
+            resource = resource_uri(rid)
+            subjects = [s for rec in gone for s in rec.graph_subjects if s != resource]
+            self._mark_dirty()
+            self._catalog.remove(rid, [rec.path for rec in gone])
+            checkpoint("delete.catalog")
+            store.text.delete(rid, uris)
+            checkpoint("delete.text")
+            store.vector.delete(rid, uris)
+            checkpoint("delete.vector")
+            store.graph.upsert(
+                rid,
+                [],
+                delete_subjects=subjects,
+                delete_triples=[c for rec in gone for c in _contains(rid, rec.path)],
+            )
+            checkpoint("delete.graph")
+            self.stats.files_deleted += len(gone)
+            self.stats.index_writes += 3
+        if self._dirty_at_start:
+            self._sweep()
+        if self._dirty:
+            self._catalog.delete_meta(_dirty_key(rid))
+            checkpoint("index.clean")
+            self.wrote = True  # a repair session writes even when nothing changed
+        if self.wrote:
+            # Files whose mtime is not older than this are re-hashed next time.
+            self._catalog.set_meta(_stamp_key(rid), str(self._started_ns))
+        identity = self._identity
+        if identity is not None and self._catalog.get_meta(_identity_key(rid)) != identity:
+            self._catalog.set_meta(_identity_key(rid), identity)
+        self.stats.seconds = time.perf_counter() - self._t0
+        self._done = True
+        _log.info("indexer.resource_indexed", resource_id=rid, **self.stats.as_dict())
+        return self.stats
+
+    # ------------------------------------------------------------ repair
+
+    def _find_suspects(self) -> frozenset[str]:
+        """Paths whose catalog row names a unit or subject some index lacks."""
+        rid, store = self.resource_id, self._store
+        text = store.text.unit_uris(rid)
+        vector = store.vector.unit_uris(rid)
+        subjects = store.graph.subjects(rid)
+        suspect = frozenset(
+            path
+            for path, rec in self._records.items()
+            if not (
+                text.issuperset(rec.unit_uris)
+                and vector.issuperset(rec.unit_uris)
+                and subjects.issuperset(rec.graph_subjects)
+            )
+        )
+        if suspect:
+            _log.info("indexer.suspect_files", resource_id=rid, files=len(suspect))
+        return suspect
+
+    def _sweep(self) -> None:
+        """Delete what no catalog row names (what an interrupted session left)."""
+        rid, store = self.resource_id, self._store
+        records = self._catalog.records(rid)
+        expected = {u for rec in records.values() for u in rec.unit_uris}
+        text_orphans = store.text.unit_uris(rid) - expected
+        if text_orphans:
+            store.text.delete(rid, text_orphans)
+            self.stats.index_writes += 1
+        checkpoint("sweep.text")
+        vector_orphans = store.vector.unit_uris(rid) - expected
+        if vector_orphans:
+            store.vector.delete(rid, vector_orphans)
+            self.stats.index_writes += 1
+        checkpoint("sweep.vector")
+        subjects = {s for rec in records.values() for s in rec.graph_subjects}
+        # Only file subjects (the rule verify checks): never the resource node.
+        subject_orphans = {
+            s for s in store.graph.subjects(rid) if s not in subjects and path_of(s) is not None
+        }
+        files = {file_uri(rid, rec.path) for rec in records.values() if rec.graph_subjects}
+        resource = resource_uri(rid)
+        contains_orphans = [
+            (resource, UKO + "contains", o)
+            for _s, p, o in store.graph.get_triples(resource, scope=frozenset({rid})).triples
+            if p == UKO + "contains" and o not in files
+        ]
+        if subject_orphans or contains_orphans:
+            store.graph.upsert(
+                rid, [], delete_subjects=subject_orphans, delete_triples=contains_orphans
+            )
+            self.stats.index_writes += 1
+        checkpoint("sweep.graph")
+        _log.info(
+            "indexer.orphans_swept",
+            resource_id=rid,
+            text=len(text_orphans),
+            vector=len(vector_orphans),
+            graph_subjects=len(subject_orphans),
+            contains=len(contains_orphans),
+        )
+
+
+def _du(path: Path) -> int:
+    if not path.exists():
+        return 0
+    if path.is_file():
+        return path.stat().st_size
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                continue
+    return total

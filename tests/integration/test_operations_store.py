@@ -1,0 +1,119 @@
+"""Operations over a real data directory through the index store: owner-only
+modes whatever the umask, overlapping resources refused, racy rewrites seen."""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cleveragents.application.services.operations import AcmsOperations
+from cleveragents.bootstrap import bootstrap
+from cleveragents.domain.models.acms.errors import ConflictError
+from cleveragents.infrastructure.acms.index_store import coarse_clock_ns
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    (root / "pkg").mkdir(parents=True)
+    (root / "pkg" / "core.py").write_text("def quokka_function():\n    return 1\n")
+    return root
+
+
+@pytest.fixture
+def ops(tmp_path: Path) -> Iterator[AcmsOperations]:
+    o = bootstrap(tmp_path / "data", embedding_dimension=16)
+    yield o
+    o._store().close()
+
+
+def loose(root: Path) -> list[str]:
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        for path in [Path(dirpath), *(Path(dirpath) / n for n in (*dirnames, *filenames))]:
+            st = os.lstat(path)
+            if not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o077:
+                out.append(f"{path} {oct(st.st_mode & 0o777)}")
+    return sorted(set(out))
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o000])
+def test_a_library_host_gets_owner_only_files_without_changing_its_umask(
+    tmp_path: Path, tree: Path, umask: int
+) -> None:
+    previous = os.umask(umask)
+    try:
+        ops = bootstrap(tmp_path / "data", embedding_dimension=16)
+        try:
+            ops.add_project("local/a")
+            rid = ops.add_resource(str(tree), "local/a").resource_id
+            ops.reindex()
+            ops.rebuild()
+            (tree / "pkg" / "more.py").write_text("def more():\n    pass\n")
+            ops.reindex()
+            assert os.umask(umask) == umask  # the library left the host's umask alone
+            assert loose(tmp_path / "data") == []
+            assert ops.status()["loose_modes"] == []
+            ops.remove_resource(rid)
+            assert loose(tmp_path / "data") == []
+        finally:
+            ops._store().close()
+    finally:
+        os.umask(previous)
+
+
+def test_status_names_loose_paths(ops: AcmsOperations, tree: Path) -> None:
+    ops.add_project("local/a")
+    ops.add_resource(str(tree), "local/a")
+    ops.reindex()
+    os.chmod(ops.data_dir, 0o755)
+    catalog = os.path.realpath(ops.data_dir / "catalog")
+    os.chmod(catalog, 0o755)
+    assert set(ops.status()["loose_modes"]) >= {str(ops.data_dir), catalog}
+
+
+def test_overlapping_paths_in_one_project_need_force(ops: AcmsOperations, tree: Path) -> None:
+    ops.add_project("local/a")
+    ops.add_project("local/b")
+    first = ops.add_resource(str(tree), "local/a")
+    for path in (tree, tree / "pkg", tree.parent, Path(str(tree) + "/./")):
+        with pytest.raises(ConflictError, match=first.resource_id):
+            ops.add_resource(str(path), "local/a")
+    assert ops.add_resource(str(tree), "local/b").resource_id != first.resource_id
+    forced = ops.add_resource(str(tree / "pkg"), "local/a", force=True)
+    assert {r.resource_id for r in ops.list_resources("local/a")} == {
+        first.resource_id,
+        forced.resource_id,
+    }
+    # A sibling that merely shares a prefix is not inside.
+    sibling = tree.parent / (tree.name + "-other")
+    sibling.mkdir()
+    ops.add_resource(str(sibling), "local/a")
+
+
+def test_a_same_size_rewrite_within_the_catalog_tick_is_indexed(
+    ops: AcmsOperations, tree: Path
+) -> None:
+    """git's racily-clean case on disk: the file's mtime is not older than the
+    catalog write (here set ahead of it, as a coarse-grained file system
+    would round it), then it is rewritten with the same size and mtime."""
+    ops.add_project("local/a")
+    rid = ops.add_resource(str(tree), "local/a").resource_id
+    racy = tree / "racy.txt"
+    tick = coarse_clock_ns() + 60_000_000_000
+    racy.write_text("alphaword one\n")
+    os.utime(racy, ns=(tick, tick))
+    ops.reindex()
+    view = ops.view(frozenset({rid}))
+    assert view.search("alphaword")
+    racy.write_text("bravoword two\n")
+    os.utime(racy, ns=(tick, tick))
+    time.sleep(0.01)
+    ops.reindex()
+    assert view.search("bravoword")
+    assert view.search("alphaword") == []
