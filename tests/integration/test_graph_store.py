@@ -216,10 +216,40 @@ def test_graphs_beyond_the_cache_budget_are_dropped_least_recent_first(
         assert backend.loaded_resource_ids() == {a, b, c}
 
 
-def test_a_store_in_the_earlier_n_triples_layout_asks_for_a_rebuild(tmp_path: Path) -> None:
+def test_a_store_in_the_earlier_n_triples_layout_is_converted_once(tmp_path: Path) -> None:
+    a, b, gone = new_ulid(), new_ulid(), new_ulid()
+    fa, fb = file_uri(a, "a.py"), file_uri(b, "b.py")
+    graphs = tmp_path / "graphs"
+    graphs.mkdir()
+    (tmp_path / "generation").write_text("7\n")
+    lit = '"tab\\t \\u00FC \\"q\\""'
+    (graphs / f"{a}.nt").write_text(
+        f'<{fa}> <{UKO}path> {lit} .\n<{fa}> <{UKO}lines> "010"^^<urn:int> .\n'
+    )
+    # a committed record, then a torn one
+    (graphs / f"{a}.log").write_text(
+        f'+<{fa}> <{UKO}imports> <urn:os> .\n-<{fa}> <{UKO}lines> "010"^^<urn:int> .\nC\n'
+        f"+<{fa}> <{UKO}x> <urn:torn> .\n"
+    )
+    (graphs / f"{b}.nt").write_text(f'<{fb}> <{UKO}path> "b.py" .\n')
+    (graphs / f"{gone}.log").write_text(f"+<{fb}> <{UKO}x> <urn:stale> .\nC\n")
+    with RdflibGraphBackend(tmp_path) as backend:
+        assert backend.resource_ids() == {a, b}
+        assert backend.get_triples(fa, scope=frozenset({a})).triples == [
+            (fa, UKO + "imports", "urn:os"),
+            (fa, UKO + "path", 'tab\t \u00fc "q"'),
+        ]
+        assert backend.subjects(b) == {fb}
+    assert sorted(p.name for p in graphs.iterdir()) == sorted([f"{a}.graph", f"{b}.graph"])
+    assert not (tmp_path / "generation").exists()
+    assert (tmp_path / "format").read_bytes() == graph_store.FORMAT
+
+
+def test_a_corrupt_store_in_the_earlier_layout_is_index_unavailable(tmp_path: Path) -> None:
     (tmp_path / "graphs").mkdir()
     (tmp_path / "generation").write_text("3\n")
-    with pytest.raises(IndexUnavailableError, match="--rebuild"):
+    (tmp_path / "graphs" / f"{new_ulid()}.nt").write_text("this is not n-triples\n")
+    with pytest.raises(IndexUnavailableError, match="corrupt"):
         RdflibGraphBackend(tmp_path)
 
 

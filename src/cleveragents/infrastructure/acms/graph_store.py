@@ -313,9 +313,11 @@ class Cursor:
 class GraphStore:
     """The files of per-resource graphs under ``root`` (see the module docstring).
 
+    A store in the N-Triples layout of earlier versions is converted when
+    opened (the one time opening reads graphs).
+
     Raises:
-        IndexUnavailableError: the store cannot be created, or holds the
-            N-Triples layout of an earlier version (rebuild the indexes).
+        IndexUnavailableError: the store cannot be created or converted.
     """
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
@@ -338,17 +340,43 @@ class GraphStore:
         try:
             found = path.read_bytes()
         except FileNotFoundError:
-            if (self.root / "generation").exists():
-                raise IndexUnavailableError(
-                    f"graph store {self.root} is in the N-Triples layout of an earlier "
-                    "version; rebuild the indexes (scripts/reindex.py --rebuild)"
-                ) from None
             with self.writer_lock():
                 if not path.exists():
+                    if (self.root / "generation").exists():
+                        self._convert_legacy()
                     _write_new(path, FORMAT)
+                    # Last: until it is gone, a killed conversion is redone.
+                    (self.root / "generation").unlink(missing_ok=True)
             return
         if found != FORMAT:
             raise IndexUnavailableError(f"graph store {self.root} has an unknown format {found!r}")
+
+    def _convert_legacy(self) -> None:
+        """Rewrite a store of the earlier N-Triples layout in this one, once.
+
+        Each resource's ``.graph`` is written before its ``.nt``/``.log`` go,
+        so a conversion killed at any point is redone from what is left.
+        """
+        from cleveragents.infrastructure.acms.graph_legacy import read_resource
+
+        converted = 0
+        for base in sorted(self._graphs.glob("*.nt")):
+            rid = base.stem
+            if not is_ulid(rid) or rid != rid.upper():
+                continue
+            try:
+                graph = read_resource(base)
+            except ValueError as exc:
+                raise IndexUnavailableError(f"corrupt graph file {base}: {exc}") from exc
+            if graph.size:
+                self.replace(rid, graph)
+                converted += 1
+            base.unlink()
+            base.with_suffix(".log").unlink(missing_ok=True)
+        for log in self._graphs.glob("*.log"):  # logs without a base: deletion leftovers
+            log.unlink()
+        _fsync_dir(self._graphs)
+        _log.info("graph_store.converted", store=str(self.root), resources=converted)
 
     def close(self) -> None:
         if self._lock_fd is not None:
