@@ -216,6 +216,18 @@ def test_graphs_beyond_the_cache_budget_are_dropped_least_recent_first(
         assert backend.loaded_resource_ids() == {a, b, c}
 
 
+def test_a_writer_holds_only_the_graphs_it_is_writing_beyond_the_budget(tmp_path: Path) -> None:
+    rids = [new_ulid() for _ in range(4)]
+    with RdflibGraphBackend(tmp_path, cache_triples=10) as backend:
+        for rid in rids:
+            backend.upsert(rid, _triples(rid, 6))
+            backend.upsert(rid, _triples(rid, 6, tag="w"))  # appends to its file
+            assert backend.loaded_resource_ids() == {rid}
+        assert backend.resource_ids() == set(rids)
+    with RdflibGraphBackend(tmp_path) as reopened:
+        assert all(len(reopened.subjects(rid)) == 6 for rid in rids)
+
+
 def test_a_store_in_the_earlier_n_triples_layout_is_converted_once(tmp_path: Path) -> None:
     a, b, gone = new_ulid(), new_ulid(), new_ulid()
     fa, fb = file_uri(a, "a.py"), file_uri(b, "b.py")
