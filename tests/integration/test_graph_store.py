@@ -143,6 +143,39 @@ def test_a_commit_to_a_in_another_process_rereads_only_a(three: tuple[Path, list
         assert _reads(logs) == [("graph_store.followed", a)]
 
 
+def test_a_union_follows_a_members_change_without_a_rebuild(tmp_path: Path) -> None:
+    """A commit to a member is applied to the cached union (O(change)); a
+    triple removed from one member stays while another member holds it."""
+    a, b = new_ulid(), new_ulid()
+    fa = file_uri(a, "a.py")
+    shared = ("urn:shared", UKO + "x", "urn:both")
+    with RdflibGraphBackend(tmp_path) as writer, RdflibGraphBackend(tmp_path) as reader:
+        writer.upsert(a, [shared, (fa, UKO + "x", "urn:old")])
+        fb = (file_uri(b, "b.py"), UKO + "x", "urn:b")
+        writer.upsert(b, [shared, fb])
+        both = frozenset({a, b})
+        assert len(reader.sparql_query(Q, scope=both).triples) == 3
+        union = reader._union(both)
+        writer.upsert(a, [(fa, UKO + "x", "urn:new")], delete_subjects=[fa, "urn:shared"])
+        assert sorted(reader.sparql_query(Q, scope=both).triples) == sorted(
+            [(fa, UKO + "x", "urn:new"), fb, shared]
+        )
+        assert reader._union(both) is union
+        reader.upsert(b, [], delete_subjects=["urn:shared"])  # this handle's own write
+        assert sorted(reader.sparql_query(Q, scope=both).triples) == sorted(
+            [(fa, UKO + "x", "urn:new"), fb]
+        )
+        assert reader._union(both) is union
+    with RdflibGraphBackend() as memory:
+        memory.upsert(a, [shared])
+        memory.upsert(b, [shared])
+        assert len(memory.sparql_query(Q, scope=both).triples) == 1
+        memory.delete(a, ["urn:shared"])
+        assert memory.sparql_query(Q, scope=both).triples == [shared]
+        memory.delete(b, ["urn:shared"])
+        assert memory.sparql_query(Q, scope=both).triples == []
+
+
 def test_a_reader_follows_a_compaction_and_a_deletion_of_a_only(tmp_path: Path) -> None:
     a, b = new_ulid(), new_ulid()
     with RdflibGraphBackend(tmp_path) as writer, RdflibGraphBackend(tmp_path) as reader:

@@ -418,19 +418,20 @@ class GraphStore:
 
     def refresh(
         self, rid: str, graph: ResourceGraph | None, cursor: Cursor | None
-    ) -> tuple[ResourceGraph, Cursor, bool] | None:
+    ) -> tuple[ResourceGraph, Cursor, list[Op] | None] | None:
         """Bring a held graph up to date with its file, or load it.
 
         Returns ``None`` when the resource has no graph, else the graph (the
         one given, changed in place by the records appended since, or a
-        freshly loaded one), its cursor, and whether anything was read.
+        freshly loaded one), its cursor, and the operations that changed the
+        given graph (``None``: the graph was loaded afresh).
         """
         path = self.path(rid)
         try:
             if graph is not None and cursor is not None and not cursor.racy:
                 try:
                     if _key(os.stat(path, follow_symlinks=False)) == cursor.key:
-                        return graph, cursor, False
+                        return graph, cursor, []
                 except FileNotFoundError:
                     return None
             return self._read(rid, path, graph, cursor)
@@ -439,7 +440,7 @@ class GraphStore:
 
     def _read(
         self, rid: str, path: Path, graph: ResourceGraph | None, cursor: Cursor | None
-    ) -> tuple[ResourceGraph, Cursor, bool] | None:
+    ) -> tuple[ResourceGraph, Cursor, list[Op] | None] | None:
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
         except FileNotFoundError:
@@ -466,15 +467,15 @@ class GraphStore:
                     cursor.offset += length
                 cursor.key, cursor.racy = _key(st), _racy(st)
                 if not ops:
-                    return graph, cursor, False
+                    return graph, cursor, []
                 _log.debug("graph_store.followed", resource=rid, operations=len(ops))
-                return graph, cursor, bool(graph.apply(ops))
+                return graph, cursor, graph.apply(ops)
             data = _pread_all(fd, None, 0)
         finally:
             os.close(fd)
         loaded, fresh = self._parse(data, st, path)
         _log.debug("graph_store.loaded", resource=rid, triples=loaded.size, bytes=len(data))
-        return loaded, fresh, True
+        return loaded, fresh, None
 
     def _parse(self, data: bytes, st: os.stat_result, path: Path) -> tuple[ResourceGraph, Cursor]:
         if len(data) < _HEADER or data[: len(_MAGIC)] != _MAGIC:

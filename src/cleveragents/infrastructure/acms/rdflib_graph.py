@@ -104,6 +104,11 @@ def _validate_timeout(value: object) -> float:
     return float(value)
 
 
+def _rdf_literal(o: tuple[str, str | None]) -> RdfLiteral:
+    # normalize=False keeps the lexical form exactly as written.
+    return RdfLiteral(o[0], datatype=None if o[1] is None else URIRef(o[1]), normalize=False)
+
+
 def _rdf_graph(graphs: Iterable[ResourceGraph]) -> Graph:
     # An explicit store instance: no plugin lookup, never a Dataset.
     graph = Graph(store=Memory())
@@ -117,10 +122,7 @@ def _rdf_graph(graphs: Iterable[ResourceGraph]) -> Graph:
                 if isinstance(o, str):
                     obj = refs.get(o) or refs.setdefault(o, URIRef(o))
                 else:
-                    # normalize=False keeps the lexical form exactly as written.
-                    obj = RdfLiteral(
-                        o[0], datatype=None if o[1] is None else URIRef(o[1]), normalize=False
-                    )
+                    obj = _rdf_literal(o)
                 graph.add((subject, predicate, obj))
     return graph
 
@@ -455,9 +457,11 @@ class RdflibGraphBackend:
                     if res is not None:
                         self._forget(rid)
                     continue
-                loaded, self._cursors[rid], changed = fresh
-                if changed:
+                loaded, self._cursors[rid], changes = fresh
+                if changes is None:
                     self._drop_unions(rid)
+                elif changes:
+                    self._patch_unions(rid, changes)
                 if loaded is not res:
                     self._graphs[rid] = res = loaded
             if res is not None:
@@ -527,6 +531,23 @@ class RdflibGraphBackend:
         for key in [key for key in self._unions if rid in key]:
             del self._unions[key]
 
+    def _patch_unions(self, rid: str, done: list[Op]) -> None:
+        """Apply ``rid``'s applied changes to the unions holding it: O(change)."""
+        for key in [key for key in self._unions if rid in key]:
+            others = [self._graphs.get(other) for other in key if other != rid]
+            if rid not in self._graphs or None in others:
+                del self._unions[key]  # a member is no longer held: rebuild when used
+                continue
+            union = self._unions[key]
+            for add, s, p, o in done:
+                obj = URIRef(o) if isinstance(o, str) else _rdf_literal(o)
+                triple = (URIRef(s), URIRef(p), obj)
+                if add:
+                    union.add(triple)
+                # Another member may hold the same triple (a non-uko subject).
+                elif not any((p, o) in g.by_subject.get(s, ()) for g in others if g is not None):
+                    union.remove(triple)
+
     def _change(
         self,
         rid: str,
@@ -556,12 +577,12 @@ class RdflibGraphBackend:
         done = res.apply(ops)
         if not done:
             return
-        self._drop_unions(rid)
         if store is None:
             if res.size:
                 self._graphs[rid] = res
+                self._patch_unions(rid, done)
             else:
-                self._graphs.pop(rid, None)
+                self._forget(rid)
             return
         try:
             if not res.size:
@@ -576,6 +597,7 @@ class RdflibGraphBackend:
             res.apply([(not add, s, p, o) for add, s, p, o in reversed(done)])
             raise
         self._graphs[rid], self._cursors[rid] = res, cursor
+        self._patch_unions(rid, done)
         if store.compaction_due(cursor):
             try:
                 self._cursors[rid] = store.replace(rid, res)
