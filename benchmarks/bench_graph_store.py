@@ -301,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
             cold[f"{name}_rss_mb"] = round(statistics.median(r["rss_mb"] for r in runs[name]), 1)
         cold["shared_vs_alone"] = round(cold["shared"] / cold["alone"], 3)
         report["cold_query"] = cold
+        report["same_process"] = same_process(cls, shared, small)
 
         # -- memory while writing the big resource in batches
         tri = tmp / "big.pickle"
@@ -356,6 +357,48 @@ def formats(tmp: Path, graph: dict[str, set[Any]]) -> dict[str, Any]:
     for row in result.values():
         row["load_vs_nt"] = round(row["load_s"] / ref, 3)
     return result
+
+
+def same_process(cls: Any, root: Path, small: list[Any]) -> dict[str, Any]:
+    """In one process: a warm scoped SPARQL query + traverse on the small
+    project, and the first one after another handle committed a one-file
+    change to the big resource (another resource) or to the small project
+    (its own).  Medians of 7, as ratios to warm."""
+    from cleveragents.domain.models.acms.backends import Literal
+
+    scope = frozenset({RID_SMALL})
+    q = 'SELECT ?s ?p ?o WHERE { ?s ?p ?o FILTER(?o = "Message") }'
+    start = f"uko://{RID_SMALL}/json/__init__.py"
+
+    def query(backend: Any) -> float:
+        t0 = time.perf_counter()
+        backend.sparql_query(q, scope=scope)
+        backend.traverse(start, depth=2, scope=scope)
+        return time.perf_counter() - t0
+
+    def change(rid: str, i: int) -> tuple[list[Any], list[str]]:
+        f = f"uko://{rid}/bench_{i % 3}.py"
+        lines = [f"{f}#L{j}" for j in range(10)]
+        triples = [(f, "urn:bench:n", Literal(str(i)))]
+        triples += [(line, "urn:bench:line", Literal(str(j))) for j, line in enumerate(lines)]
+        return triples, [f, *lines]
+
+    with cls(root, max_rows=1_000_000) as reader, cls(root, max_rows=1_000_000) as writer:
+        query(reader)
+        warm = statistics.median(query(reader) for _ in range(7))
+        after: dict[str, list[float]] = {"other": [], "own": []}
+        for i in range(7):
+            for name, rid in (("other", RID_BIG), ("own", RID_SMALL)):
+                triples, subjects = change(rid, i)
+                writer.upsert(rid, triples, delete_subjects=subjects)
+                after[name].append(query(reader))
+    return {
+        "warm_ms": round(warm * 1000, 2),
+        "after_other_commit_ms": round(statistics.median(after["other"]) * 1000, 2),
+        "after_own_commit_ms": round(statistics.median(after["own"]) * 1000, 2),
+        "other_vs_warm": round(statistics.median(after["other"]) / warm, 3),
+        "own_vs_warm": round(statistics.median(after["own"]) / warm, 3),
+    }
 
 
 def write_costs(tmp: Path, graph: dict[str, set[Any]]) -> dict[str, Any]:

@@ -17,9 +17,14 @@ file) followed by records, each ``kind length crc32 payload``:
 
 Why this shape (figures in ``benchmarks/bench_graph_store.py``):
 
-- Loading is ``marshal.loads``, which builds the in-memory structure in C:
-  on the standard library's graph (369k triples) about 20x faster than
-  parsing N-Triples through a Python regex, with half the peak memory.
+- Loading is ``marshal.loads``, which builds the in-memory structure in C
+  (with the cyclic GC paused).  On the standard library's graph (369k
+  triples) it took 0.22x the time of parsing N-Triples through a Python
+  regex, 0.64x its peak memory and 0.27x its file size; pickle took 0.36x
+  (and can run code when loading), SQLite rows 0.57x.  ``marshal`` builds
+  only plain values, but like pickle it is not meant for untrusted bytes:
+  these files are written by this module only, and a CRC per record turns
+  torn or damaged bytes into "not committed" or :class:`IndexUnavailableError`.
 - A write appends one record with one ``write()`` and fsyncs, so it costs
   about the change, not the resource.  Once the log outgrows the snapshot a
   fresh file (snapshot only) replaces the old one (compaction).
