@@ -367,8 +367,9 @@ def same_process(cls: Any, root: Path, small: list[Any]) -> dict[str, Any]:
     from cleveragents.domain.models.acms.backends import Literal
 
     scope = frozenset({RID_SMALL})
-    q = 'SELECT ?s ?p ?o WHERE { ?s ?p ?o FILTER(?o = "Message") }'
     start = f"uko://{RID_SMALL}/json/__init__.py"
+    # A cheap query, so that a reload or a union rebuild would show.
+    q = f"SELECT ?s ?p ?o WHERE {{ <{start}> ?p ?o . BIND(<{start}> AS ?s) }}"
 
     def query(backend: Any) -> float:
         t0 = time.perf_counter()
