@@ -259,7 +259,13 @@ def main(argv: list[str] | None = None) -> int:
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     if args.child:
-        print(json.dumps(child(args.child[0], args.child[1], args.module)))
+        kind, arg = args.child
+        if kind == "writer":
+            writer_loop(arg, args.module)
+        elif kind == "same-process":
+            print(json.dumps(same_process(arg, args.module)))
+        else:
+            print(json.dumps(child(kind, arg, args.module)))
         return 0
     report: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as d:
@@ -301,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
             cold[f"{name}_rss_mb"] = round(statistics.median(r["rss_mb"] for r in runs[name]), 1)
         cold["shared_vs_alone"] = round(cold["shared"] / cold["alone"], 3)
         report["cold_query"] = cold
-        report["same_process"] = same_process(cls, shared, small)
+        report["same_process"] = run_child("same-process", shared, args.module)
 
         # -- memory while writing the big resource in batches
         tri = tmp / "big.pickle"
@@ -359,13 +365,32 @@ def formats(tmp: Path, graph: dict[str, set[Any]]) -> dict[str, Any]:
     return result
 
 
-def same_process(cls: Any, root: Path, small: list[Any]) -> dict[str, Any]:
-    """In one process: a warm scoped SPARQL query + traverse on the small
-    project, and the first one after another handle committed a one-file
-    change to the big resource (another resource) or to the small project
-    (its own).  Medians of 7, as ratios to warm."""
+def _change(rid: str, i: int) -> tuple[list[Any], list[str]]:
+    """A one-file change: its 11 subjects replaced."""
     from cleveragents.domain.models.acms.backends import Literal
 
+    f = f"uko://{rid}/bench_{i % 3}.py"
+    lines = [f"{f}#L{j}" for j in range(10)]
+    triples = [(f, "urn:bench:n", Literal(str(i)))]
+    triples += [(line, "urn:bench:line", Literal(str(j))) for j, line in enumerate(lines)]
+    return triples, [f, *lines]
+
+
+def writer_loop(root: str, module: str | None) -> None:
+    """Child: commit ``_change(rid, i)`` for each ``rid i`` line on stdin."""
+    with _backend_class(module)(root) as writer:
+        for line in sys.stdin:
+            rid, i = line.split()
+            triples, subjects = _change(rid, int(i))
+            writer.upsert(rid, triples, delete_subjects=subjects)
+            print("ok", flush=True)
+
+
+def same_process(root: str, module: str | None) -> dict[str, Any]:
+    """Child: a warm scoped SPARQL query + traverse on the small project, and
+    the first one after another process committed a one-file change to the
+    big resource (another resource) or to the small project (its own).
+    Medians of 9, as ratios to warm."""
     scope = frozenset({RID_SMALL})
     start = f"uko://{RID_SMALL}/json/__init__.py"
     # A cheap query, so that a reload or a union rebuild would show.
@@ -377,22 +402,25 @@ def same_process(cls: Any, root: Path, small: list[Any]) -> dict[str, Any]:
         backend.traverse(start, depth=2, scope=scope)
         return time.perf_counter() - t0
 
-    def change(rid: str, i: int) -> tuple[list[Any], list[str]]:
-        f = f"uko://{rid}/bench_{i % 3}.py"
-        lines = [f"{f}#L{j}" for j in range(10)]
-        triples = [(f, "urn:bench:n", Literal(str(i)))]
-        triples += [(line, "urn:bench:line", Literal(str(j))) for j, line in enumerate(lines)]
-        return triples, [f, *lines]
-
-    with cls(root, max_rows=1_000_000) as reader, cls(root, max_rows=1_000_000) as writer:
-        query(reader)
-        warm = statistics.median(query(reader) for _ in range(7))
-        after: dict[str, list[float]] = {"other": [], "own": []}
-        for i in range(7):
-            for name, rid in (("other", RID_BIG), ("own", RID_SMALL)):
-                triples, subjects = change(rid, i)
-                writer.upsert(rid, triples, delete_subjects=subjects)
-                after[name].append(query(reader))
+    cmd = [sys.executable, __file__, "--child", "writer", root]
+    if module:
+        cmd += ["--module", module]
+    writer = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert writer.stdin is not None and writer.stdout is not None
+    try:
+        with _backend_class(module)(root, max_rows=1_000_000) as reader:
+            query(reader)
+            warm = statistics.median(query(reader) for _ in range(9))
+            after: dict[str, list[float]] = {"other": [], "own": []}
+            for i in range(9):
+                for name, rid in (("other", RID_BIG), ("own", RID_SMALL)):
+                    writer.stdin.write(f"{rid} {i}\n")
+                    writer.stdin.flush()
+                    assert writer.stdout.readline().strip() == "ok"
+                    after[name].append(query(reader))
+    finally:
+        writer.stdin.close()
+        writer.wait(60)
     return {
         "warm_ms": round(warm * 1000, 2),
         "after_other_commit_ms": round(statistics.median(after["other"]) * 1000, 2),
