@@ -235,7 +235,9 @@ def run_child(kind: str, arg: Path, module: str | None) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--child", kind, str(arg)]
     if module:
         cmd += ["--module", module]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=os.environ)
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False, env=os.environ)
+    if out.returncode:
+        raise SystemExit(f"child {kind} failed:\n{out.stderr[-2000:]}")
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     result["process_seconds"] = time.perf_counter() - t0
     return result
