@@ -60,10 +60,12 @@ def _reads(logs: list[dict[str, Any]]) -> list[tuple[str, str]]:
 
 @pytest.fixture(autouse=True)
 def _debug_events() -> Iterator[None]:
-    # Another test may have configured a level that filters out debug events.
+    # Another test may have configured a level that filters out debug events;
+    # its configuration is put back afterwards.
+    saved = structlog.get_config()
     structlog.reset_defaults()
     yield
-    structlog.reset_defaults()
+    structlog.configure(**saved)
 
 
 # ---------------------------------------------------------------- lazy loading
