@@ -549,7 +549,7 @@ def test_lower_case_resource_id_is_canonicalised(tmp_path) -> None:
         backend.upsert(rid.lower(), [(resource_uri(rid), UKO + "x", "urn:y")])
         assert backend.resource_ids() == {rid}
         assert backend.subjects(rid.lower()) == {resource_uri(rid)}
-    assert (tmp_path / "graphs" / f"{rid}.nt").is_file()
+    assert (tmp_path / "graphs" / f"{rid}.graph").is_file()
 
 
 def test_persistence_across_reopen(tmp_path: Path) -> None:
@@ -568,7 +568,7 @@ def test_persistence_across_reopen(tmp_path: Path) -> None:
     )
     backend.upsert(gone, [(resource_uri(gone), UKO + "x", "urn:y")])
     backend.delete(gone)
-    assert not (tmp_path / "graphs" / f"{gone}.nt").exists()
+    assert not (tmp_path / "graphs" / f"{gone}.graph").exists()
     before = backend.get_triples(f).triples
     backend.close()
     with pytest.raises(IndexUnavailableError):
@@ -619,11 +619,18 @@ def test_upsert_delete_subjects_is_one_change(cycle) -> None:
 
 
 def test_corrupt_file_is_index_unavailable(tmp_path: Path) -> None:
-    rid = new_ulid()
-    (tmp_path / "graphs").mkdir()
-    (tmp_path / "graphs" / f"{rid}.nt").write_text("this is not n-triples\n")
-    with pytest.raises(IndexUnavailableError, match="corrupt"):
-        RdflibGraphBackend(tmp_path)
+    # Opening reads no graph, so the error comes with the first read of the
+    # corrupt resource, and only for it.
+    rid, other = new_ulid(), new_ulid()
+    with RdflibGraphBackend(tmp_path) as backend:
+        backend.upsert(other, [(resource_uri(other), UKO + "x", "urn:y")])
+    (tmp_path / "graphs" / f"{rid}.graph").write_text("this is not a graph file\n")
+    with RdflibGraphBackend(tmp_path) as backend:
+        with pytest.raises(IndexUnavailableError, match="corrupt"):
+            backend.subjects(rid)
+        with pytest.raises(IndexUnavailableError, match="corrupt"):
+            backend.sparql_query("ASK { ?s ?p ?o }", scope=frozenset({rid, other}))
+        assert backend.subjects(other) == {resource_uri(other)}
 
 
 def test_store_path_that_is_a_file_is_index_unavailable(tmp_path: Path) -> None:
@@ -641,23 +648,23 @@ def test_deleting_the_last_subject_empties_the_resource(tmp_path: Path) -> None:
         assert backend.get_triples(r).triples == []
         assert backend.traverse(r, depth=2).triples == []
         assert backend.resource_ids() == set()
-        assert not (tmp_path / "graphs" / f"{rid}.nt").exists()
+        assert not (tmp_path / "graphs" / f"{rid}.graph").exists()
         backend.upsert(rid, [(r, UKO + "x", "urn:z")], delete_subjects=[r])
         assert backend.get_triples(r).triples == [(r, UKO + "x", "urn:z")]
 
 
 def test_failed_write_changes_nothing(tmp_path: Path, monkeypatch) -> None:
-    from cleveragents.infrastructure.acms import rdflib_graph
+    from cleveragents.infrastructure.acms import graph_store
 
     rid = new_ulid()
     r = resource_uri(rid)
     with RdflibGraphBackend(tmp_path) as backend:
         backend.upsert(rid, [(r, UKO + "x", "urn:y")])
 
-        def broken(path, data):
+        def broken(path, ino, data):
             raise OSError("disk full")
 
-        monkeypatch.setattr(rdflib_graph, "_atomic_write", broken)
+        monkeypatch.setattr(graph_store, "_append", broken)
         with pytest.raises(IndexUnavailableError, match="disk full"):
             backend.upsert(rid, [(r, UKO + "x", "urn:z")], delete_subjects=[r])
         assert backend.get_triples(r).triples == [(r, UKO + "x", "urn:y")]
@@ -683,8 +690,8 @@ def test_upsert_can_drop_single_triples(cycle) -> None:
 # ------------------------------------------------------------------ change log
 
 
-def _files_of(tmp_path: Path, rid: str) -> tuple[Path, Path]:
-    return tmp_path / "graphs" / f"{rid}.nt", tmp_path / "graphs" / f"{rid}.log"
+def _file_of(tmp_path: Path, rid: str) -> Path:
+    return tmp_path / "graphs" / f"{rid}.graph"
 
 
 def _big_resource(rid: str, n: int = 2000) -> list:
@@ -696,11 +703,11 @@ def test_a_small_change_appends_only_the_change(tmp_path: Path) -> None:
     f = file_uri(rid, "m7.py")
     with RdflibGraphBackend(tmp_path) as backend:
         backend.upsert(rid, _big_resource(rid))
-        base, log = _files_of(tmp_path, rid)
-        base_before = base.stat()
+        path = _file_of(tmp_path, rid)
+        before = path.stat()
         backend.upsert(rid, [(f, UKO + "lines", Literal("3"))], delete_subjects=[f])
-        assert base.stat().st_ino == base_before.st_ino  # the base was not rewritten
-        assert 0 < log.stat().st_size < 500
+        assert path.stat().st_ino == before.st_ino  # the snapshot was not rewritten
+        assert 0 < path.stat().st_size - before.st_size < 500
         expected = backend.get_triples(f).triples
         assert expected == [(f, UKO + "lines", "3")]
     with RdflibGraphBackend(tmp_path) as reopened:
@@ -713,10 +720,12 @@ def test_the_log_is_compacted_once_it_outgrows_the_base(tmp_path: Path) -> None:
     f = file_uri(rid, "a.py")
     with RdflibGraphBackend(tmp_path) as backend:
         backend.upsert(rid, [(f, UKO + "path", Literal("a.py"))])
-        base, log = _files_of(tmp_path, rid)
+        path = _file_of(tmp_path, rid)
+        first = path.stat().st_ino
         for i in range(400):
             backend.upsert(rid, [(f, UKO + "n", Literal(str(i)))], delete_subjects=[f])
-        assert not log.exists() or log.stat().st_size <= max(base.stat().st_size, 1 << 16) + 200
+        assert path.stat().st_ino != first  # replaced by a compaction
+        assert path.stat().st_size <= (1 << 15) + 500
         final = backend.get_triples(f).triples
     assert final == [(f, UKO + "n", "399")]
     with RdflibGraphBackend(tmp_path) as reopened:
@@ -729,9 +738,10 @@ def test_a_torn_log_tail_is_ignored_and_cut_by_the_next_writer(tmp_path: Path) -
     with RdflibGraphBackend(tmp_path) as backend:
         backend.upsert(rid, [(f, UKO + "path", Literal("a.py"))])
         backend.upsert(rid, [(g, UKO + "path", Literal("b.py"))])
-    _, log = _files_of(tmp_path, rid)
+    log = _file_of(tmp_path, rid)
     committed = log.read_bytes()
-    torn = f'+<{f}> <{UKO}x> <urn:torn> .\n-<{g}> <{UKO}path> "b'.encode()
+    # A record header promising more bytes than follow: a writer killed mid-append.
+    torn = b"L" + (1000).to_bytes(4, "little") + b"\0\0\0\0" + b"torn"
     log.write_bytes(committed + torn)
     with RdflibGraphBackend(tmp_path) as reader:
         assert reader.get_triples(f).triples == [(f, UKO + "path", "a.py")]
@@ -769,12 +779,13 @@ def test_a_second_instance_follows_appends_deletes_and_compaction(tmp_path: Path
         assert second.get_triples(f).triples == [(f, UKO + "n", "again")]
 
 
-def test_a_log_without_a_base_is_ignored(tmp_path: Path) -> None:
+def test_a_leftover_temporary_file_is_ignored(tmp_path: Path) -> None:
+    # What a writer killed before its rename leaves behind.
     rid = new_ulid()
     f = file_uri(rid, "a.py")
     (tmp_path / "graphs").mkdir()
-    _, log = _files_of(tmp_path, rid)
-    log.write_bytes(f"+<{f}> <{UKO}x> <urn:stale> .\nC\n".encode())
+    stale = tmp_path / "graphs" / f".{rid}.graph.x1y2.tmp"
+    stale.write_bytes(b"ACMSGRF\x02" + bytes(16))
     with RdflibGraphBackend(tmp_path) as backend:
         assert backend.resource_ids() == set()
         backend.upsert(rid, [(f, UKO + "x", "urn:new")])
@@ -783,23 +794,23 @@ def test_a_log_without_a_base_is_ignored(tmp_path: Path) -> None:
         assert reopened.get_triples(f).triples == [(f, UKO + "x", "urn:new")]
 
 
-def test_a_failed_generation_bump_takes_the_appended_change_back(
-    tmp_path: Path, monkeypatch
-) -> None:
-    from cleveragents.infrastructure.acms import rdflib_graph
+def test_a_failed_append_takes_the_written_part_back(tmp_path: Path, monkeypatch) -> None:
+    from cleveragents.infrastructure.acms import graph_store
 
     rid = new_ulid()
     f = file_uri(rid, "a.py")
     with RdflibGraphBackend(tmp_path) as backend:
         backend.upsert(rid, [(f, UKO + "x", "urn:y")])
         backend.upsert(rid, [(f, UKO + "x", "urn:z")])
-        _, log = _files_of(tmp_path, rid)
+        log = _file_of(tmp_path, rid)
         size = log.stat().st_size
 
-        def broken(path, data):
+        def broken(path, ino, data):
+            with open(path, "ab") as fh:  # half the record reaches the disk
+                fh.write(data[: len(data) // 2])
             raise OSError("disk full")
 
-        monkeypatch.setattr(rdflib_graph, "_atomic_write", broken)
+        monkeypatch.setattr(graph_store, "_append", broken)
         with pytest.raises(IndexUnavailableError, match="disk full"):
             backend.upsert(rid, [(f, UKO + "x", "urn:w")], delete_subjects=[f])
         assert log.stat().st_size == size
