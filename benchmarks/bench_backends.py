@@ -218,7 +218,12 @@ def bench_text(
 
         ref = timed(raw, repeats)
         out.append(
-            row(f"text search, scope {label}", ours, ref, "raw tantivy-py, same index + filter")
+            row(
+                f"text search, scope {label}",
+                ours,
+                ref,
+                "raw tantivy-py, one index of the same docs + filter",
+            )
         )
     backend.close()
     return out
@@ -261,7 +266,96 @@ def bench_vector(tmp: Path, n: int, dim: int, n_resources: int, repeats: int) ->
         label = f"vector search {n}x{dim}, scope {frac:.0%}"
         out.append(row(label, ours, ref_flat, "faiss flat index of only the in-scope rows"))
         out.append(row(label, ours, ref_np, "numpy brute force on the in-scope rows"))
+    out += bench_vector_loading(tmp, backend, rids, data[:per], qlist, repeats)
     backend.close()
+    return out
+
+
+def bench_vector_loading(
+    tmp: Path,
+    writer: FaissVectorBackend,
+    rids: list[str],
+    first_rows: np.ndarray,
+    qlist: list[float],
+    repeats: int,
+) -> list[dict]:
+    """What opening and foreign commits cost a reader of one resource.
+
+    ``writer`` holds ``len(rids)`` resources of ``len(first_rows)`` rows each
+    (``first_rows`` are those of ``rids[0]``).  Another connection plays the
+    reader, as a query process beside a reindex process would.
+    """
+    dim = first_rows.shape[1]
+    path = tmp / "vectors"
+    alone = tmp / "vectors-one-resource"
+    solo = FaissVectorBackend(alone, dimension=dim)
+    units = [
+        IndexUnit(unit_uri(rids[0], f"f{i}.py", "L1-L9"), f"chunk {i}")
+        for i in range(len(first_rows))
+    ]
+    # Held open during the timing, as ``writer`` holds the other: a closing
+    # last connection checkpoints and deletes the WAL, which is not the
+    # cost being compared.
+    solo.upsert(rids[0], units, first_rows)
+    scope = frozenset(rids[:1])
+
+    def cold(at: Path) -> Callable[[], None]:
+        def once() -> None:
+            with FaissVectorBackend(at, dimension=dim) as b:
+                b.similarity_search(qlist, scope=scope, top_k=10)
+
+        return once
+
+    cold_repeats = max(3, repeats // 5)
+    out = [
+        row(
+            f"vector open + first query, scope 1 of {len(rids)} resources",
+            timed(cold(path), cold_repeats),
+            timed(cold(alone), cold_repeats),
+            "same, database holding only that resource",
+        )
+    ]
+    solo.close()
+    reader = FaissVectorBackend(path, dimension=dim)
+    warm = timed(lambda: reader.similarity_search(qlist, scope=scope, top_k=10), repeats)
+    rng = np.random.default_rng(4)
+    counter = iter(range(10**9))
+
+    def after_commit(rid: str) -> dict[str, float]:
+        samples = []
+        for _ in range(repeats):
+            n = next(counter)
+            unit = IndexUnit(unit_uri(rid, f"new{n}.py", "L1-L1"), "new")
+            writer.upsert(rid, [unit], rng.standard_normal((1, dim)).astype(np.float32))
+            t0 = time.perf_counter()
+            reader.similarity_search(qlist, scope=scope, top_k=10)
+            samples.append((time.perf_counter() - t0) * 1000)
+        samples.sort()
+        return {
+            "p50_ms": statistics.median(samples),
+            "p10_ms": samples[int(0.1 * len(samples))],
+            "p90_ms": samples[min(len(samples) - 1, int(0.9 * len(samples)))],
+            "p99_ms": samples[-1],
+        }
+
+    out.append(
+        row(
+            "vector first query after another process's commit to another resource",
+            after_commit(rids[1]),
+            warm,
+            "warm query, same scope",
+        )
+    )
+    out.append(
+        row(
+            f"vector first query after another process's 1-row commit to its own "
+            f"resource ({len(first_rows)} rows)",
+            after_commit(rids[0]),
+            warm,
+            "warm query, same scope",
+        )
+    )
+    reader.close()
     return out
 
 
