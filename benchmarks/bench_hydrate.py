@@ -84,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
         walk, rerun = sorted(walks)[2], sorted(reruns)[2]
 
         target = tree / "json" / "decoder.py"
+        if not target.is_file():  # not the stdlib: any Python file will do
+            target = min(tree.rglob("*.py"))
         target.write_text(target.read_text() + "\n# changed\n")
         one, changed = reindex()
         assert changed["files_indexed"] == 1, changed
