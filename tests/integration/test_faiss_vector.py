@@ -11,6 +11,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,6 +33,7 @@ from cleveragents.infrastructure.acms.faiss_vector import DB_FILENAME, FaissVect
 
 TOL = 1e-5
 SRC = Path(__file__).resolve().parents[2] / "src"
+SHM = "/dev/shm"
 
 
 # ---------------------------------------------------------------- helpers
@@ -861,3 +863,65 @@ def test_a_database_of_the_first_schema_is_opened_and_searched(tmp_path: Path) -
         assert len(backend.similarity_search([1.0] * 8, scope=frozenset({a, b}), top_k=500)) == 100
         backend.delete(b)
         assert len(backend.similarity_search([1.0] * 8, scope=frozenset({a, b}), top_k=500)) == 50
+
+
+POOL = sorted(str(ULID()) for _ in range(4))
+searches = st.tuples(
+    st.just("search"),
+    st.frozensets(st.sampled_from(POOL), max_size=4),
+    st.tuples(st.integers(1, 8), vectors(4)),
+)
+writes = st.one_of(
+    st.tuples(
+        st.just("upsert"),
+        st.sampled_from(POOL),
+        st.lists(st.tuples(st.integers(1, 6), vectors(4)), min_size=1, max_size=4),
+    ),
+    st.tuples(st.just("delete"), st.sampled_from(POOL), st.lists(st.integers(1, 6))),
+    st.tuples(st.just("drop"), st.sampled_from(POOL), st.none()),
+)
+# Each write is followed by a few searches, so a write between two searches
+# of the same resource is common.
+operations = st.lists(
+    st.tuples(writes, st.lists(searches, min_size=1, max_size=3)), min_size=2, max_size=12
+).map(lambda steps: [op for write, after in steps for op in (write, *after)])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(operations)
+def test_property_a_lazy_reader_beside_a_writer_matches_numpy(ops: list[Any]) -> None:
+    """A reader that loads lazily, beside a writer on the same database: every
+    search equals brute force over the writer's current rows, and the reader
+    holds in memory only resources some search named that still have rows."""
+    # tmpfs when there is one: this test is about logic, not durability (fsync).
+    with tempfile.TemporaryDirectory(dir=SHM if os.path.isdir(SHM) else None) as d:
+        writer = FaissVectorBackend(d, dimension=4)
+        reader = FaissVectorBackend(d, dimension=4)
+        corpus: dict[str, tuple[str, np.ndarray]] = {}
+        named: set[str] = set()
+        try:
+            for op, target, arg in ops:
+                if op == "upsert":
+                    units = [IndexUnit(unit_uri(target, f"m{n}.py", "L1-L1"), "x") for n, _ in arg]
+                    writer.upsert(target, units, np.array([v for _, v in arg]))
+                    for unit, (_, v) in zip(units, arg, strict=True):
+                        corpus[unit.uko_uri] = (target, np.array(v))
+                elif op == "delete":
+                    uris = [unit_uri(target, f"m{n}.py", "L1-L1") for n in arg]
+                    writer.delete(target, uris)
+                    for uri in uris:
+                        corpus.pop(uri, None)
+                elif op == "drop":
+                    writer.delete(target)
+                    corpus = {u: v for u, v in corpus.items() if v[0] != target}
+                else:
+                    top_k, query = arg
+                    named |= target
+                    got = reader.similarity_search(query, scope=target, top_k=top_k)
+                    assert_matches_oracle(got, *oracle(corpus, np.array(query), target, top_k))
+                    with_rows = {owner for owner, _ in corpus.values()}
+                    assert reader.loaded_resources() <= named
+                    assert reader.loaded_resources() & target == with_rows & target
+        finally:
+            reader.close()
+            writer.close()
