@@ -29,6 +29,7 @@ from ulid import ULID
 from cleveragents.domain.models.acms.backends import IndexUnit, VectorIndex, VectorResult
 from cleveragents.domain.models.acms.errors import IndexUnavailableError
 from cleveragents.domain.models.acms.uko import unit_uri
+from cleveragents.infrastructure.acms import faiss_vector
 from cleveragents.infrastructure.acms.faiss_vector import DB_FILENAME, FaissVectorBackend
 
 TOL = 1e-5
@@ -785,6 +786,7 @@ def test_a_foreign_commit_to_a_refreshes_only_a_with_its_change(tmp_path: Path) 
         with load_events() as events:
             hits = reader.similarity_search(probe.tolist(), scope=both, top_k=1000)
         assert [(e["resource_id"], e["added"], e["removed"]) for e in events] == [(a, 0, 2)]
+        assert events[0]["via"] == "log"  # the removed ids, not a scan of A's ids
         assert {h.uko_uri for h in hits} == writer.unit_uris(a) | writer.unit_uris(b)
         assert len(hits) == 399
         assert reader._resources[b] is res_b and res_b.index is index_b
@@ -887,12 +889,27 @@ operations = st.lists(
 ).map(lambda steps: [op for write, after in steps for op in (write, *after)])
 
 
+@pytest.mark.parametrize("log_limit", [faiss_vector.LOG_LIMIT, 0], ids=["log", "scan"])
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(operations)
-def test_property_a_lazy_reader_beside_a_writer_matches_numpy(ops: list[Any]) -> None:
+@given(ops=operations)
+def test_property_a_lazy_reader_beside_a_writer_matches_numpy(
+    log_limit: int, ops: list[Any]
+) -> None:
     """A reader that loads lazily, beside a writer on the same database: every
     search equals brute force over the writer's current rows, and the reader
-    holds in memory only resources some search named that still have rows."""
+    holds in memory only resources some search named that still have rows.
+
+    Removed rows are found from the removal log ("log"), or, with a log that
+    is emptied at every write, by scanning the resource's ids ("scan").
+    """
+    saved, faiss_vector.LOG_LIMIT = faiss_vector.LOG_LIMIT, log_limit
+    try:
+        check_lazy_reader(ops)
+    finally:
+        faiss_vector.LOG_LIMIT = saved
+
+
+def check_lazy_reader(ops: list[Any]) -> None:
     # tmpfs when there is one: this test is about logic, not durability (fsync).
     with tempfile.TemporaryDirectory(dir=SHM if os.path.isdir(SHM) else None) as d:
         writer = FaissVectorBackend(d, dimension=4)
@@ -925,3 +942,29 @@ def test_property_a_lazy_reader_beside_a_writer_matches_numpy(ops: list[Any]) ->
         finally:
             reader.close()
             writer.close()
+
+
+def test_readers_behind_an_emptied_removal_log_scan_ids_instead(tmp_path: Path) -> None:
+    """A write that removes more ids than the log keeps empties it; a reader
+    loaded before that finds the removed rows by scanning the ids."""
+    (a, _, _), _ = three_resources(tmp_path, rows=50)
+    with (
+        FaissVectorBackend(tmp_path, dimension=8) as reader,
+        FaissVectorBackend(tmp_path, dimension=8) as writer,
+    ):
+        scope = frozenset({a})
+        reader.similarity_search([1.0] * 8, scope=scope)
+        saved, faiss_vector.LOG_LIMIT = faiss_vector.LOG_LIMIT, 3
+        try:
+            writer.delete(a, [u.uko_uri for u in units_for(a, 2)])  # logged: 2
+            writer.delete(a, [u.uko_uri for u in units_for(a, 2, start=10)])  # 4 > 3
+        finally:
+            faiss_vector.LOG_LIMIT = saved
+        with load_events() as events:
+            hits = reader.similarity_search([1.0] * 8, scope=scope, top_k=100)
+        assert [(e["removed"], e["via"]) for e in events] == [(4, "scan")]
+        assert {h.uko_uri for h in hits} == writer.unit_uris(a) and len(hits) == 46
+        writer.delete(a, [units_for(a, 1, start=30)[0].uko_uri])  # logged again
+        with load_events() as events:
+            assert len(reader.similarity_search([1.0] * 8, scope=scope, top_k=100)) == 45
+        assert [(e["removed"], e["via"]) for e in events] == [(1, "log")]

@@ -93,16 +93,37 @@ CREATE TABLE IF NOT EXISTS units (
 CREATE INDEX IF NOT EXISTS units_resource_id ON units (resource_id);
 CREATE TABLE IF NOT EXISTS resources (
     resource_id TEXT PRIMARY KEY,
-    generation  INTEGER NOT NULL
+    generation  INTEGER NOT NULL,
+    log_from    INTEGER NOT NULL,
+    logged      INTEGER NOT NULL
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS removed (
+    resource_id TEXT NOT NULL,
+    generation  INTEGER NOT NULL,
+    id          INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS removed_resource ON removed (resource_id, generation);
 """
 
-# 2: table ``resources`` (per-resource generations).  A database of schema 1
-# gets one row per resource that has units, once, when first opened.
+# 2: tables ``resources`` and ``removed``.  A database of schema 1 gets one
+# row per resource that has units, once, when first opened.
 _SCHEMA_VERSION = 2
+
+# A resource's removal log is emptied once it holds more ids than this (or
+# than the resource has rows); readers loaded before that re-scan its ids.
+LOG_LIMIT = 4096
 
 _IdArray = npt.NDArray[np.int64]
 _Matrix = npt.NDArray[np.float32]
+_Mask = npt.NDArray[np.bool_]
+
+
+def _ids_of(text: str | None) -> _IdArray:
+    """Ids from SQLite's ``group_concat`` (one string: far fewer Python
+    objects than one row per id)."""
+    if not text:
+        return np.empty(0, dtype=np.int64)
+    return np.array(text.split(","), dtype=np.int64)
 
 
 def _normalise_rows(rows: npt.NDArray[np.float64]) -> _Matrix:
@@ -280,9 +301,11 @@ class FaissVectorBackend:
                     # Schema 1 (or a new database): every resource with units
                     # gets a generation row.  Reads the resource_id index once.
                     cur.execute(
-                        "INSERT OR IGNORE INTO resources (resource_id, generation)"
-                        " SELECT resource_id, (SELECT value FROM meta WHERE key = 'generation')"
-                        " FROM units GROUP BY resource_id"
+                        "INSERT OR IGNORE INTO resources"
+                        " (resource_id, generation, log_from, logged)"
+                        " SELECT resource_id, g.value, g.value, 0"
+                        " FROM units, (SELECT value FROM meta WHERE key = 'generation') AS g"
+                        " GROUP BY resource_id"
                     )
                     cur.execute(
                         "INSERT INTO meta (key, value) VALUES ('schema', ?)", (_SCHEMA_VERSION,)
@@ -373,20 +396,32 @@ class FaissVectorBackend:
         ]
         if stale:
             with self._transaction() as cur:
-                stored = dict(
-                    cur.execute(
-                        "SELECT resource_id, generation FROM resources"
+                stored = {
+                    row[0]: row[1:]
+                    for row in cur.execute(
+                        "SELECT resource_id, generation, log_from FROM resources"
                         " WHERE resource_id IN (SELECT value FROM json_each(?))",
                         (json.dumps(stale),),
-                    ).fetchall()
-                )
+                    )
+                }
                 for rid in stale:
-                    self._sync(cur, rid, stored.get(rid), version)
+                    generation, log_from = stored.get(rid, (None, None))
+                    self._sync(cur, rid, generation, log_from, version)
         return conn, [self._resources[rid] for rid in wanted if rid in self._resources]
 
-    def _sync(self, cur: sqlite3.Cursor, rid: str, generation: int | None, version: int) -> None:
+    def _sync(
+        self,
+        cur: sqlite3.Cursor,
+        rid: str,
+        generation: int | None,
+        log_from: int | None,
+        version: int,
+    ) -> None:
         """Make ``rid``'s memory equal to its stored ``generation`` (None: no
-        rows), reading from the caller's read transaction only what changed."""
+        rows), reading from the caller's read transaction only what changed:
+        the ids removed since (from the removal log, complete after
+        generation ``log_from``; else from a scan of the resource's ids) and
+        the rows added since (ids above the highest loaded one)."""
         res = self._resources.get(rid)
         if generation is None:
             self._resources.pop(rid, None)
@@ -402,35 +437,20 @@ class FaissVectorBackend:
         self._resources.pop(rid, None)
         if res is None:
             res = _Resource(self._dimension, generation, version)
-        removed = 0
+        removed, via = 0, "load"
         last = int(res.ids[-1]) if res.ids.size else 0
         if res.ids.size:
-            # Rows at or below ``last`` are a subset of the loaded ones (ids
-            # only grow); equal counts mean none of them was deleted.
-            (kept,) = cur.execute(
-                "SELECT COUNT(*) FROM units WHERE resource_id = ? AND id <= ?", (rid, last)
-            ).fetchone()
-            if kept != res.ids.size:
-                alive = np.fromiter(
-                    (
-                        row[0]
-                        for row in cur.execute(
-                            "SELECT id FROM units WHERE resource_id = ? AND id <= ?", (rid, last)
-                        )
-                    ),
-                    dtype=np.int64,
-                )
-                gone = ~np.isin(res.ids, alive)
-                removed = int(np.count_nonzero(gone))
-                if removed == res.ids.size:
-                    res = _Resource(self._dimension, generation, version)
-                else:
-                    try:
-                        # Rows are compacted in place, keeping their order.
-                        res.index.remove_ids(faiss.IDSelectorBatch(np.flatnonzero(gone)))
-                    except (RuntimeError, AssertionError) as exc:
-                        raise IndexUnavailableError("cannot update the FAISS index") from exc
-                    res.ids = res.ids[~gone]
+            gone, via = self._gone(cur, rid, res, log_from)
+            removed = int(np.count_nonzero(gone))
+            if removed == res.ids.size:
+                res = _Resource(self._dimension, generation, version)
+            elif removed:
+                try:
+                    # Rows are compacted in place, keeping their order.
+                    res.index.remove_ids(faiss.IDSelectorBatch(np.flatnonzero(gone)))
+                except (RuntimeError, AssertionError) as exc:
+                    raise IndexUnavailableError("cannot update the FAISS index") from exc
+                res.ids = res.ids[~gone]
         ids: list[int] = []
         blobs: list[bytes] = []
         width = 4 * self._dimension
@@ -463,7 +483,32 @@ class FaissVectorBackend:
             removed=removed,
             rows=int(res.ids.size),
             generation=generation,
+            via=via,
         )
+
+    @staticmethod
+    def _gone(
+        cur: sqlite3.Cursor, rid: str, res: _Resource, log_from: int | None
+    ) -> tuple[_Mask, str]:
+        """Which of ``res``'s loaded rows were removed since it was loaded,
+        and how that was found (``"log"`` or ``"scan"``).
+
+        The removal log answers in O(removed) when it covers every write
+        after ``res.generation``.  Otherwise the resource's ids up to the
+        highest loaded one are scanned: ids only grow, so those are the
+        loaded ids still alive.
+        """
+        if log_from is not None and res.generation >= log_from:
+            (text,) = cur.execute(
+                "SELECT group_concat(id) FROM removed WHERE resource_id = ? AND generation > ?",
+                (rid, res.generation),
+            ).fetchone()
+            return np.isin(res.ids, _ids_of(text)), "log"
+        (text,) = cur.execute(
+            "SELECT group_concat(id) FROM units WHERE resource_id = ? AND id <= ?",
+            (rid, int(res.ids[-1])),
+        ).fetchone()
+        return ~np.isin(res.ids, _ids_of(text)), "scan"
 
     @staticmethod
     def _add(res: _Resource, ids: _IdArray, vectors: _Matrix) -> None:
@@ -475,11 +520,42 @@ class FaissVectorBackend:
         res.ids = np.concatenate([res.ids, ids])
 
     @staticmethod
-    def _read_generation(cur: sqlite3.Cursor, rid: str) -> int | None:
-        row = cur.execute(
-            "SELECT generation FROM resources WHERE resource_id = ?", (rid,)
-        ).fetchone()
-        return None if row is None else int(row[0])
+    def _log(
+        cur: sqlite3.Cursor,
+        rid: str,
+        state: tuple[int, int] | None,
+        generation: int,
+        removed: list[int],
+    ) -> None:
+        """Record a write of ``rid`` at ``generation``: its generation row and
+        the ids it removed (the log readers refresh from)."""
+        if state is None:  # no rows before this write: nothing removed, log starts now
+            cur.execute(
+                "INSERT INTO resources (resource_id, generation, log_from, logged)"
+                " VALUES (?, ?, ?, 0)",
+                (rid, generation, generation),
+            )
+            return
+        logged = state[1] + len(removed)
+        if logged > LOG_LIMIT:
+            # Start the log afresh; readers loaded before this write re-scan.
+            cur.execute("DELETE FROM removed WHERE resource_id = ?", (rid,))
+            cur.execute(
+                "UPDATE resources SET generation = ?, log_from = ?, logged = 0"
+                " WHERE resource_id = ?",
+                (generation, generation, rid),
+            )
+            return
+        if removed:
+            cur.execute(
+                "INSERT INTO removed (resource_id, generation, id)"
+                " SELECT ?, ?, value FROM json_each(?)",
+                (rid, generation, json.dumps(removed)),
+            )
+        cur.execute(
+            "UPDATE resources SET generation = ?, logged = ? WHERE resource_id = ?",
+            (generation, logged, rid),
+        )
 
     # ------------------------------------------------------------ read side
 
@@ -742,7 +818,10 @@ class FaissVectorBackend:
         with self._lock:
             try:
                 with self._transaction("BEGIN IMMEDIATE") as cur:
-                    before = self._read_generation(cur, rid)
+                    state = cur.execute(
+                        "SELECT generation, logged FROM resources WHERE resource_id = ?", (rid,)
+                    ).fetchone()
+                    before = None if state is None else int(state[0])
                     if removals is None:
                         removed = cur.execute(
                             "DELETE FROM units WHERE resource_id = ? RETURNING id", (rid,)
@@ -773,19 +852,15 @@ class FaissVectorBackend:
                     (generation,) = cur.execute(
                         "UPDATE meta SET value = value + 1 WHERE key = 'generation' RETURNING value"
                     ).fetchone()
+                    self._log(cur, rid, state, generation, [row[0] for row in removed])
                     if (
-                        added
-                        or cur.execute(
+                        not added
+                        and not cur.execute(
                             "SELECT 1 FROM units WHERE resource_id = ? LIMIT 1", (rid,)
                         ).fetchone()
                     ):
-                        cur.execute(
-                            "INSERT INTO resources (resource_id, generation) VALUES (?, ?)"
-                            " ON CONFLICT (resource_id) DO UPDATE SET generation = ?",
-                            (rid, generation, generation),
-                        )
-                    else:
                         cur.execute("DELETE FROM resources WHERE resource_id = ?", (rid,))
+                        cur.execute("DELETE FROM removed WHERE resource_id = ?", (rid,))
                         generation = None
             except sqlite3.Error as exc:
                 raise IndexUnavailableError("cannot write the vector index") from exc
