@@ -9,6 +9,9 @@ Table ``resources`` holds one row per resource that has units: its
 *generation*, the value of the global write counter (``meta.generation``)
 at the last write to that resource.  A counter that only grows makes a
 generation name one state of one resource, even across its deletion.
+Table ``removed`` logs the ids each write removed, per resource, from
+generation ``resources.log_from`` on; it is emptied (and ``log_from``
+moved) once it holds more than ``LOG_LIMIT`` ids of one resource.
 
 In memory: one ``IndexFlatIP`` per *loaded* resource holding that resource's
 rows in id order, next to a sorted ``int64`` array of their SQLite ids.
@@ -26,11 +29,13 @@ search whose in-scope resources are all current costs one pragma.  Otherwise
 it reads the generations of the in-scope resources only (one indexed query)
 and brings each one that moved up to date from the ids alone: ids are never
 reused and a unit's row never changes under its id, so the rows to drop are
-the loaded ids that are gone, and the rows to add are those above the
-highest loaded id (only their blobs are read).  A commit to resource A thus
-never reloads B, here or in another process, and costs A's change.  A hit
-whose row has vanished (a concurrent delete) is the only possible
-disagreement: the search then looks again.
+the ids removed since (from the log; a reader older than the log scans the
+resource's ids instead), and the rows to add are those above the highest
+loaded id (only their blobs are read).  A commit to resource A thus never
+reloads B, here or in another process, and costs A's change (plus FAISS's
+compaction of A's flat index when rows are removed).  A hit whose row has
+vanished (a concurrent delete) is the only possible disagreement: the
+search then looks again.
 
 Results are exact: equal to brute force over the in-scope rows, ties by URI
 (also at the ``top_k`` boundary).  Everything runs under one ``RLock``: FAISS
