@@ -6,22 +6,35 @@ The oracle is numpy brute force: cosine over the L2-normalised in-scope rows.
 from __future__ import annotations
 
 import itertools
+import logging
+import os
 import sqlite3
+import subprocess
+import sys
+import tempfile
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+import structlog
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from structlog.testing import capture_logs
 from ulid import ULID
 
 from cleveragents.domain.models.acms.backends import IndexUnit, VectorIndex, VectorResult
 from cleveragents.domain.models.acms.errors import IndexUnavailableError
 from cleveragents.domain.models.acms.uko import unit_uri
+from cleveragents.infrastructure.acms import faiss_vector
 from cleveragents.infrastructure.acms.faiss_vector import DB_FILENAME, FaissVectorBackend
 
 TOL = 1e-5
+SRC = Path(__file__).resolve().parents[2] / "src"
+SHM = "/dev/shm"
 
 
 # ---------------------------------------------------------------- helpers
@@ -485,16 +498,32 @@ def test_open_failures_are_index_unavailable(tmp_path: Path) -> None:
     assert isinstance(info.value.__cause__, sqlite3.DatabaseError)
 
 
-def test_a_corrupt_embedding_row_is_index_unavailable(tmp_path: Path) -> None:
-    r = rid()
+def corrupt_one_resource(tmp_path: Path, embedding: bytes) -> tuple[str, str]:
+    """Two resources on disk; the first one's stored embeddings are replaced."""
+    bad, good = rid(), rid()
     with FaissVectorBackend(tmp_path, dimension=8) as backend:
-        backend.upsert(r, units_for(r, 1), np.ones((1, 8), dtype=np.float32))
+        backend.upsert(bad, units_for(bad, 2), np.ones((2, 8), dtype=np.float32))
+        backend.upsert(good, units_for(good, 2), np.ones((2, 8), dtype=np.float32))
     conn = sqlite3.connect(tmp_path / DB_FILENAME)
     with conn:
-        conn.execute("UPDATE units SET embedding = x'00'")
+        conn.execute("UPDATE units SET embedding = ? WHERE resource_id = ?", (embedding, bad))
     conn.close()
-    with pytest.raises(IndexUnavailableError):
-        FaissVectorBackend(tmp_path, dimension=8)
+    return bad, good
+
+
+@pytest.mark.parametrize(
+    "embedding", [b"\x00", np.full(8, np.nan, np.float32).tobytes()], ids=["size", "nan"]
+)
+def test_a_corrupt_embedding_row_is_index_unavailable(tmp_path: Path, embedding: bytes) -> None:
+    """Opening reads no vectors, so a corrupt row is reported by the first
+    search whose scope holds it, every time, and never harms another scope."""
+    bad, good = corrupt_one_resource(tmp_path, embedding)
+    with FaissVectorBackend(tmp_path, dimension=8) as backend:
+        for _ in range(2):
+            with pytest.raises(IndexUnavailableError):
+                backend.similarity_search([1.0] * 8, scope=frozenset({bad, good}))
+            assert backend.loaded_resources() <= {good}
+        assert len(backend.similarity_search([1.0] * 8, scope=frozenset({good}))) == 2
 
 
 def test_closed_backend_is_index_unavailable(backend: FaissVectorBackend) -> None:
@@ -676,13 +705,266 @@ def test_a_concurrent_delete_by_another_instance_is_seen(tmp_path: Path) -> None
             assert len(hits) == 30 - (n + 1) // 2
 
 
-def test_a_non_finite_embedding_row_is_index_unavailable(tmp_path: Path) -> None:
-    r = rid()
-    with FaissVectorBackend(tmp_path, dimension=8) as backend:
-        backend.upsert(r, units_for(r, 2), np.ones((2, 8), dtype=np.float32))
+# ---------------------------------------------------------------- loading follows the scope
+
+
+@contextmanager
+def load_events() -> Iterator[list[dict[str, Any]]]:
+    """The adapter's ``faiss_vector.loaded`` events (one per resource brought
+    up to date from SQLite), whatever level an earlier test configured."""
+    saved = structlog.get_config()
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG))
+    try:
+        with capture_logs() as logs:
+            loaded: list[dict[str, Any]] = []
+            yield loaded
+            loaded += [e for e in logs if e["event"] == "faiss_vector.loaded"]
+    finally:
+        structlog.configure(**saved)
+
+
+def three_resources(path: Path, rows: int = 50) -> tuple[list[str], np.ndarray]:
+    rng = np.random.default_rng(17)
+    owners = sorted(rid() for _ in range(3))
+    matrix = rng.normal(size=(rows, 8))
+    with FaissVectorBackend(path, dimension=8) as writer:
+        for owner in owners:
+            writer.upsert(owner, units_for(owner, rows), matrix)
+    return owners, matrix
+
+
+def test_open_loads_nothing_and_a_search_loads_only_its_scope(tmp_path: Path) -> None:
+    (a, b, c), _ = three_resources(tmp_path)
+    q = [1.0] * 8
+    with load_events() as events, FaissVectorBackend(tmp_path, dimension=8) as reader:
+        assert reader.loaded_resources() == frozenset()
+        assert events == []
+        assert len(reader.similarity_search(q, scope=frozenset({a}), top_k=100)) == 50
+        assert reader.loaded_resources() == {a}
+        assert len(reader.similarity_search(q, scope=frozenset({a, b}), top_k=200)) == 100
+        assert reader.loaded_resources() == {a, b}
+        # Unknown resources, repeated scopes: nothing more is read.
+        reader.similarity_search(q, scope=frozenset({a, b, rid()}))
+        reader.similarity_search(q, scope=frozenset({b}))
+        assert reader.loaded_resources() == {a, b}
+    assert [(e["resource_id"], e["added"], e["removed"]) for e in events] == [
+        (a, 50, 0),
+        (b, 50, 0),
+    ]
+    assert c not in {e["resource_id"] for e in events}
+
+
+def test_a_foreign_commit_to_a_refreshes_only_a_with_its_change(tmp_path: Path) -> None:
+    """Another connection writes A: B's in-memory index is the same object,
+    untouched; A's is brought up to date in place, reading only the change,
+    and the next search sees the write (read-after-write)."""
+    (a, b, _), matrix = three_resources(tmp_path, rows=200)
+    with (
+        FaissVectorBackend(tmp_path, dimension=8) as reader,
+        FaissVectorBackend(tmp_path, dimension=8) as writer,
+    ):
+        both = frozenset({a, b})
+        reader.similarity_search([1.0] * 8, scope=both)
+        # White box: the per-resource objects, to show which ones were touched.
+        res_a, res_b = reader._resources[a], reader._resources[b]
+        index_b, ids_b = res_b.index, res_b.ids
+
+        probe = np.zeros(8)
+        probe[3] = 1.0
+        new = units_for(a, 1, path="src/new.py")[0]
+        writer.upsert(a, [new], probe[None, :])
+        with load_events() as events:
+            (hit,) = reader.similarity_search(probe.tolist(), scope=both, top_k=1)
+        assert (hit.uko_uri, hit.score) == (new.uko_uri, pytest.approx(1.0))
+        assert [(e["resource_id"], e["added"], e["removed"]) for e in events] == [(a, 1, 0)]
+        assert reader._resources[a] is res_a and res_a.index.ntotal == 201
+        assert reader._resources[b] is res_b
+        assert res_b.index is index_b and res_b.ids is ids_b and index_b.ntotal == 200
+
+        doomed = units_for(a, 1, start=7)[0].uko_uri
+        writer.delete(a, [doomed, new.uko_uri])
+        with load_events() as events:
+            hits = reader.similarity_search(probe.tolist(), scope=both, top_k=1000)
+        assert [(e["resource_id"], e["added"], e["removed"]) for e in events] == [(a, 0, 2)]
+        assert events[0]["via"] == "log"  # the removed ids, not a scan of A's ids
+        assert {h.uko_uri for h in hits} == writer.unit_uris(a) | writer.unit_uris(b)
+        assert len(hits) == 399
+        assert reader._resources[b] is res_b and res_b.index is index_b
+
+        writer.delete(a)
+        with load_events() as events:
+            hits = reader.similarity_search(matrix[0].tolist(), scope=both, top_k=1000)
+        assert {h.metadata["resource_id"] for h in hits} == {b} and len(hits) == 200
+        assert reader.loaded_resources() == {b} and reader._resources[b] is res_b
+        assert events == []  # a resource with no rows left is dropped, not read
+
+
+WRITER = """
+import sys
+import numpy as np
+from cleveragents.domain.models.acms.backends import IndexUnit
+from cleveragents.domain.models.acms.uko import unit_uri
+from cleveragents.infrastructure.acms.faiss_vector import FaissVectorBackend
+path, rid = sys.argv[1:]
+with FaissVectorBackend(path, dimension=8) as w:
+    probe = np.zeros((1, 8)); probe[0, 5] = 1.0
+    w.upsert(rid, [IndexUnit(unit_uri(rid, "src/other.py", "L1-L1"), "from afar")], probe)
+"""
+
+
+def test_a_commit_by_another_process_is_not_even_checked_by_other_scopes(tmp_path: Path) -> None:
+    (a, b, _), _ = three_resources(tmp_path)
+    with FaissVectorBackend(tmp_path, dimension=8) as reader:
+        reader.similarity_search([1.0] * 8, scope=frozenset({a, b}))
+        res_b = reader._resources[b]
+        subprocess.run(
+            [sys.executable, "-c", WRITER, str(tmp_path), a],
+            check=True,
+            env={**os.environ, "PYTHONPATH": str(SRC)},
+            timeout=120,
+        )
+        probe = [0.0] * 5 + [1.0, 0.0, 0.0]
+        with load_events() as events:
+            reader.similarity_search(probe, scope=frozenset({b}))
+        assert events == []
+        assert reader._resources[b] is res_b
+        with load_events() as events:
+            (hit,) = reader.similarity_search(probe, scope=frozenset({a}), top_k=1)
+        assert (hit.content, hit.score) == ("from afar", pytest.approx(1.0))
+        assert [(e["resource_id"], e["added"]) for e in events] == [(a, 1)]
+
+
+def test_own_writes_update_a_loaded_resource_in_place_and_never_load_one(
+    backend: FaissVectorBackend,
+) -> None:
+    a, b = rid(), rid()
+    backend.upsert(a, units_for(a, 5), np.ones((5, 8), dtype=np.float32))
+    assert backend.loaded_resources() == frozenset()  # a write loads nothing
+    backend.similarity_search([1.0] * 8, scope=frozenset({a}))
+    backend.upsert(b, units_for(b, 5), np.ones((5, 8), dtype=np.float32))
+    assert backend.loaded_resources() == {a}
+    probe = [0.0] * 7 + [1.0]
+    with load_events() as events:
+        backend.upsert(a, units_for(a, 1, start=50), np.array([probe]))
+        backend.delete(a, [units_for(a, 1)[0].uko_uri])
+        hits = backend.similarity_search(probe, scope=frozenset({a}), top_k=10)
+    assert events == []  # mirrored in memory: nothing read back
+    assert hits[0].uko_uri == units_for(a, 1, start=50)[0].uko_uri
+    assert {h.uko_uri for h in hits} == backend.unit_uris(a)
+
+
+def test_a_database_of_the_first_schema_is_opened_and_searched(tmp_path: Path) -> None:
+    """Databases written before per-resource generations get them on open."""
+    (a, b, _), _ = three_resources(tmp_path)
     conn = sqlite3.connect(tmp_path / DB_FILENAME)
     with conn:
-        conn.execute("UPDATE units SET embedding = ?", (np.full(8, np.nan, np.float32).tobytes(),))
+        conn.execute("DROP TABLE resources")
+        conn.execute("DELETE FROM meta WHERE key = 'schema'")
     conn.close()
-    with pytest.raises(IndexUnavailableError):
-        FaissVectorBackend(tmp_path, dimension=8)
+    with FaissVectorBackend(tmp_path, dimension=8) as backend:
+        assert len(backend.similarity_search([1.0] * 8, scope=frozenset({a, b}), top_k=500)) == 100
+        backend.delete(b)
+        assert len(backend.similarity_search([1.0] * 8, scope=frozenset({a, b}), top_k=500)) == 50
+
+
+POOL = sorted(str(ULID()) for _ in range(4))
+searches = st.tuples(
+    st.just("search"),
+    st.frozensets(st.sampled_from(POOL), max_size=4),
+    st.tuples(st.integers(1, 8), vectors(4)),
+)
+writes = st.one_of(
+    st.tuples(
+        st.just("upsert"),
+        st.sampled_from(POOL),
+        st.lists(st.tuples(st.integers(1, 6), vectors(4)), min_size=1, max_size=4),
+    ),
+    st.tuples(st.just("delete"), st.sampled_from(POOL), st.lists(st.integers(1, 6))),
+    st.tuples(st.just("drop"), st.sampled_from(POOL), st.none()),
+)
+# Each write is followed by a few searches, so a write between two searches
+# of the same resource is common.
+operations = st.lists(
+    st.tuples(writes, st.lists(searches, min_size=1, max_size=3)), min_size=2, max_size=12
+).map(lambda steps: [op for write, after in steps for op in (write, *after)])
+
+
+@pytest.mark.parametrize("log_limit", [faiss_vector.LOG_LIMIT, 0], ids=["log", "scan"])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=operations)
+def test_property_a_lazy_reader_beside_a_writer_matches_numpy(
+    log_limit: int, ops: list[Any]
+) -> None:
+    """A reader that loads lazily, beside a writer on the same database: every
+    search equals brute force over the writer's current rows, and the reader
+    holds in memory only resources some search named that still have rows.
+
+    Removed rows are found from the removal log ("log"), or, with a log that
+    is emptied at every write, by scanning the resource's ids ("scan").
+    """
+    saved, faiss_vector.LOG_LIMIT = faiss_vector.LOG_LIMIT, log_limit
+    try:
+        check_lazy_reader(ops)
+    finally:
+        faiss_vector.LOG_LIMIT = saved
+
+
+def check_lazy_reader(ops: list[Any]) -> None:
+    # tmpfs when there is one: this test is about logic, not durability (fsync).
+    with tempfile.TemporaryDirectory(dir=SHM if os.path.isdir(SHM) else None) as d:
+        writer = FaissVectorBackend(d, dimension=4)
+        reader = FaissVectorBackend(d, dimension=4)
+        corpus: dict[str, tuple[str, np.ndarray]] = {}
+        named: set[str] = set()
+        try:
+            for op, target, arg in ops:
+                if op == "upsert":
+                    units = [IndexUnit(unit_uri(target, f"m{n}.py", "L1-L1"), "x") for n, _ in arg]
+                    writer.upsert(target, units, np.array([v for _, v in arg]))
+                    for unit, (_, v) in zip(units, arg, strict=True):
+                        corpus[unit.uko_uri] = (target, np.array(v))
+                elif op == "delete":
+                    uris = [unit_uri(target, f"m{n}.py", "L1-L1") for n in arg]
+                    writer.delete(target, uris)
+                    for uri in uris:
+                        corpus.pop(uri, None)
+                elif op == "drop":
+                    writer.delete(target)
+                    corpus = {u: v for u, v in corpus.items() if v[0] != target}
+                else:
+                    top_k, query = arg
+                    named |= target
+                    got = reader.similarity_search(query, scope=target, top_k=top_k)
+                    assert_matches_oracle(got, *oracle(corpus, np.array(query), target, top_k))
+                    with_rows = {owner for owner, _ in corpus.values()}
+                    assert reader.loaded_resources() <= named
+                    assert reader.loaded_resources() & target == with_rows & target
+        finally:
+            reader.close()
+            writer.close()
+
+
+def test_readers_behind_an_emptied_removal_log_scan_ids_instead(tmp_path: Path) -> None:
+    """A write that removes more ids than the log keeps empties it; a reader
+    loaded before that finds the removed rows by scanning the ids."""
+    (a, _, _), _ = three_resources(tmp_path, rows=50)
+    with (
+        FaissVectorBackend(tmp_path, dimension=8) as reader,
+        FaissVectorBackend(tmp_path, dimension=8) as writer,
+    ):
+        scope = frozenset({a})
+        reader.similarity_search([1.0] * 8, scope=scope)
+        saved, faiss_vector.LOG_LIMIT = faiss_vector.LOG_LIMIT, 3
+        try:
+            writer.delete(a, [u.uko_uri for u in units_for(a, 2)])  # logged: 2
+            writer.delete(a, [u.uko_uri for u in units_for(a, 2, start=10)])  # 4 > 3
+        finally:
+            faiss_vector.LOG_LIMIT = saved
+        with load_events() as events:
+            hits = reader.similarity_search([1.0] * 8, scope=scope, top_k=100)
+        assert [(e["removed"], e["via"]) for e in events] == [(4, "scan")]
+        assert {h.uko_uri for h in hits} == writer.unit_uris(a) and len(hits) == 46
+        writer.delete(a, [units_for(a, 1, start=30)[0].uko_uri])  # logged again
+        with load_events() as events:
+            assert len(reader.similarity_search([1.0] * 8, scope=scope, top_k=100)) == 45
+        assert [(e["removed"], e["via"]) for e in events] == [(1, "log")]

@@ -5,25 +5,37 @@ Storage: a SQLite database (``<index_path>/vectors.sqlite3``, WAL,
 per unit: an ``INTEGER PRIMARY KEY AUTOINCREMENT`` id (AUTOINCREMENT: an id is
 never handed out twice, not even after the highest row is deleted), its URI,
 resource, content, JSON metadata and its L2-normalised float32 embedding.
-Table ``meta`` holds the dimension and a ``generation`` counter that every
-write bumps in its own transaction.
+Table ``resources`` holds one row per resource that has units: its
+*generation*, the value of the global write counter (``meta.generation``)
+at the last write to that resource.  A counter that only grows makes a
+generation name one state of one resource, even across its deletion.
+Table ``removed`` logs the ids each write removed, per resource, from
+generation ``resources.log_from`` on; it is emptied (and ``log_from``
+moved) once it holds more than ``LOG_LIMIT`` ids of one resource.
 
-In memory: one ``IndexFlatIP`` per resource holding that resource's rows in id
-order, next to a sorted ``int64`` array of their SQLite ids.  These are the
-only in-memory copy of the embeddings (no global index): a scoped search
-scans exactly the in-scope rows, one flat scan per in-scope resource, and
-merges the per-resource top-k exactly.  Measured on 200k x 384 rows in 100
-resources, 100 per-resource scans cost about what one flat scan of all rows
-costs, so full scope needs no separate path.  Content and metadata stay in
-SQLite and are read by primary key for the hits only.
+In memory: one ``IndexFlatIP`` per *loaded* resource holding that resource's
+rows in id order, next to a sorted ``int64`` array of their SQLite ids.
+Loading follows the scope: opening reads no vectors, a search loads (once,
+then keeps) only the in-scope resources it has not loaded yet, and a write
+touches the memory of its own resource only if that resource is loaded.  A
+scoped search scans exactly the in-scope rows, one flat scan per in-scope
+resource, and merges the per-resource top-k exactly.  Content and metadata
+stay in SQLite and are read by primary key for the hits only.
 
-A write commits to SQLite first, then applies the same change to the
-resource's index.  Before each search ``PRAGMA data_version`` (no
-transaction; it changes when another connection commits) tells whether
-someone else wrote; only then is the generation read, and the whole mirror
-reloaded when it moved.  Ids are never reused and a unit's row never changes
-under its id, so a hit whose row has vanished (a concurrent delete) is the
-only possible disagreement: the search then looks again.
+Change detection is per resource and cheap.  ``PRAGMA data_version`` (no
+transaction) changes only when another connection commits; each loaded
+resource remembers the version at which it was last known current, so a
+search whose in-scope resources are all current costs one pragma.  Otherwise
+it reads the generations of the in-scope resources only (one indexed query)
+and brings each one that moved up to date from the ids alone: ids are never
+reused and a unit's row never changes under its id, so the rows to drop are
+the ids removed since (from the log; a reader older than the log scans the
+resource's ids instead), and the rows to add are those above the highest
+loaded id (only their blobs are read).  A commit to resource A thus never
+reloads B, here or in another process, and costs A's change (plus FAISS's
+compaction of A's flat index when rows are removed).  A hit whose row has
+vanished (a concurrent delete) is the only possible disagreement: the
+search then looks again.
 
 Results are exact: equal to brute force over the in-scope rows, ties by URI
 (also at the ``top_k`` boundary).  Everything runs under one ``RLock``: FAISS
@@ -48,6 +60,7 @@ from typing import Any
 import faiss
 import numpy as np
 import numpy.typing as npt
+import structlog
 
 from cleveragents.domain.models.acms.backends import (
     IndexUnit,
@@ -63,6 +76,12 @@ __all__ = ["FaissVectorBackend"]
 
 DB_FILENAME = "vectors.sqlite3"
 
+# Resources looked up and found empty are remembered (so a scope naming them
+# costs no query) up to this many; past it the memory of them is dropped.
+_ABSENT_LIMIT = 4096
+
+_log = structlog.get_logger("cleveragents.acms.faiss_vector")
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (
     key   TEXT PRIMARY KEY,
@@ -77,10 +96,39 @@ CREATE TABLE IF NOT EXISTS units (
     embedding   BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS units_resource_id ON units (resource_id);
+CREATE TABLE IF NOT EXISTS resources (
+    resource_id TEXT PRIMARY KEY,
+    generation  INTEGER NOT NULL,
+    log_from    INTEGER NOT NULL,
+    logged      INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS removed (
+    resource_id TEXT NOT NULL,
+    generation  INTEGER NOT NULL,
+    id          INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS removed_resource ON removed (resource_id, generation);
 """
+
+# 2: tables ``resources`` and ``removed``.  A database of schema 1 gets one
+# row per resource that has units, once, when first opened.
+_SCHEMA_VERSION = 2
+
+# A resource's removal log is emptied once it holds more ids than this (or
+# than the resource has rows); readers loaded before that re-scan its ids.
+LOG_LIMIT = 4096
 
 _IdArray = npt.NDArray[np.int64]
 _Matrix = npt.NDArray[np.float32]
+_Mask = npt.NDArray[np.bool_]
+
+
+def _ids_of(text: str | None) -> _IdArray:
+    """Ids from SQLite's ``group_concat`` (one string: far fewer Python
+    objects than one row per id)."""
+    if not text:
+        return np.empty(0, dtype=np.int64)
+    return np.array(text.split(","), dtype=np.int64)
 
 
 def _normalise_rows(rows: npt.NDArray[np.float64]) -> _Matrix:
@@ -129,13 +177,17 @@ def _check_uris(uris: Iterable[str], resource_id: str, name: str) -> list[str]:
 
 
 class _Resource:
-    """One resource's rows: a flat index (row order = id order) and the ids."""
+    """One loaded resource: a flat index (row order = id order), the ids, the
+    generation they reflect, and the ``data_version`` at which that
+    generation was last known to be the stored one (None: check it)."""
 
-    __slots__ = ("ids", "index")
+    __slots__ = ("checked", "generation", "ids", "index")
 
-    def __init__(self, dimension: int) -> None:
+    def __init__(self, dimension: int, generation: int, checked: int | None) -> None:
         self.index: Any = faiss.IndexFlatIP(dimension)
         self.ids: _IdArray = np.empty(0, dtype=np.int64)
+        self.generation = generation
+        self.checked = checked
 
 
 class _Stale(Exception):
@@ -159,12 +211,10 @@ class FaissVectorBackend:
     def __init__(self, index_path: str | os.PathLike[str] | None = None, *, dimension: int) -> None:
         self._dimension = validate_positive_int(dimension, "dimension")
         self._lock = threading.RLock()
+        # Loaded resources (each with rows), and the resources found without
+        # rows, with the ``data_version`` at which they were found so.
         self._resources: dict[str, _Resource] = {}
-        # None = the in-memory index must be rebuilt before the next search.
-        self._generation: int | None = None
-        # ``PRAGMA data_version`` when the generation was last checked; None
-        # = check the generation before the next search.
-        self._data_version: int | None = None
+        self._absent: dict[str, int] = {}
         self._conn: sqlite3.Connection | None = None
         self._db_path: Path | None = None
         self._db_identity: tuple[int, int] | None = None
@@ -187,8 +237,6 @@ class FaissVectorBackend:
                 conn.execute("SELECT 1")  # sqlite creates the file lazily
                 self._db_identity = self._identity()
             self._init_db(conn)
-            with self._lock:
-                self._reload()
         except BaseException:
             self.close()
             raise
@@ -204,14 +252,25 @@ class FaissVectorBackend:
         """Close the database and drop the in-memory index; idempotent."""
         with self._lock:
             conn, self._conn = self._conn, None
-            self._resources = {}
-            self._generation = None
-            self._data_version = None
+            self._forget()
             if conn is not None:
                 try:
                     conn.close()
                 except sqlite3.Error as exc:
                     raise IndexUnavailableError("cannot close the vector index") from exc
+
+    def loaded_resources(self) -> frozenset[str]:
+        """ULIDs of the resources whose rows are held in memory.
+
+        Opening loads none; a search loads its in-scope resources that have
+        rows and keeps them; a write never loads a resource.
+        """
+        with self._lock:
+            return frozenset(self._resources)
+
+    def _forget(self) -> None:
+        self._resources = {}
+        self._absent = {}
 
     def __enter__(self) -> FaissVectorBackend:
         return self
@@ -242,6 +301,20 @@ class FaissVectorBackend:
                 )
                 cur.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('generation', 0)")
                 row = cur.execute("SELECT value FROM meta WHERE key = 'dimension'").fetchone()
+                schema = cur.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+                if schema is None:
+                    # Schema 1 (or a new database): every resource with units
+                    # gets a generation row.  Reads the resource_id index once.
+                    cur.execute(
+                        "INSERT OR IGNORE INTO resources"
+                        " (resource_id, generation, log_from, logged)"
+                        " SELECT resource_id, g.value, g.value, 0"
+                        " FROM units, (SELECT value FROM meta WHERE key = 'generation') AS g"
+                        " GROUP BY resource_id"
+                    )
+                    cur.execute(
+                        "INSERT INTO meta (key, value) VALUES ('schema', ?)", (_SCHEMA_VERSION,)
+                    )
         except sqlite3.Error as exc:
             raise IndexUnavailableError("cannot initialise the vector index") from exc
         stored = row[0]
@@ -302,92 +375,192 @@ class FaissVectorBackend:
             self._conn.close()
         self._conn = conn
         self._db_identity = self._identity()
+        self._forget()  # the new file's rows load on demand
         self._init_db(conn)
-        self._generation = None  # forces a reload from the new file
-        self._data_version = None
 
     # ------------------------------------------------------------ in-memory state
 
-    def _reload(self) -> None:
-        """Rebuild the per-resource indexes from SQLite."""
-        try:
-            with self._transaction() as cur:
-                self._reload_in(cur)
-        except sqlite3.Error as exc:
-            raise IndexUnavailableError("cannot read the vector index") from exc
+    def _refresh(self, wanted: frozenset[str]) -> tuple[sqlite3.Connection, list[_Resource]]:
+        """Bring the in-scope resources up to date; return the connection and
+        the loaded in-scope resources (those with rows).
 
-    def _reload_in(self, cur: sqlite3.Cursor) -> None:
-        """Rebuild from the snapshot of the caller's read transaction.
-
-        Streams the rows grouped by resource (the ``resource_id`` index gives
-        that order), so at most one resource's blobs are held besides the
-        indexes being built.
+        Only resources in ``wanted`` are looked at.  ``PRAGMA data_version``
+        is read before the generations, so a commit in between only causes
+        one more check on the next search.
         """
-        generation = self._read_generation(cur)
-        self._generation = None
-        self._resources = {}
-        resources: dict[str, _Resource] = {}
-        width = 4 * self._dimension
-        cur.execute("SELECT resource_id, id, embedding FROM units ORDER BY resource_id, id")
-        current: str | None = None
+        conn = self._connection()
+        version = conn.execute("PRAGMA data_version").fetchone()[0]
+        stale = [
+            rid
+            for rid in wanted
+            if (
+                self._resources[rid].checked != version
+                if rid in self._resources
+                else self._absent.get(rid) != version
+            )
+        ]
+        if stale:
+            with self._transaction() as cur:
+                stored = {
+                    row[0]: row[1:]
+                    for row in cur.execute(
+                        "SELECT resource_id, generation, log_from FROM resources"
+                        " WHERE resource_id IN (SELECT value FROM json_each(?))",
+                        (json.dumps(stale),),
+                    )
+                }
+                for rid in stale:
+                    generation, log_from = stored.get(rid, (None, None))
+                    self._sync(cur, rid, generation, log_from, version)
+        return conn, [self._resources[rid] for rid in wanted if rid in self._resources]
+
+    def _sync(
+        self,
+        cur: sqlite3.Cursor,
+        rid: str,
+        generation: int | None,
+        log_from: int | None,
+        version: int,
+    ) -> None:
+        """Make ``rid``'s memory equal to its stored ``generation`` (None: no
+        rows), reading from the caller's read transaction only what changed:
+        the ids removed since (from the removal log, complete after
+        generation ``log_from``; else from a scan of the resource's ids) and
+        the rows added since (ids above the highest loaded one)."""
+        res = self._resources.get(rid)
+        if generation is None:
+            self._resources.pop(rid, None)
+            if len(self._absent) >= _ABSENT_LIMIT:
+                self._absent = {}
+            self._absent[rid] = version
+            return
+        self._absent.pop(rid, None)
+        if res is not None and res.generation == generation:
+            res.checked = version
+            return
+        # Leave nothing half-updated behind if this fails.
+        self._resources.pop(rid, None)
+        if res is None:
+            res = _Resource(self._dimension, generation, version)
+        removed, via = 0, "load"
+        last = int(res.ids[-1]) if res.ids.size else 0
+        if res.ids.size:
+            gone, via = self._gone(cur, rid, res, log_from)
+            removed = int(np.count_nonzero(gone))
+            if removed == res.ids.size:
+                res = _Resource(self._dimension, generation, version)
+            elif removed:
+                try:
+                    # Rows are compacted in place, keeping their order.
+                    res.index.remove_ids(faiss.IDSelectorBatch(np.flatnonzero(gone)))
+                except (RuntimeError, AssertionError) as exc:
+                    raise IndexUnavailableError("cannot update the FAISS index") from exc
+                res.ids = res.ids[~gone]
         ids: list[int] = []
         blobs: list[bytes] = []
-        while True:
-            batch = cur.fetchmany(4096)
-            for rid, unit_id, blob in batch:
-                if rid != current:
-                    if current is not None:
-                        resources[current] = self._build(ids, blobs)
-                    current, ids, blobs = rid, [], []
+        width = 4 * self._dimension
+        cur.execute(
+            "SELECT id, embedding FROM units WHERE resource_id = ? AND id > ? ORDER BY id",
+            (rid, last),
+        )
+        while batch := cur.fetchmany(4096):
+            for unit_id, blob in batch:
                 if len(blob) != width:
                     raise IndexUnavailableError(
                         "the vector index holds an embedding of the wrong size"
                     )
                 ids.append(unit_id)
                 blobs.append(blob)
-            if not batch:
-                break
-        if current is not None:
-            resources[current] = self._build(ids, blobs)
-        self._resources = resources
-        self._generation = generation
-
-    def _build(self, ids: list[int], blobs: list[bytes]) -> _Resource:
-        res = _Resource(self._dimension)
-        vectors = np.frombuffer(b"".join(blobs), dtype=np.float32)
-        if not np.isfinite(vectors).all():  # would make FAISS return label -1
-            raise IndexUnavailableError("the vector index holds a non-finite embedding")
-        try:
-            res.index.add(vectors.reshape(len(ids), self._dimension))
-        except (RuntimeError, AssertionError) as exc:
-            raise IndexUnavailableError("cannot build the FAISS index") from exc
-        res.ids = np.array(ids, dtype=np.int64)
-        return res
+        if ids:
+            vectors = np.frombuffer(b"".join(blobs), dtype=np.float32)
+            if not np.isfinite(vectors).all():  # would make FAISS return label -1
+                raise IndexUnavailableError("the vector index holds a non-finite embedding")
+            self._add(res, np.array(ids, dtype=np.int64), vectors.reshape(len(ids), -1))
+        res.generation, res.checked = generation, version
+        if res.ids.size:
+            self._resources[rid] = res
+        else:  # a generation row without units: written behind this adapter
+            self._absent[rid] = version
+        _log.debug(
+            "faiss_vector.loaded",
+            resource_id=rid,
+            added=len(ids),
+            removed=removed,
+            rows=int(res.ids.size),
+            generation=generation,
+            via=via,
+        )
 
     @staticmethod
-    def _read_generation(cur: sqlite3.Cursor) -> int:
-        row = cur.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
-        if row is None:
-            raise IndexUnavailableError("the vector index has no generation counter")
-        return int(row[0])
+    def _gone(
+        cur: sqlite3.Cursor, rid: str, res: _Resource, log_from: int | None
+    ) -> tuple[_Mask, str]:
+        """Which of ``res``'s loaded rows were removed since it was loaded,
+        and how that was found (``"log"`` or ``"scan"``).
 
-    def _refresh(self) -> sqlite3.Connection:
-        """Bring the mirror up to date with SQLite; return the connection.
-
-        ``PRAGMA data_version`` changes only when another connection commits
-        (our own writes update the mirror themselves), so the common case
-        costs one pragma and no transaction.
+        The removal log answers in O(removed) when it covers every write
+        after ``res.generation``.  Otherwise the resource's ids up to the
+        highest loaded one are scanned: ids only grow, so those are the
+        loaded ids still alive.
         """
-        conn = self._connection()
-        version = conn.execute("PRAGMA data_version").fetchone()[0]
-        if version != self._data_version or self._generation is None:
-            with self._transaction() as cur:
-                if self._read_generation(cur) != self._generation:
-                    # Another writer committed: rebuild from this snapshot.
-                    self._reload_in(cur)
-            # Read before the check: a commit in between changes it again.
-            self._data_version = version
-        return conn
+        if log_from is not None and res.generation >= log_from:
+            (text,) = cur.execute(
+                "SELECT group_concat(id) FROM removed WHERE resource_id = ? AND generation > ?",
+                (rid, res.generation),
+            ).fetchone()
+            return np.isin(res.ids, _ids_of(text)), "log"
+        (text,) = cur.execute(
+            "SELECT group_concat(id) FROM units WHERE resource_id = ? AND id <= ?",
+            (rid, int(res.ids[-1])),
+        ).fetchone()
+        return ~np.isin(res.ids, _ids_of(text)), "scan"
+
+    @staticmethod
+    def _add(res: _Resource, ids: _IdArray, vectors: _Matrix) -> None:
+        """Append rows; ``ids`` are above every loaded id (ids only grow)."""
+        try:
+            res.index.add(vectors)
+        except (RuntimeError, AssertionError) as exc:
+            raise IndexUnavailableError("cannot build the FAISS index") from exc
+        res.ids = np.concatenate([res.ids, ids])
+
+    @staticmethod
+    def _log(
+        cur: sqlite3.Cursor,
+        rid: str,
+        state: tuple[int, int] | None,
+        generation: int,
+        removed: list[int],
+    ) -> None:
+        """Record a write of ``rid`` at ``generation``: its generation row and
+        the ids it removed (the log readers refresh from)."""
+        if state is None:  # no rows before this write: nothing removed, log starts now
+            cur.execute(
+                "INSERT INTO resources (resource_id, generation, log_from, logged)"
+                " VALUES (?, ?, ?, 0)",
+                (rid, generation, generation),
+            )
+            return
+        logged = state[1] + len(removed)
+        if logged > LOG_LIMIT:
+            # Start the log afresh; readers loaded before this write re-scan.
+            cur.execute("DELETE FROM removed WHERE resource_id = ?", (rid,))
+            cur.execute(
+                "UPDATE resources SET generation = ?, log_from = ?, logged = 0"
+                " WHERE resource_id = ?",
+                (generation, generation, rid),
+            )
+            return
+        if removed:
+            cur.execute(
+                "INSERT INTO removed (resource_id, generation, id)"
+                " SELECT ?, ?, value FROM json_each(?)",
+                (rid, generation, json.dumps(removed)),
+            )
+        cur.execute(
+            "UPDATE resources SET generation = ?, logged = ? WHERE resource_id = ?",
+            (generation, logged, rid),
+        )
 
     # ------------------------------------------------------------ read side
 
@@ -437,23 +610,24 @@ class FaissVectorBackend:
         query = (scaled / math.sqrt(float(scaled @ scaled))).astype(np.float32).reshape(1, -1)
         if not wanted:
             return []
+        present: list[_Resource] = []
         with self._lock:
             for _ in range(5):
                 try:
-                    conn = self._refresh()
-                    hits = self._search(conn, query, wanted, top_k)
+                    conn, present = self._refresh(wanted)
+                    hits = self._search(conn, query, present, top_k)
                     if not hits:
                         return []
                     rows = self._rows(conn, [unit_id for unit_id, _ in hits])
                 except _Stale:
-                    self._data_version = None
+                    self._recheck(present)
                     continue
                 except sqlite3.Error as exc:
                     raise IndexUnavailableError("cannot read the vector index") from exc
                 if len(rows) == len(hits):
                     break
                 # A hit was deleted by another connection since the check.
-                self._data_version = None
+                self._recheck(present)
             else:
                 raise IndexUnavailableError("the FAISS index and its database disagree")
         results: list[VectorResult] = []
@@ -484,11 +658,16 @@ class FaissVectorBackend:
             ).fetchall()
         return {row[0]: row[1:] for row in found}
 
+    @staticmethod
+    def _recheck(present: list[_Resource]) -> None:
+        for res in present:
+            res.checked = None
+
     def _search(
         self,
         conn: sqlite3.Connection,
         query: _Matrix,
-        wanted: frozenset[str],
+        present: list[_Resource],
         top_k: int,
     ) -> list[tuple[int, float]]:
         """Exact search over the in-scope rows; (id, cosine) pairs, best first.
@@ -499,7 +678,6 @@ class FaissVectorBackend:
         best of the merge.  On such a tie every row at or above that score is
         collected and the boundary is decided by URI, as the API promises.
         """
-        present = [self._resources[rid] for rid in wanted if rid in self._resources]
         if not present:
             return []
         k = min(top_k, sum(int(res.ids.size) for res in present))
@@ -635,25 +813,29 @@ class FaissVectorBackend:
         units: list[IndexUnit],
         vectors: _Matrix,
     ) -> None:
-        """Commit one change to SQLite, then mirror it in memory.
+        """Commit one change to SQLite, then mirror it in memory if ``rid`` is
+        loaded (a write never loads a resource).
 
-        ``removals`` None deletes every unit of ``rid``.
+        ``removals`` None deletes every unit of ``rid``.  Every URI named
+        belongs to ``rid`` (checked by the callers), so only ``rid`` changes.
         """
         replaced = [unit.uko_uri for unit in units]
         with self._lock:
             try:
                 with self._transaction("BEGIN IMMEDIATE") as cur:
-                    before = self._read_generation(cur)
+                    state = cur.execute(
+                        "SELECT generation, logged FROM resources WHERE resource_id = ?", (rid,)
+                    ).fetchone()
+                    before = None if state is None else int(state[0])
                     if removals is None:
                         removed = cur.execute(
-                            "DELETE FROM units WHERE resource_id = ? RETURNING resource_id, id",
-                            (rid,),
+                            "DELETE FROM units WHERE resource_id = ? RETURNING id", (rid,)
                         ).fetchall()
                     else:
                         removed = []
                     removed += cur.execute(
                         "DELETE FROM units WHERE uri IN (SELECT value FROM json_each(?))"
-                        " RETURNING resource_id, id",
+                        " RETURNING id",
                         (json.dumps((removals or []) + replaced),),
                     ).fetchall()
                     added = [
@@ -672,47 +854,65 @@ class FaissVectorBackend:
                     ]
                     if not removed and not added:
                         return
-                    cur.execute("UPDATE meta SET value = value + 1 WHERE key = 'generation'")
+                    (generation,) = cur.execute(
+                        "UPDATE meta SET value = value + 1 WHERE key = 'generation' RETURNING value"
+                    ).fetchone()
+                    self._log(cur, rid, state, generation, [row[0] for row in removed])
+                    if (
+                        not added
+                        and not cur.execute(
+                            "SELECT 1 FROM units WHERE resource_id = ? LIMIT 1", (rid,)
+                        ).fetchone()
+                    ):
+                        cur.execute("DELETE FROM resources WHERE resource_id = ?", (rid,))
+                        cur.execute("DELETE FROM removed WHERE resource_id = ?", (rid,))
+                        generation = None
             except sqlite3.Error as exc:
                 raise IndexUnavailableError("cannot write the vector index") from exc
-            if before != self._generation:
-                # Someone else wrote since we last looked: our mirror is stale.
-                self._reload()
-                return
-            by_resource: dict[str, list[int]] = {}
-            for owner, unit_id in removed:
-                by_resource.setdefault(owner, []).append(unit_id)
-            self._apply(rid, by_resource, np.array(added, dtype=np.int64), vectors, before + 1)
+            self._apply(
+                rid,
+                before,
+                generation,
+                np.array([row[0] for row in removed], dtype=np.int64),
+                np.array(added, dtype=np.int64),
+                vectors,
+            )
 
     def _apply(
         self,
         rid: str,
-        removed: dict[str, list[int]],
+        before: int | None,
+        generation: int | None,
+        removed: _IdArray,
         added: _IdArray,
         vectors: _Matrix,
-        generation: int,
     ) -> None:
-        """Mirror a committed write in memory; on failure force a reload."""
-        self._generation = None
+        """Mirror a committed write of ``rid`` (from generation ``before`` to
+        ``generation``) in memory, if ``rid`` is loaded at ``before``.
+
+        Otherwise (someone else wrote ``rid`` since it was loaded, or it has
+        no rows left) its memory is dropped; the next search that needs it
+        reads it again.  SQLite is the truth, so a failure here only drops
+        the memory too.
+        """
+        self._absent.pop(rid, None)
+        res = self._resources.pop(rid, None)
+        if res is None or generation is None or res.generation != before:
+            return
         try:
-            for owner, unit_ids in removed.items():
-                res = self._resources.get(owner)
-                if res is None:
-                    continue
-                gone = np.isin(res.ids, np.array(unit_ids, dtype=np.int64))
+            if removed.size:
+                gone = np.isin(res.ids, removed)
                 if gone.all():
-                    del self._resources[owner]
+                    res = _Resource(self._dimension, generation, res.checked)
                 elif gone.any():
                     # Rows are compacted in place, keeping their order.
                     res.index.remove_ids(faiss.IDSelectorBatch(np.flatnonzero(gone)))
                     res.ids = res.ids[~gone]
             if added.size:
-                res = self._resources.get(rid)
-                if res is None:
-                    res = self._resources[rid] = _Resource(self._dimension)
                 # AUTOINCREMENT ids only grow: appending keeps ``ids`` sorted.
-                res.index.add(vectors)
-                res.ids = np.concatenate([res.ids, added])
-        except (RuntimeError, AssertionError) as exc:
-            raise IndexUnavailableError("cannot update the FAISS index") from exc
-        self._generation = generation
+                self._add(res, added, vectors)
+        except (RuntimeError, AssertionError, IndexUnavailableError) as exc:
+            _log.warning("faiss_vector.apply_failed", resource_id=rid, error=str(exc))
+            return
+        res.generation = generation
+        self._resources[rid] = res
