@@ -108,8 +108,9 @@ def test_a_checkout_git_refuses_fails_the_reindex_naming_the_fix(tmp_path: Path)
     never = {r["resource_id"]: r["last_indexed_at"] for r in status["resources"]}
     assert never[bad_id] is None and never[good_id]
 
-    # Registering it again without --type: the type cannot be guessed, say why.
-    added = cli.run("resource", "add", str(bad), "--project", "local/p")
+    # Registering it again without --type (--force: it is already in the
+    # project): the type cannot be guessed, say why.
+    added = cli.run("resource", "add", str(bad), "--project", "local/p", "--force")
     assert added.returncode == 1
     assert "dubious ownership" in added.stderr and "safe.directory" in added.stderr
     # A rebuild stops before swapping anything in.
