@@ -105,7 +105,9 @@ def _indexer(store: ManagedIndexStore, embedder: Embedder) -> Indexer:
     # of the first round did, so a hydration opens no module or file of
     # ours once it has started.
     store.open_all()
-    return Indexer(store, embedder)
+    from cleveragents.infrastructure.acms.tree_sitter_code import TreeSitterCodeParser
+
+    return Indexer(store, embedder, code_parser=TreeSitterCodeParser())
 
 
 def _context_tier_service() -> ContextTierService:

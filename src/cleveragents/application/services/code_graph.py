@@ -43,6 +43,7 @@ __all__ = [
     "extract_facts",
     "file_triples",
     "module_index",
+    "parser_language",
     "python_module_name",
     "resolve_import",
 ]
@@ -906,6 +907,12 @@ def code_triples(
             targets[module_uri(imp.target)] = None
     triples += [(file, UKO + "imports", target) for target in targets]
     return list(dict.fromkeys(triples))
+
+
+def parser_language(rel_path: str, language: str) -> str:
+    """The grammar a file is parsed with: ``tsx`` for ``.tsx`` files (the
+    TypeScript grammar does not read JSX), else the project's language name."""
+    return "tsx" if rel_path.lower().endswith(".tsx") else language
 
 
 def chunk_starts(facts: CodeFacts) -> list[int]:

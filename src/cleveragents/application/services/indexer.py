@@ -47,7 +47,15 @@ import numpy.typing as npt
 import structlog
 
 from cleveragents.application.services.chunking import chunk_text, detect_language, make_units
-from cleveragents.application.services.code_graph import ModuleLookup, extract_facts, file_triples
+from cleveragents.application.services.code_graph import (
+    ModuleLookup,
+    PathLookup,
+    chunk_starts,
+    code_triples,
+    extract_facts,
+    file_triples,
+    parser_language,
+)
 from cleveragents.application.services.resource_files import (
     ListedFile,
     ReadFile,
@@ -58,6 +66,7 @@ from cleveragents.application.services.resource_files import (
     secret_content,
 )
 from cleveragents.domain.models.acms.backends import IndexUnit, WriteTriple
+from cleveragents.domain.models.acms.code_facts import CodeParser
 from cleveragents.domain.models.acms.embedding import Embedder
 from cleveragents.domain.models.acms.index_store import (
     Catalog,
@@ -79,6 +88,7 @@ __all__ = [
     "NotRead",
 ]
 
+_CODE_GRAPH_VERSION = "code-graph-ts1"
 DEFAULT_INDEX_FILE_BYTES = 1024 * 1024
 _EMBED_BATCH = 256
 
@@ -105,6 +115,7 @@ class Indexer:
         embedder: Embedder,
         *,
         max_file_bytes: int = DEFAULT_INDEX_FILE_BYTES,
+        code_parser: CodeParser | None = None,
     ) -> None:
         if embedder.dimension != store.dimension:
             raise ValueError(
@@ -116,8 +127,20 @@ class Indexer:
         self.store = store
         self.embedder = embedder
         self.max_file_bytes = max_file_bytes
-        # What produced the units: a change re-indexes every file.
-        self.identity = f"{embedder.name}:{embedder.dimension}"
+        self.code_parser = code_parser
+        # What produced the units: a change re-indexes every file.  With a
+        # code parser, chunks and graph follow its definitions (code graph v2).
+        graph = f"|{_CODE_GRAPH_VERSION}" if code_parser is not None else ""
+        self.identity = f"{embedder.name}:{embedder.dimension}{graph}"
+
+    def over(self, store: IndexStore) -> Indexer:
+        """The same planner writing to another store (a rebuild's fresh one)."""
+        return Indexer(
+            store,
+            self.embedder,
+            max_file_bytes=self.max_file_bytes,
+            code_parser=self.code_parser,
+        )
 
     @property
     def catalog(self) -> Catalog:
@@ -223,6 +246,7 @@ class IndexSession:
             else list(listed_paths)
         )
         self._module_lookup: ModuleLookup | None = None
+        self._path_lookup: PathLookup | None = None
         self._seen: set[str] = set()
         self._to_embed: list[_Planned] = []
         self._to_embed_units = 0
@@ -250,6 +274,13 @@ class IndexSession:
         if self._module_lookup is None:
             self._module_lookup = ModuleLookup(self._listed_paths)
         return self._module_lookup
+
+    @property
+    def _files(self) -> PathLookup:
+        """The listing, for resolving imports of every language to files."""
+        if self._path_lookup is None:
+            self._path_lookup = PathLookup(self._listed_paths)
+        return self._path_lookup
 
     # ------------------------------------------------------------ per file
 
@@ -335,10 +366,16 @@ class IndexSession:
             return
         text = decode_text(data)
         language = detect_language(path)
-        chunks = chunk_text(text, language)
+        parser = self._ix.code_parser
+        parsed = parser.parse(text, parser_language(path, language)) if parser else None
+        if parsed is not None:
+            chunks = chunk_text(text, language, starts=chunk_starts(parsed))
+            triples = code_triples(self.resource_id, path, language, chunks, parsed, self._files)
+        else:
+            chunks = chunk_text(text, language)
+            facts = extract_facts(path, text, language)
+            triples = file_triples(self.resource_id, path, language, chunks, facts, self._modules)
         units = make_units(self.resource_id, path, text, language=language, chunks=chunks)
-        facts = extract_facts(path, text, language)
-        triples = file_triples(self.resource_id, path, language, chunks, facts, self._modules)
         own = file_uri(self.resource_id, path)
         # The file and the URIs under it: never the resource node (its one
         # `contains` edge is dropped as an exact triple instead).

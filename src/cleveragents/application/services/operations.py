@@ -413,14 +413,13 @@ class AcmsOperations:
         Readers see the old index or the new one, never a half-built one; a
         reader that has an index open picks the new one up on its next query.
         """
-        from cleveragents.application.services.indexer import Indexer
 
         report = ReindexReport()
         t0 = time.perf_counter()
-        embedder = self._embedder()
+        planner = self._indexer()
         with self._store().writing(timeout=lock_timeout) as live:
             with live.rebuild() as fresh:
-                indexer = Indexer(fresh, embedder)
+                indexer = planner.over(fresh)
                 for resource in self.resources.list():
                     if not os.path.isdir(resource.location):
                         report.missing.append(resource.resource_id)
