@@ -129,11 +129,14 @@ def test_secret_override_is_registered_counted_and_shown(tmp_path: Path) -> None
     cli = Cli(tmp_path)
     cli.ok("project", "add", "local/p")
     default = cli.ok("resource", "add", str(repo), "--project", "local/p", "--type", "directory")
+    # The same tree three times, on purpose (--force), each with its own override.
     allow = cli.ok(
         "resource", "add", str(repo), "--project", "local/p", "--type", "directory",
-        "--allow-secret-pattern", "certs/*.pem",
+        "--allow-secret-pattern", "certs/*.pem", "--force",
     )  # fmt: skip
-    off = cli.ok("resource", "add", str(repo), "--project", "local/p", "--no-secret-filter")
+    off = cli.ok(
+        "resource", "add", str(repo), "--project", "local/p", "--no-secret-filter", "--force"
+    )
     default, allow, off = default.strip(), allow.strip(), off.strip()
 
     summary = cli.ok("reindex")
@@ -157,7 +160,9 @@ def test_secret_override_is_registered_counted_and_shown(tmp_path: Path) -> None
     assert hits("pemmarker", allow) and not hits("envmarker", allow)
     assert all(hits(m, off) for m in ("envmarker", "rsamarker", "pemmarker"))
 
-    bad = cli.run("resource", "add", str(repo), "--project", "local/p", "--allow-secret-pattern=")
+    bad = cli.run(
+        "resource", "add", str(repo), "--project", "local/p", "--allow-secret-pattern=", "--force"
+    )
     assert bad.returncode == 2 and "allow-pattern" in bad.stderr
 
     # The override can be replaced later; the next reindex applies it.
