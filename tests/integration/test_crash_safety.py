@@ -314,7 +314,7 @@ def open_and_read(world: World, *, verify: bool = False) -> tuple[dict[str, Seen
         for name, rid in world.rids.items():
             contains = {
                 o
-                for _s, p, o in graph.get_triples(resource_uri(rid)).triples
+                for _s, p, o in graph.get_triples(resource_uri(rid), scope=frozenset({rid})).triples
                 if p == UKO + "contains"
             }
             seen[name] = Seen(

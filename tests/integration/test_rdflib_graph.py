@@ -267,8 +267,13 @@ def test_property_scoped_queries_equal_oracle(data, query: str) -> None:
     assert sorted(got.triples) == sorted(want.triples)
     assert got.metadata == want.metadata
     start = resource_uri(_RIDS[0])
-    assert full.traverse(start, depth=3, scope=scope) == oracle.traverse(start, depth=3)
-    assert full.get_triples(module_uri("m0"), scope=scope) == oracle.get_triples(module_uri("m0"))
+    every = frozenset(oracle.resource_ids())  # the oracle holds only the in-scope graphs
+    assert full.traverse(start, depth=3, scope=scope) == oracle.traverse(
+        start, depth=3, scope=every
+    )
+    assert full.get_triples(module_uri("m0"), scope=scope) == oracle.get_triples(
+        module_uri("m0"), scope=every
+    )
 
 
 # ------------------------------------------------------------------ sandbox
@@ -400,7 +405,7 @@ def test_updates_are_refused_with_a_clear_message(full, corpus, listener, templa
     before = full.sparql_query("SELECT ?s ?p ?o WHERE { ?s ?p ?o }", scope=frozenset(corpus))
     with pytest.raises(QueryError, match="updates"):
         full.sparql_query(template.replace("{url}", url), scope=frozenset(corpus))
-    assert full.get_triples("urn:a").triples == []
+    assert full.get_triples("urn:a", scope=frozenset(corpus)).triples == []
     after = full.sparql_query("SELECT ?s ?p ?o WHERE { ?s ?p ?o }", scope=frozenset(corpus))
     assert after == before
     assert _accepted(listener) == 0
@@ -490,14 +495,14 @@ def test_traverse_depths_on_a_cycle(cycle) -> None:
     assert backend.traverse(n["r"], depth=5, scope=scope).triples == everything
     # the cycle ends the walk; more depth adds nothing and repeats nothing
     assert backend.traverse(n["r"], depth=50, scope=scope).triples == everything
-    assert backend.traverse(n["r"], depth=2).metadata == {"rows": "3"}
+    assert backend.traverse(n["r"], depth=2, scope=scope).metadata == {"rows": "3"}
 
 
 def test_traverse_follows_only_in_scope_graphs(cycle) -> None:
     backend, rid, other, n = cycle
     in_rid = backend.traverse(n["c"], depth=2, scope=frozenset({rid})).triples
     assert (n["m"], UKO + "version", "2") not in in_rid
-    unrestricted = backend.traverse(n["c"], depth=2).triples
+    unrestricted = backend.traverse(n["c"], depth=2, scope=frozenset({rid, other})).triples
     assert (n["m"], UKO + "version", "2") in unrestricted
     assert backend.traverse(n["c"], depth=3, scope=frozenset({other})).triples == []
 
@@ -510,7 +515,7 @@ def test_get_triples_scoped_and_unscoped(cycle) -> None:
     assert backend.get_triples(n["m"], scope=frozenset({other})).triples == [
         (n["m"], UKO + "version", "2")
     ]
-    assert backend.get_triples(n["m"]).triples == sorted(
+    assert backend.get_triples(n["m"], scope=frozenset({rid, other})).triples == sorted(
         [(n["m"], UKO + "name", "m"), (n["m"], UKO + "version", "2")]
     )
     assert backend.get_triples(n["m"], scope=frozenset({new_ulid()})).triples == []
@@ -540,7 +545,7 @@ def test_writes_are_validated(cycle) -> None:
         backend.upsert(rid, [], delete_subjects="urn:a")
     with pytest.raises(ValueError, match="ULID"):
         backend.upsert("nope", [])
-    assert len(backend.get_triples(n["c"]).triples) == 2  # nothing changed
+    assert len(backend.get_triples(n["c"], scope=frozenset({rid})).triples) == 2  # unchanged
 
 
 def test_lower_case_resource_id_is_canonicalised(tmp_path) -> None:
@@ -569,14 +574,14 @@ def test_persistence_across_reopen(tmp_path: Path) -> None:
     backend.upsert(gone, [(resource_uri(gone), UKO + "x", "urn:y")])
     backend.delete(gone)
     assert not (tmp_path / "graphs" / f"{gone}.graph").exists()
-    before = backend.get_triples(f).triples
+    before = backend.get_triples(f, scope=frozenset({rid})).triples
     backend.close()
     with pytest.raises(IndexUnavailableError):
-        backend.get_triples(f)
+        backend.get_triples(f, scope=frozenset({rid}))
 
     reopened = RdflibGraphBackend(tmp_path)
     assert reopened.resource_ids() == {rid}
-    assert reopened.get_triples(f).triples == before
+    assert reopened.get_triples(f, scope=frozenset({rid})).triples == before
     assert (f, UKO + "path", tricky) in before
     assert (f, UKO + "lines", "010") in before
     assert reopened.subjects(rid) == {f}
@@ -592,7 +597,7 @@ def test_second_instance_sees_writes(tmp_path: Path) -> None:
     first, second = RdflibGraphBackend(tmp_path), RdflibGraphBackend(tmp_path)
     try:
         first.upsert(rid, [(resource_uri(rid), UKO + "x", "urn:one")])
-        assert second.get_triples(resource_uri(rid)).triples == [
+        assert second.get_triples(resource_uri(rid), scope=frozenset({rid})).triples == [
             (resource_uri(rid), UKO + "x", "urn:one")
         ]
         q = "SELECT ?s ?p ?o WHERE { ?s ?p ?o }"
@@ -613,8 +618,9 @@ def test_second_instance_sees_writes(tmp_path: Path) -> None:
 def test_upsert_delete_subjects_is_one_change(cycle) -> None:
     backend, rid, _, n = cycle
     backend.upsert(rid, [(n["a"], UKO + "imports", n["c"])], delete_subjects=[n["a"], n["b"]])
-    assert backend.get_triples(n["a"]).triples == [(n["a"], UKO + "imports", n["c"])]
-    assert backend.get_triples(n["b"]).triples == []
+    scope = frozenset({rid})
+    assert backend.get_triples(n["a"], scope=scope).triples == [(n["a"], UKO + "imports", n["c"])]
+    assert backend.get_triples(n["b"], scope=scope).triples == []
     assert n["b"] not in backend.subjects(rid)
 
 
@@ -645,12 +651,13 @@ def test_deleting_the_last_subject_empties_the_resource(tmp_path: Path) -> None:
     with RdflibGraphBackend(tmp_path) as backend:
         backend.upsert(rid, [(r, UKO + "x", "urn:y")])
         backend.delete(rid, [r])
-        assert backend.get_triples(r).triples == []
-        assert backend.traverse(r, depth=2).triples == []
+        scope = frozenset({rid})
+        assert backend.get_triples(r, scope=scope).triples == []
+        assert backend.traverse(r, depth=2, scope=scope).triples == []
         assert backend.resource_ids() == set()
         assert not (tmp_path / "graphs" / f"{rid}.graph").exists()
         backend.upsert(rid, [(r, UKO + "x", "urn:z")], delete_subjects=[r])
-        assert backend.get_triples(r).triples == [(r, UKO + "x", "urn:z")]
+        assert backend.get_triples(r, scope=scope).triples == [(r, UKO + "x", "urn:z")]
 
 
 def test_failed_write_changes_nothing(tmp_path: Path, monkeypatch) -> None:
@@ -667,7 +674,7 @@ def test_failed_write_changes_nothing(tmp_path: Path, monkeypatch) -> None:
         monkeypatch.setattr(graph_store, "_append", broken)
         with pytest.raises(IndexUnavailableError, match="disk full"):
             backend.upsert(rid, [(r, UKO + "x", "urn:z")], delete_subjects=[r])
-        assert backend.get_triples(r).triples == [(r, UKO + "x", "urn:y")]
+        assert backend.get_triples(r, scope=frozenset({rid})).triples == [(r, UKO + "x", "urn:y")]
         q = "SELECT ?s ?p ?o WHERE { ?s ?p ?o }"
         assert backend.sparql_query(q, scope=frozenset({rid})).triples == [(r, UKO + "x", "urn:y")]
 
@@ -680,10 +687,10 @@ def test_upsert_can_drop_single_triples(cycle) -> None:
         [(n["a"], imp, n["c"])],
         delete_triples=[(n["a"], imp, n["b"]), (n["b"], imp, n["c"])],
     )
-    assert backend.get_triples(n["a"]).triples == sorted(
+    assert backend.get_triples(n["a"], scope=frozenset({rid})).triples == sorted(
         [(n["a"], imp, n["c"]), (n["a"], UKO + "path", "a.py")]
     )
-    assert backend.get_triples(n["b"]).triples == []
+    assert backend.get_triples(n["b"], scope=frozenset({rid})).triples == []
     assert n["b"] not in backend.subjects(rid)
 
 
@@ -708,10 +715,10 @@ def test_a_small_change_appends_only_the_change(tmp_path: Path) -> None:
         backend.upsert(rid, [(f, UKO + "lines", Literal("3"))], delete_subjects=[f])
         assert path.stat().st_ino == before.st_ino  # the snapshot was not rewritten
         assert 0 < path.stat().st_size - before.st_size < 500
-        expected = backend.get_triples(f).triples
+        expected = backend.get_triples(f, scope=frozenset({rid})).triples
         assert expected == [(f, UKO + "lines", "3")]
     with RdflibGraphBackend(tmp_path) as reopened:
-        assert reopened.get_triples(f).triples == expected
+        assert reopened.get_triples(f, scope=frozenset({rid})).triples == expected
         assert len(reopened.subjects(rid)) == 2000
 
 
@@ -726,10 +733,10 @@ def test_the_log_is_compacted_once_it_outgrows_the_base(tmp_path: Path) -> None:
             backend.upsert(rid, [(f, UKO + "n", Literal(str(i)))], delete_subjects=[f])
         assert path.stat().st_ino != first  # replaced by a compaction
         assert path.stat().st_size <= (1 << 15) + 500
-        final = backend.get_triples(f).triples
+        final = backend.get_triples(f, scope=frozenset({rid})).triples
     assert final == [(f, UKO + "n", "399")]
     with RdflibGraphBackend(tmp_path) as reopened:
-        assert reopened.get_triples(f).triples == final
+        assert reopened.get_triples(f, scope=frozenset({rid})).triples == final
 
 
 def test_a_torn_log_tail_is_ignored_and_cut_by_the_next_writer(tmp_path: Path) -> None:
@@ -744,13 +751,13 @@ def test_a_torn_log_tail_is_ignored_and_cut_by_the_next_writer(tmp_path: Path) -
     torn = b"L" + (1000).to_bytes(4, "little") + b"\0\0\0\0" + b"torn"
     log.write_bytes(committed + torn)
     with RdflibGraphBackend(tmp_path) as reader:
-        assert reader.get_triples(f).triples == [(f, UKO + "path", "a.py")]
-        assert reader.get_triples(g).triples == [(g, UKO + "path", "b.py")]
+        assert reader.get_triples(f, scope=frozenset({rid})).triples == [(f, UKO + "path", "a.py")]
+        assert reader.get_triples(g, scope=frozenset({rid})).triples == [(g, UKO + "path", "b.py")]
         reader.upsert(rid, [(f, UKO + "y", "urn:y")])
     assert log.read_bytes().startswith(committed)
     assert b"torn" not in log.read_bytes()
     with RdflibGraphBackend(tmp_path) as reopened:
-        assert reopened.get_triples(f).triples == [
+        assert reopened.get_triples(f, scope=frozenset({rid})).triples == [
             (f, UKO + "path", "a.py"),
             (f, UKO + "y", "urn:y"),
         ]
@@ -765,18 +772,18 @@ def test_a_second_instance_follows_appends_deletes_and_compaction(tmp_path: Path
         assert len(second.subjects(rid)) == 50
         for i in range(3):
             first.upsert(rid, [(f, UKO + "n", Literal(str(i)))], delete_subjects=[f])
-            assert second.get_triples(f).triples == [(f, UKO + "n", str(i))]
+            assert second.get_triples(f, scope=frozenset({rid})).triples == [(f, UKO + "n", str(i))]
             assert second.traverse(f, depth=1, scope=frozenset({rid})).triples == [
                 (f, UKO + "n", str(i))
             ]
         assert len(second.sparql_query(q, scope=frozenset({rid})).triples) == 51
         for i in range(400):  # forces a compaction
             first.upsert(rid, [(f, UKO + "n", Literal(str(i)))], delete_subjects=[f])
-        assert second.get_triples(f).triples == [(f, UKO + "n", "399")]
+        assert second.get_triples(f, scope=frozenset({rid})).triples == [(f, UKO + "n", "399")]
         second.delete(rid)
         assert first.resource_ids() == set()
         first.upsert(rid, [(f, UKO + "n", Literal("again"))])
-        assert second.get_triples(f).triples == [(f, UKO + "n", "again")]
+        assert second.get_triples(f, scope=frozenset({rid})).triples == [(f, UKO + "n", "again")]
 
 
 def test_a_leftover_temporary_file_is_ignored(tmp_path: Path) -> None:
@@ -789,9 +796,11 @@ def test_a_leftover_temporary_file_is_ignored(tmp_path: Path) -> None:
     with RdflibGraphBackend(tmp_path) as backend:
         assert backend.resource_ids() == set()
         backend.upsert(rid, [(f, UKO + "x", "urn:new")])
-        assert backend.get_triples(f).triples == [(f, UKO + "x", "urn:new")]
+        assert backend.get_triples(f, scope=frozenset({rid})).triples == [(f, UKO + "x", "urn:new")]
     with RdflibGraphBackend(tmp_path) as reopened:
-        assert reopened.get_triples(f).triples == [(f, UKO + "x", "urn:new")]
+        assert reopened.get_triples(f, scope=frozenset({rid})).triples == [
+            (f, UKO + "x", "urn:new")
+        ]
 
 
 def test_a_failed_append_takes_the_written_part_back(tmp_path: Path, monkeypatch) -> None:
@@ -815,9 +824,12 @@ def test_a_failed_append_takes_the_written_part_back(tmp_path: Path, monkeypatch
             backend.upsert(rid, [(f, UKO + "x", "urn:w")], delete_subjects=[f])
         assert log.stat().st_size == size
         monkeypatch.undo()
-        assert len(backend.get_triples(f).triples) == 2
+        assert len(backend.get_triples(f, scope=frozenset({rid})).triples) == 2
     with RdflibGraphBackend(tmp_path) as reopened:
-        assert reopened.get_triples(f).triples == [(f, UKO + "x", "urn:y"), (f, UKO + "x", "urn:z")]
+        assert reopened.get_triples(f, scope=frozenset({rid})).triples == [
+            (f, UKO + "x", "urn:y"),
+            (f, UKO + "x", "urn:z"),
+        ]
 
 
 def test_traverse_lists_an_iri_and_an_equal_literal_once(tmp_path: Path) -> None:
@@ -825,5 +837,7 @@ def test_traverse_lists_an_iri_and_an_equal_literal_once(tmp_path: Path) -> None
     f = file_uri(rid, "a.py")
     with RdflibGraphBackend(tmp_path) as backend:
         backend.upsert(rid, [(f, UKO + "x", "urn:y"), (f, UKO + "x", Literal("urn:y"))])
-        assert backend.traverse(f, depth=2).triples == [(f, UKO + "x", "urn:y")]
-        assert backend.get_triples(f).triples == [(f, UKO + "x", "urn:y")]
+        assert backend.traverse(f, depth=2, scope=frozenset({rid})).triples == [
+            (f, UKO + "x", "urn:y")
+        ]
+        assert backend.get_triples(f, scope=frozenset({rid})).triples == [(f, UKO + "x", "urn:y")]

@@ -51,7 +51,7 @@ from cleveragents.domain.models.acms.backends import (
     validate_non_empty,
     validate_positive_int,
 )
-from cleveragents.domain.models.acms.errors import IndexUnavailableError, QueryError
+from cleveragents.domain.models.acms.errors import IndexUnavailableError
 from cleveragents.domain.models.acms.uko import UKO, resource_id_of
 from cleveragents.domain.models.acms.ulids import canonical_ulid, validate_scope
 from cleveragents.infrastructure.acms.graph_store import (
@@ -64,7 +64,7 @@ from cleveragents.infrastructure.acms.graph_store import (
 from cleveragents.infrastructure.acms.graph_store import (
     sorted_edges as _sorted_edges,
 )
-from cleveragents.infrastructure.acms.sparql_guard import check_query
+from cleveragents.infrastructure.acms.sparql_guard import check_query_size
 from cleveragents.infrastructure.acms.sparql_worker import evaluate
 
 __all__ = ["RdflibGraphBackend"]
@@ -94,6 +94,16 @@ def _result(triples: list[Triple], metadata: dict[str, str]) -> GraphResult:
     object.__setattr__(result, "triples", triples)
     object.__setattr__(result, "metadata", metadata)
     return result
+
+
+def _required_scope(scope: frozenset[str] | None, method: str) -> frozenset[str]:
+    """The canonical scope; ``None`` is refused, never read as "every graph"."""
+    if scope is None:
+        raise TypeError(
+            f"{method} needs scope=, a frozenset of resource ULIDs; to read every graph "
+            "(maintenance), pass scope=frozenset(backend.resource_ids())"
+        )
+    return validate_scope(scope)
 
 
 def _validate_timeout(value: object) -> float:
@@ -237,29 +247,29 @@ class RdflibGraphBackend:
         counts the triples returned.  Triples that name a resource outside
         ``scope`` (possible only through IRI constants in the query) are dropped.
 
-        The evaluation runs in a forked child process (see :mod:`.sparql_worker`)
-        that is killed at ``query_timeout``; an answer over ``max_rows`` triples
-        (counted before out-of-scope ones are dropped) is refused, not truncated.
+        A text over ``sparql_guard.MAX_QUERY_BYTES`` is refused unread; parsing,
+        checking and evaluation run in a forked child process (see
+        :mod:`.sparql_worker`) that is killed at ``query_timeout``.  An answer
+        over ``max_rows`` triples (counted before out-of-scope ones are dropped)
+        or over ``sparql_worker.MAX_RESULT_BYTES`` is refused, not truncated.
 
         Raises:
             TypeError / ValueError: empty query or invalid scope.
-            QueryLimitError: the query ran past ``query_timeout`` or its answer
-                holds more than ``max_rows`` triples.
-            QueryError: malformed query, an update, SERVICE / FROM / FROM NAMED /
-                GRAPH, a SELECT of other than three variables, or an error
-                raised while evaluating.
+            QueryLimitError: the query ran past ``query_timeout``, or its answer
+                holds more than ``max_rows`` triples or ``MAX_RESULT_BYTES``.
+            QueryError: a query over ``MAX_QUERY_BYTES``, malformed, an update,
+                SERVICE / FROM / FROM NAMED / GRAPH, a SELECT of other than three
+                variables, or an error raised while evaluating.
             IndexUnavailableError: the store cannot be read.
         """
         validate_non_empty(query, "query")
+        check_query_size(query)
         canonical = validate_scope(scope)
-        checked = check_query(query, init_ns=_INIT_NS)
-        if checked.form == "SELECT" and len(checked.projection) != 3:
-            raise QueryError(
-                "a SELECT query must project exactly three variables (subject, predicate, "
-                f"object), got {len(checked.projection)}"
-            )
         union = self._union(canonical)
-        answer = evaluate(union, checked, timeout=self._query_timeout, max_rows=self._max_rows)
+        # Parsing and checking run in the worker too, inside the time limit.
+        answer = evaluate(
+            union, query, init_ns=_INIT_NS, timeout=self._query_timeout, max_rows=self._max_rows
+        )
         if answer.boolean is not None:
             return GraphResult(metadata={"boolean": str(answer.boolean).lower(), "rows": "0"})
         triples = answer.triples
@@ -272,14 +282,16 @@ class RdflibGraphBackend:
     def get_triples(self, subject: str, *, scope: frozenset[str] | None = None) -> GraphResult:
         """Triples whose subject is ``subject`` from the in-scope graphs, sorted.
 
-        ``scope=None`` reads every graph (maintenance use only).
+        ``scope`` is required: without it nothing is read (maintenance that
+        means every graph says so with ``scope=frozenset(self.resource_ids())``).
 
         Raises:
-            TypeError / ValueError: empty subject or invalid scope.
+            TypeError: no scope, or an argument of the wrong type.
+            ValueError: empty subject or a scope member that is not a ULID.
             IndexUnavailableError: the store cannot be read.
         """
         validate_non_empty(subject, "subject")
-        canonical = None if scope is None else validate_scope(scope)
+        canonical = _required_scope(scope, "get_triples")
         found: set[Triple] = set()
         foreign = False
         with self._lock:
@@ -301,15 +313,16 @@ class RdflibGraphBackend:
         Depth 0 gives no triples, depth 1 the triples of ``start``, depth 2
         adds the triples of the IRIs those reach, and so on.  Each triple comes
         once; nodes are visited once, so cycles end.  Only in-scope graphs are
-        followed (``scope=None``: all, maintenance use only).
+        followed; ``scope`` is required, as for :meth:`get_triples`.
 
         Raises:
-            TypeError / ValueError: empty start, negative depth, invalid scope.
+            TypeError: no scope, or an argument of the wrong type.
+            ValueError: empty start, negative depth, a scope member not a ULID.
             IndexUnavailableError: the store cannot be read.
         """
         validate_non_empty(start, "start")
         validate_depth(depth)
-        canonical = None if scope is None else validate_scope(scope)
+        canonical = _required_scope(scope, "traverse")
         out: list[Triple] = []
         foreign = False
         with self._lock:

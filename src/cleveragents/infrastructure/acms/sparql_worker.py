@@ -1,15 +1,25 @@
-"""Evaluate one checked SPARQL query in a forked, killable child process.
+"""Check and evaluate one SPARQL query in a forked, killable child process.
 
 rdflib has no query timeout, and ``REGEX`` runs Python's ``re``, which can
-backtrack for ages inside C code that no Python-level interrupt reaches.  So
-every evaluation runs in a child forked from the caller:
+backtrack for ages inside C code that no Python-level interrupt reaches.
+Parsing is no safer: pyparsing reads 15-45 KB/s and deep nesting recurses.
+So everything after a size check runs in a child forked from the caller:
 
 - the child inherits the union graph (already built in the parent)
-  copy-on-write, evaluates with the row cap, writes its answer as JSON of
-  plain strings through a pipe and leaves with ``os._exit`` (no parent
+  copy-on-write, parses and checks the query (:func:`.sparql_guard.check_query`),
+  evaluates it with the row cap and the result size cap, writes its answer as
+  JSON of plain strings through a pipe and leaves with ``os._exit`` (no parent
   cleanup, no ``atexit``, no finalizers, no buffered output flushed);
 - the parent waits on the pipe until the deadline, then ``SIGKILL``\\ s the
-  child; every child is reaped and every descriptor closed on every path.
+  child; it reads the answer in chunks and stops at the result size cap (its
+  memory grows by at most that much); every child is reaped and every
+  descriptor closed on every path.
+
+Deep queries (hundreds of nested groups, thousand-item object lists) need
+more than Python's default recursion limit, which is the only obstacle for
+them: the child works in a thread with a :data:`STACK_BYTES` native stack and a
+recursion limit of :data:`RECURSION_LIMIT`, sized so the limit is reached (a
+clear error) long before the stack overflows (which would kill the child).
 
 The child first points fds 0-2 at ``/dev/null`` (nothing it does can reach the
 parent's stdout, e.g. CLI ``--json`` output), closes every other inherited
@@ -18,7 +28,8 @@ of a parent object, e.g. a SQLite connection, runs in the child), caps its
 address space, and installs an audit hook refusing sockets, subprocesses
 and ``exec``: a second line of defence behind :mod:`.sparql_guard`.
 Only the forking thread exists in the child, so it takes no lock another
-parent thread might hold (no logging, no stdio).
+parent thread might hold; it turns logging and warnings off (rdflib's literal
+warnings carry tracebacks, and nobody would read them).
 
 Linux/POSIX only (``os.fork``).  Python 3.12+ emits a ``DeprecationWarning``
 when forking a multi-threaded process; the child here runs no code that
@@ -29,8 +40,10 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import gc
 import json
+import logging
 import math
 import os
 import resource
@@ -39,6 +52,8 @@ import signal
 import sys
 import threading
 import time
+import warnings
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
@@ -53,14 +68,29 @@ from cleveragents.domain.models.acms.errors import (
     QueryError,
     QueryLimitError,
 )
-from cleveragents.infrastructure.acms.sparql_guard import CheckedQuery
+from cleveragents.infrastructure.acms.sparql_guard import CheckedQuery, check_query
 
-__all__ = ["WorkerAnswer", "evaluate"]
+__all__ = ["MAX_RESULT_BYTES", "WorkerAnswer", "evaluate"]
 
 # Address space the child may add to what it inherited.  A cross join under
 # ORDER BY / DISTINCT materialises every row before the row cap can see one;
 # without a cap it could exhaust the host's memory within the time limit.
 CHILD_MEMORY_BUDGET = 2 * 1024**3
+
+# The most bytes an answer may carry back to the caller (its JSON encoding).
+# 10,000 rows (the default row cap) of 1.6 KB each fit; a 1.8 KB query whose
+# CONCAT-doubling BIND returned 410 MB (and took the caller to 1.2-1.4 GB) does
+# not.  The parent holds the raw bytes and their decoding, about twice this.
+MAX_RESULT_BYTES = 16 * 1024**2
+# Room for the JSON envelope and an error message beyond the rows' own bytes.
+_ENVELOPE_BYTES = 64 * 1024
+# The native stack of the child's working thread and the recursion limit
+# inside it.  A Python frame reached through C (generators, __getattr__)
+# used 280-560 bytes of C stack here; 256 MiB / 50,000 leaves over 5 KB each.
+STACK_BYTES = 256 * 1024**2
+RECURSION_LIMIT = 50_000
+# Error text carried back: enough to say what failed, never a whole query.
+_MESSAGE_CHARS = 1000
 
 # Audit events the child refuses: anything that reaches the network or
 # starts a program.  rdflib's SERVICE / FROM use urllib, which passes here.
@@ -94,41 +124,60 @@ class WorkerAnswer:
     boolean: bool | None = None
 
 
-def evaluate(graph: Graph, checked: CheckedQuery, *, timeout: float, max_rows: int) -> WorkerAnswer:
-    """Evaluate ``checked`` against ``graph`` in a child process.
+def evaluate(
+    graph: Graph,
+    query: str,
+    *,
+    init_ns: Mapping[str, str],
+    timeout: float,
+    max_rows: int,
+    max_bytes: int | None = None,
+) -> WorkerAnswer:
+    """Check and evaluate ``query`` against ``graph`` in a child process.
 
-    SELECT rows with an unbound variable are skipped; results are sorted
-    unless the outer query has an ORDER BY.
+    The query is parsed and checked (:func:`.sparql_guard.check_query`) in the
+    child, inside the time limit.  A SELECT must project exactly three
+    variables, read as (s, p, o); rows with an unbound one are skipped.
+    Results are sorted unless the outer query has an ORDER BY.
 
     Args:
         graph: the graph to query (read in the child only).
-        checked: a query that passed :func:`.sparql_guard.check_query`.
+        query: SPARQL query text (callers check its size first with
+            :func:`.sparql_guard.check_query_size`).
+        init_ns: prefixes available without a PREFIX declaration.
         timeout: seconds from the call until the child is killed.
         max_rows: the most triples (SELECT rows, CONSTRUCT/DESCRIBE triples)
             an answer may hold.
+        max_bytes: the most bytes the answer may carry back (its JSON);
+            ``None`` is :data:`MAX_RESULT_BYTES`, read at call time.
 
     Raises:
-        QueryLimitError: the time limit or the row cap was reached.
-        QueryError: the evaluation raised, or the child died.
+        QueryLimitError: the time limit, the row cap or the size cap was reached.
+        QueryError: the query was refused (see ``check_query``; a SELECT of
+            other than three variables), the evaluation raised, or the child died.
         IndexUnavailableError: no child process could be started.
     """
+    cap = MAX_RESULT_BYTES if max_bytes is None else max_bytes
     deadline = time.monotonic() + timeout
+    _warm_parser()
     read_fd, write_fd = os.pipe()
     pid = -1
     try:
         pid = _fork()
         if pid == 0:  # the child: never returns
-            _child(read_fd, write_fd, graph, checked, max_rows)
+            _child(read_fd, write_fd, graph, query, dict(init_ns), max_rows, cap)
         os.close(write_fd)
         write_fd = -1
-        data = _read_all(read_fd, deadline)
+        data = _read_all(read_fd, deadline, cap + _ENVELOPE_BYTES)
         if data is None:
             raise QueryLimitError(
                 f"the SPARQL query was stopped at its time limit of {timeout:g} s"
             )
+        if len(data) > cap + _ENVELOPE_BYTES:
+            raise QueryLimitError(_size_message(cap))
         status = _reap(pid, deadline)
         pid = -1
-        return _decode(data, status, max_rows)
+        return _decode(data, status, max_rows, cap)
     finally:
         if pid > 0:
             _kill_and_reap(pid)
@@ -137,7 +186,28 @@ def evaluate(graph: Graph, checked: CheckedQuery, *, timeout: float, max_rows: i
                 os.close(fd)
 
 
+def _size_message(cap: int) -> str:
+    return (
+        f"the SPARQL answer is larger than {cap} bytes (the result size cap, "
+        "MAX_RESULT_BYTES); select fewer or shorter values, or add a LIMIT"
+    )
+
+
 # ---------------------------------------------------------------- parent side
+
+# A fixed query the parent parses once: pyparsing prepares the SPARQL grammar
+# on its first use (~130 ms here), and a child forked from a parent that never
+# parsed would pay that on every query.  Our own text, so bounded.
+_WARM_QUERY = (
+    "PREFIX x: <urn:x:> SELECT ?s ?p ?o WHERE { ?s ?p ?o . OPTIONAL { ?s x:q ?v } "
+    'FILTER(?o != "1"^^<http://www.w3.org/2001/XMLSchema#integer> || REGEX(STR(?o), "a")) '
+    "} ORDER BY ?s LIMIT 5"
+)
+
+
+@functools.cache
+def _warm_parser() -> None:
+    check_query(_WARM_QUERY, init_ns={})
 
 
 def _fork() -> int:
@@ -158,9 +228,13 @@ def _fork() -> int:
         return pid
 
 
-def _read_all(fd: int, deadline: float) -> bytes | None:
-    """Everything the child writes until it closes the pipe; ``None`` at the deadline."""
-    chunks: list[bytes] = []
+def _read_all(fd: int, deadline: float, limit: int) -> bytearray | None:
+    """What the child writes until it closes the pipe; ``None`` at the deadline.
+
+    Reading stops as soon as more than ``limit`` bytes arrived (the caller
+    refuses such an answer), so the parent never holds more than that.
+    """
+    data = bytearray()
     poller = select.poll()
     poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
     while True:
@@ -169,10 +243,12 @@ def _read_all(fd: int, deadline: float) -> bytes | None:
             return None
         if not poller.poll(math.ceil(remaining * 1000)):
             continue
-        chunk = os.read(fd, _READ_CHUNK)
+        chunk = os.read(fd, min(_READ_CHUNK, limit + 1 - len(data)))
         if not chunk:
-            return b"".join(chunks)
-        chunks.append(chunk)
+            return data
+        data += chunk
+        if len(data) > limit:
+            return data
 
 
 def _reap(pid: int, deadline: float) -> int:
@@ -195,7 +271,7 @@ def _kill_and_reap(pid: int) -> None:
         os.waitpid(pid, 0)
 
 
-def _decode(data: bytes, status: int, max_rows: int) -> WorkerAnswer:
+def _decode(data: bytearray, status: int, max_rows: int, max_bytes: int) -> WorkerAnswer:
     if not data:
         raise QueryError(f"SPARQL evaluation failed: the worker process {_describe(status)}")
     try:
@@ -209,6 +285,10 @@ def _decode(data: bytes, status: int, max_rows: int) -> WorkerAnswer:
             f"the SPARQL query gives more than {max_rows} rows (the row cap, max_rows); "
             "narrow it or add a LIMIT"
         )
+    if "bytes" in payload:
+        raise QueryLimitError(_size_message(max_bytes))
+    if "refused" in payload:
+        raise QueryError(str(payload["refused"]))
     if "error" in payload:
         raise QueryError(f"SPARQL evaluation failed: {payload['error']}")
     if "boolean" in payload and isinstance(payload["boolean"], bool):
@@ -233,17 +313,21 @@ def _describe(status: int) -> str:
 
 
 def _child(
-    read_fd: int, write_fd: int, graph: Graph, checked: CheckedQuery, max_rows: int
+    read_fd: int,
+    write_fd: int,
+    graph: Graph,
+    query: str,
+    init_ns: dict[str, str],
+    max_rows: int,
+    max_bytes: int,
 ) -> NoReturn:
     code = 0
     try:
         try:
             write_fd = _isolate(read_fd, write_fd)
-            payload = _answer(graph, checked, max_rows)
-        except _RowCapError:
-            payload = {"limit": True}
+            payload = _on_big_stack(lambda: _payload(graph, query, init_ns, max_rows, max_bytes))
         except BaseException as exc:  # everything, KeyboardInterrupt too, becomes an answer
-            payload = {"error": f"{type(exc).__name__}: {exc}"}
+            payload = {"error": _error_text(exc)}
         _write_all(write_fd, json.dumps(payload).encode("ascii"))
     except BaseException:  # the parent reports "no answer"
         code = 1
@@ -266,16 +350,46 @@ def _isolate(read_fd: int, write_fd: int) -> int:
     # flock) is closed, so the child can use none and holds none open.
     os.closerange(3, write_fd)
     os.closerange(write_fd + 1, _max_fd())
+    # The child is thrown away: changing process-wide state here is harmless.
+    # No record is built, no traceback formatted, nothing written.
+    logging.disable(logging.CRITICAL)
+    warnings.simplefilter("ignore")
+    rdflib_sparql.SPARQL_LOAD_GRAPHS = False
+    sys.addaudithook(_refuse_egress)
+    return write_fd
+
+
+def _on_big_stack(work: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``work()`` in a thread with :data:`STACK_BYTES` of stack, memory capped."""
+    outcome: list[dict[str, Any]] = []
+
+    def run() -> None:
+        try:
+            # Capped here, after the stack is mapped: the budget is for data.
+            _cap_memory()
+            sys.setrecursionlimit(RECURSION_LIMIT)
+            outcome.append(work())
+        except BaseException as exc:
+            outcome.append({"error": _error_text(exc)})
+
+    try:
+        threading.stack_size(STACK_BYTES)
+        thread = threading.Thread(target=run, name="sparql-worker")
+        thread.start()
+    except (RuntimeError, ValueError, MemoryError):  # no room for the stack: work here
+        run()
+    else:
+        thread.join()
+    return outcome[0] if outcome else {"error": "the worker thread gave no answer"}
+
+
+def _cap_memory() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
     cap = _address_space() + CHILD_MEMORY_BUDGET
     if hard != resource.RLIM_INFINITY:
         cap = min(cap, hard)
     if soft == resource.RLIM_INFINITY or cap < soft:
         resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
-    # The child is thrown away: changing rdflib's globals here is harmless.
-    rdflib_sparql.SPARQL_LOAD_GRAPHS = False
-    sys.addaudithook(_refuse_egress)
-    return write_fd
 
 
 def _max_fd() -> int:
@@ -293,32 +407,87 @@ def _refuse_egress(event: str, args: tuple[object, ...]) -> None:
         raise PermissionError(f"{event} is not allowed while evaluating SPARQL")
 
 
+def _error_text(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:_MESSAGE_CHARS]
+
+
 class _RowCapError(Exception):
     pass
 
 
-def _answer(graph: Graph, checked: CheckedQuery, max_rows: int) -> dict[str, Any]:
+class _ByteCapError(Exception):
+    pass
+
+
+def _payload(
+    graph: Graph, query: str, init_ns: dict[str, str], max_rows: int, max_bytes: int
+) -> dict[str, Any]:
+    """The answer to send back, refusals and limits included."""
+    try:
+        checked = check_query(query, init_ns=init_ns)
+    except QueryError as exc:
+        return {"refused": str(exc)[:_MESSAGE_CHARS]}
+    if checked.form == "SELECT" and len(checked.projection) != 3:
+        return {
+            "refused": "a SELECT query must project exactly three variables (subject, "
+            f"predicate, object), got {len(checked.projection)}"
+        }
+    try:
+        return _answer(graph, checked, max_rows, max_bytes)
+    except _RowCapError:
+        return {"limit": True}
+    except _ByteCapError:
+        return {"bytes": True}
+    except RecursionError:
+        return {
+            "refused": "the SPARQL query nests too deeply to evaluate (recursion limit "
+            f"{RECURSION_LIMIT}); flatten it"
+        }
+
+
+class _Collector:
+    """Rows of an answer, counted against the row cap and the size cap as they come."""
+
+    __slots__ = ("max_bytes", "max_rows", "rows", "size")
+
+    def __init__(self, max_rows: int, max_bytes: int) -> None:
+        self.max_rows = max_rows
+        self.max_bytes = max_bytes
+        self.rows: list[Triple] = []
+        self.size = 0
+
+    def add(self, triple: Triple) -> None:
+        if len(self.rows) >= self.max_rows:
+            raise _RowCapError
+        # Bytes as sent: the JSON of the row and its separator.
+        self.size += len(json.dumps(triple)) + 2
+        if self.size > self.max_bytes:
+            raise _ByteCapError
+        self.rows.append(triple)
+
+
+def _answer(graph: Graph, checked: CheckedQuery, max_rows: int, max_bytes: int) -> dict[str, Any]:
     result = evalQuery(graph, checked.prepared, {}, None)
     if checked.form == "ASK":
         return {"boolean": bool(result["askAnswer"])}
-    triples: list[Triple] = []
+    rows = _Collector(max_rows, max_bytes)
     if checked.form == "SELECT":
         s_var, p_var, o_var = (Variable(name) for name in checked.projection)
-        # The bindings are a generator: the cap stops the evaluation itself.
+        # The bindings are a generator: the caps stop the evaluation itself.
         for row in result["bindings"]:
             s, p, o = row.get(s_var), row.get(p_var), row.get(o_var)
             if s is not None and p is not None and o is not None:
-                if len(triples) >= max_rows:
-                    raise _RowCapError
-                triples.append((_term(s), _term(p), _term(o)))
+                rows.add((_term(s), _term(p), _term(o)))
         if not checked.ordered:
-            triples.sort()
+            rows.rows.sort()
     else:
         built: Graph = result["graph"]
         if len(built) > max_rows:
             raise _RowCapError
-        triples = sorted((_term(s), _term(p), _term(o)) for s, p, o in built)
-    return {"triples": triples}
+        for s, p, o in built:
+            rows.add((_term(s), _term(p), _term(o)))
+        rows.rows.sort()
+    return {"triples": rows.rows}
 
 
 def _term(node: Node) -> str:

@@ -4,8 +4,10 @@ argument checks every implementation shares.
 Read side (the seed contract): :class:`TextBackend`, :class:`VectorBackend`,
 :class:`GraphBackend`.  Every query takes a *scope*, a ``frozenset`` of
 resource ULIDs, and nothing outside it may come back.  ``get_triples`` and
-``traverse`` have no scope in the seed; here they take an optional keyword
-``scope`` (``None`` = unrestricted, for maintenance only) and
+``traverse`` have no scope in the seed; here they take a keyword ``scope``
+that implementations over real data require (``None`` is refused with
+``TypeError``, never read as "every graph"; the seed's stubs accept it and
+return nothing) and
 :class:`~cleveragents.domain.models.acms.scope.ScopedView` always passes one.
 
 Write side (used by the indexer): :class:`TextIndex`, :class:`VectorIndex`,
@@ -267,10 +269,12 @@ class GraphBackend(Protocol):
     def get_triples(self, subject: str, *, scope: frozenset[str] | None = None) -> GraphResult:
         """Triples whose subject is ``subject``, from in-scope graphs only.
 
-        ``scope=None`` means unrestricted (maintenance use only).
+        ``scope`` is required by implementations over real data; maintenance
+        that means every graph passes all resource ULIDs explicitly.
 
         Raises:
-            TypeError / ValueError: empty subject or an invalid scope.
+            TypeError: no scope (real implementations), or a wrong type.
+            ValueError: empty subject or a scope member that is not a ULID.
         """
         ...
 
@@ -280,10 +284,12 @@ class GraphBackend(Protocol):
         """Breadth-first walk along outgoing edges from ``start``.
 
         Returns the triples found within ``depth`` hops (depth 0 = none),
-        following only triples of in-scope graphs.
+        following only triples of in-scope graphs (``scope`` required as for
+        :meth:`get_triples`).
 
         Raises:
-            TypeError / ValueError: empty start, negative depth, invalid scope.
+            TypeError: no scope (real implementations), or a wrong type.
+            ValueError: empty start, negative depth, a scope member not a ULID.
         """
         ...
 
