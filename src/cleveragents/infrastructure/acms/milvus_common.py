@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import math
+import os
 import re
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -55,6 +56,13 @@ __all__ = [
 ]
 
 _log = structlog.get_logger("cleveragents.acms.milvus")
+
+# gRPC's fork support makes a forked child abort (SIGABRT) once a channel is
+# open, and the rdflib adapter forks a worker per SPARQL query: a process with
+# both (a mixed profile, a benchmark) lost every query.  The child never uses
+# gRPC, so its fork handlers are switched off.  gRPC reads this when it is
+# first imported, which is below (pymilvus is imported lazily, on first use).
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 # Milvus caps a search's top-k (and a query's offset + limit) at 16,384.
 MAX_TOP_K = 16_384
