@@ -87,11 +87,27 @@ class ServerProcess:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{self.kind} server exited: {self.log.read_text()[-2000:]}")
-            if _port_open(self.port):
+            if _port_open(self.port) and self._ready():
                 return
             time.sleep(0.05)
         self.stop()
         raise RuntimeError(f"{self.kind} server did not listen within {timeout}s")
+
+    def _ready(self) -> bool:
+        """Serving requests, not just listening (a deployment's health check)."""
+        if self.kind != "milvus":
+            return True
+        from pymilvus import MilvusClient
+
+        try:
+            client = MilvusClient(uri=self.uri, timeout=2)
+            try:
+                client.list_collections(timeout=2)
+            finally:
+                client.close()
+        except Exception:
+            return False
+        return True
 
     def stop(self) -> None:
         proc, self.proc = self.proc, None

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import math
 import os
 import re
@@ -63,6 +64,10 @@ _log = structlog.get_logger("cleveragents.acms.milvus")
 # gRPC, so its fork handlers are switched off.  gRPC reads this when it is
 # first imported, which is below (pymilvus is imported lazily, on first use).
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+# pymilvus's query iterator warns on every use against a server that does not
+# report an MVCC timestamp (Milvus Lite); it then reads at the client's time,
+# which Strong consistency makes equivalent.  Errors still get through.
+logging.getLogger("pymilvus.client.iterator.query_iterator").setLevel(logging.ERROR)
 
 # Milvus caps a search's top-k (and a query's offset + limit) at 16,384.
 MAX_TOP_K = 16_384
@@ -159,55 +164,75 @@ class MilvusCollection:
         self.timeout = _check_timeout(timeout)
         self._lock = threading.Lock()
         self._closed = False
+        self._uri = uri
+        self._token = token or ""
+        self._client: MilvusClient | None = None
+        self._connect()
         try:
-            from pymilvus import MilvusClient
-
-            self._client: MilvusClient = MilvusClient(
-                uri=uri, token=token or "", timeout=self.timeout
-            )
-        except Exception as exc:
-            # The message may hold the URI but never the token.
-            raise IndexUnavailableError(
-                f"cannot connect to Milvus at {_redact(uri)}: {type(exc).__name__}"
-            ) from None
-        try:
-            if not self.call(self._client.has_collection, collection):
-                create(self._client, collection)
+            if not self.call("has_collection", collection):
+                create(self._live(), collection)
                 _log.info("acms.milvus.collection_created", collection=collection)
             else:
-                check(self.call(self._client.describe_collection, collection))
-            self.call(self._client.load_collection, collection)
+                check(self.call("describe_collection", collection))
+            self.call("load_collection", collection)
         except BaseException:
             self.close()
             raise
 
-    @property
-    def client(self) -> MilvusClient:
-        """The ``MilvusClient`` (for the adapters' own calls through :meth:`call`)."""
+    def _connect(self) -> MilvusClient:
+        try:
+            from pymilvus import MilvusClient
+
+            client = MilvusClient(uri=self._uri, token=self._token, timeout=self.timeout)
+        except Exception as exc:
+            # The message may name the server but never the token.
+            raise IndexUnavailableError(
+                f"cannot connect to Milvus at {_redact(self._uri)}: {type(exc).__name__}"
+            ) from None
+        self._client = client
+        return client
+
+    def _live(self) -> MilvusClient:
         if self._closed:
             raise IndexUnavailableError(f"the Milvus collection {self.name} is closed")
+        if self._client is None:
+            # The last call failed: start a fresh client and load the collection
+            # again (a restarted Milvus Lite serves it only after a load).
+            client = self._connect()
+            self._translated(
+                "load_collection",
+                lambda: client.load_collection(self.name, timeout=self.timeout),
+            )
+            return client
         return self._client
 
-    def call(
-        self, method: Callable[..., _T], *args: object, timed: bool = True, **kwargs: object
-    ) -> _T:
-        """``method(*args, timeout=..., **kwargs)`` with engine errors translated.
+    def call(self, name: str, *args: object, **kwargs: object) -> Any:  # noqa: ANN401
+        """``client.<name>(*args, timeout=..., **kwargs)`` with engine errors translated.
 
-        ``timed=False`` for the few methods that take no ``timeout``.
+        After a failure the next call reconnects, so a restarted server is
+        served again at once.
         """
-        if self._closed:
-            raise IndexUnavailableError(f"the Milvus collection {self.name} is closed")
-        if timed:
-            kwargs.setdefault("timeout", self.timeout)
+        client = self._live()
+        kwargs.setdefault("timeout", self.timeout)
+        return self._translated(name, lambda: getattr(client, name)(*args, **kwargs))
+
+    def _translated(self, what: str, thunk: Callable[[], _T]) -> _T:
         try:
-            return method(*args, **kwargs)
+            return thunk()
         except (ValueError, TypeError, IndexUnavailableError):
             raise
         except Exception as exc:
+            self._drop_client()
             raise IndexUnavailableError(
-                f"Milvus call {getattr(method, '__name__', 'call')} on {self.name} failed: "
-                f"{_short(exc)}"
+                f"Milvus call {what} on {self.name} failed: {_short(exc)}"
             ) from exc
+
+    def _drop_client(self) -> None:
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.close()
 
     def search(
         self,
@@ -221,7 +246,7 @@ class MilvusCollection:
     ) -> list[dict[str, Any]]:
         """One strong-consistency search; the hits of the single query."""
         hits = self.call(
-            self.client.search,
+            "search",
             self.name,
             data=data,
             anns_field=anns_field,
@@ -236,7 +261,7 @@ class MilvusCollection:
     def iterate(self, expr: str, output_fields: list[str]) -> Iterator[dict[str, Any]]:
         """Every row matching ``expr`` (a query iterator, any number of rows)."""
         it = self.call(
-            self.client.query_iterator,
+            "query_iterator",
             self.name,
             batch_size=_ITER_BATCH,
             filter=expr,
@@ -245,7 +270,7 @@ class MilvusCollection:
         )
         try:
             while True:
-                batch = self.call(it.next, timed=False)
+                batch = self._translated("query_iterator", it.next)
                 if not batch:
                     return
                 yield from batch
@@ -257,27 +282,21 @@ class MilvusCollection:
         """Delete rows by primary key, in batches."""
         keys = sorted(set(ids))
         for i in range(0, len(keys), _DELETE_BATCH):
-            self.call(self.client.delete, self.name, filter=ids_filter(keys[i : i + _DELETE_BATCH]))
+            self.call("delete", self.name, filter=ids_filter(keys[i : i + _DELETE_BATCH]))
 
     def delete_where(self, expr: str) -> None:
         """Delete every row matching ``expr``."""
-        self.call(self.client.delete, self.name, filter=expr)
+        self.call("delete", self.name, filter=expr)
 
     def upsert(self, rows: list[dict[str, Any]]) -> None:
         """Insert or replace rows by primary key."""
         if rows:
-            self.call(self.client.upsert, self.name, rows)
+            self.call("upsert", self.name, rows)
 
     def close(self) -> None:
         """Close the client; later calls raise :class:`IndexUnavailableError`."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            client = getattr(self, "_client", None)
-            if client is not None:
-                with contextlib.suppress(Exception):
-                    client.close()
+        self._closed = True
+        self._drop_client()
 
 
 def _redact(uri: str) -> str:
