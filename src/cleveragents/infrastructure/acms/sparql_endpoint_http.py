@@ -30,7 +30,6 @@ from cleveragents.domain.models.acms.errors import (
 
 __all__ = ["BoundedHttp", "HttpAnswer"]
 
-_CHUNK = 65_536
 _MESSAGE_CHARS = 300
 
 
@@ -104,7 +103,8 @@ class BoundedHttp:
                 headers=headers,
                 timeout=httpx.Timeout(limit),
             ) as response:
-                for chunk in response.iter_bytes(_CHUNK):
+                # Chunks as received: a buffered read would keep a drip from the deadline.
+                for chunk in response.iter_bytes():
                     body += chunk
                     if len(body) > max_bytes:
                         raise QueryLimitError(
