@@ -133,7 +133,7 @@ def main() -> int:
     args = parser.parse_args()
     logging.disable(logging.WARNING)
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
-    resources, chunks, repeats = (4, 50, 15) if args.quick else (20, 200, 60)
+    resources, chunks, repeats = (4, 50, 15) if args.quick else (20, 150, 40)
 
     tmp = Path(tempfile.mkdtemp(prefix="acms-bench-remote-"))
     milvus = ServerProcess("milvus", tmp / "milvus")

@@ -14,6 +14,7 @@ Import the fixtures into a test module (``from remote_servers import ...``).
 from __future__ import annotations
 
 import contextlib
+import importlib
 import itertools
 import os
 import shutil
@@ -97,10 +98,13 @@ class ServerProcess:
         """Serving requests, not just listening (a deployment's health check)."""
         if self.kind != "milvus":
             return True
-        from pymilvus import MilvusClient
+        # The adapter module first: it switches gRPC's fork support off before
+        # gRPC loads, which the rdflib adapter's forked SPARQL worker needs.
+        import cleveragents.infrastructure.acms.milvus_common  # noqa: F401
 
+        pymilvus = importlib.import_module("pymilvus")
         try:
-            client = MilvusClient(uri=self.uri, timeout=2)
+            client = pymilvus.MilvusClient(uri=self.uri, timeout=2)
             try:
                 client.list_collections(timeout=2)
             finally:
