@@ -21,7 +21,7 @@ from cleveragents.domain.models.acms.backends import IndexUnit
 from cleveragents.domain.models.acms.errors import IndexUnavailableError, QueryError
 from cleveragents.domain.models.acms.uko import resource_id_of, unit_uri
 from cleveragents.infrastructure.acms.milvus_common import scope_filter
-from cleveragents.infrastructure.acms.milvus_text import MilvusTextBackend
+from cleveragents.infrastructure.acms.milvus_text import MilvusTextBackend, parse_query
 from cleveragents.infrastructure.acms.milvus_vector import MilvusVectorBackend
 from cleveragents.testing.backend_contracts import (
     DIMENSION,
@@ -312,3 +312,31 @@ def test_unreachable_server_at_start_is_index_unavailable() -> None:
     with pytest.raises(IndexUnavailableError):
         MilvusTextBackend(f"http://127.0.0.1:{free_port()}", collection="nowhere", timeout=2)
     assert time.monotonic() - t0 < 2 + 3
+
+
+# ---------------------------------------------------------------- the query language (no server)
+
+
+@pytest.mark.parametrize(
+    ("query", "words"),
+    [
+        ("parseJsonV2", ["parse", "json", "v", "2"]),
+        ("HTTPServer OR json", ["http", "server", "json"]),
+        ('"open file" (read OR write)', ["open", "file", "read", "write"]),
+        ("how to open a file?", ["how", "to", "open", "a", "file"]),
+        ("dict[str] std::vector", ["dict", "str", "std", "vector"]),
+    ],
+)
+def test_query_words(query: str, words: list[str]) -> None:
+    assert parse_query(query) == words
+
+
+@given(st.text(max_size=200))
+@settings(max_examples=500, deadline=None, derandomize=True)
+def test_any_text_parses_to_plain_words_or_a_query_error(query: str) -> None:
+    try:
+        words = parse_query(query)
+    except QueryError:
+        return
+    for word in words:
+        assert word and word == word.lower() and re.fullmatch(r"\w+", word), word

@@ -76,7 +76,8 @@ _MAX_TOKEN_CHARS = 100
 
 _LEXEME = re.compile(r'\s+|"[^"]*"|[()]|[^\s()"]+')
 _INTERNAL_FIELD = re.compile(r"^(resource_id|uko_uri|id|terms|sparse|meta)\s*:", re.IGNORECASE)
-_UNSUPPORTED = re.compile(r"^[+-]|[*?]|[~^]\d*(\.\d+)?$|^\[|^\{|\]$|\}$")
+# +/- prefixes, wildcards, fuzzy and boost suffixes (ranges need TO, refused).
+_UNSUPPORTED = re.compile(r"^[+-]|\*|[~^]\d*(\.\d+)?$")
 _OPERATORS = {"AND", "NOT", "&&", "||", "!", "TO"}
 
 
