@@ -66,8 +66,9 @@ _log = structlog.get_logger("cleveragents.acms.milvus")
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 # pymilvus's query iterator warns on every use against a server that does not
 # report an MVCC timestamp (Milvus Lite); it then reads at the client's time,
-# which Strong consistency makes equivalent.  Errors still get through.
-logging.getLogger("pymilvus.client.iterator.query_iterator").setLevel(logging.ERROR)
+# which Strong consistency makes equivalent.  Errors still get through.  Set
+# after pymilvus is imported: its logging set-up resets levels on import.
+_ITERATOR_LOGGER = "pymilvus.client.iterator.query_iterator"
 
 # Milvus caps a search's top-k (and a query's offset + limit) at 16,384.
 MAX_TOP_K = 16_384
@@ -183,6 +184,7 @@ class MilvusCollection:
         try:
             from pymilvus import MilvusClient
 
+            logging.getLogger(_ITERATOR_LOGGER).setLevel(logging.ERROR)
             client = MilvusClient(uri=self._uri, token=self._token, timeout=self.timeout)
         except Exception as exc:
             # The message may name the server but never the token.
