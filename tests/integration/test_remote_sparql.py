@@ -96,7 +96,7 @@ def test_the_socket_sees_a_server_side_call(oxigraph_server: ServerProcess) -> N
     with listening_socket() as sock:
         url = f"http://127.0.0.1:{sock.getsockname()[1]}/sparql"
         q = f"SELECT * WHERE {{ SERVICE SILENT <{url}> {{ ?s ?p ?o }} }}"
-        with httpx.Client(timeout=5) as client, contextlib.suppress(httpx.HTTPError):
+        with httpx.Client(timeout=2) as client, contextlib.suppress(httpx.HTTPError):
             client.post(oxigraph_server.uri + "/query", data={"query": q})
         assert accepted(sock) >= 1
 
@@ -128,6 +128,17 @@ def test_scope_parameters_keep_other_graphs_out(graph: SparqlEndpointGraphBacken
     # An IRI constant of another resource is dropped, as in the rdflib adapter.
     leak = f"SELECT ?s ?p ?o WHERE {{ BIND(<{resource_uri(B)}> AS ?s) ?x ?p ?o }}"
     assert graph.sparql_query(leak, scope=frozenset({A})).triples == []
+    # Answers that name no resource (ASK, aggregates) cannot be post-filtered:
+    # only the graphs sent with the query keep them in scope.
+    graph.upsert(B, [(resource_uri(B), UKO + "imports", "urn:uko:module:os")])
+    ask = "ASK { ?s <" + UKO + "imports> ?o }"
+    assert graph.sparql_query(ask, scope=frozenset({A})).metadata["boolean"] == "false"
+    assert graph.sparql_query(ask, scope=frozenset({B})).metadata["boolean"] == "true"
+    count = (
+        "SELECT ?s ?p ?o WHERE { { SELECT (COUNT(*) AS ?o) WHERE { ?x ?y ?z } }"
+        " BIND(<urn:n> AS ?s) BIND(<urn:c> AS ?p) }"
+    )
+    assert graph.sparql_query(count, scope=frozenset({A})).triples == [("urn:n", "urn:c", "5")]
     # An empty scope never means "the server's default graph".
     assert graph.sparql_query("ASK { ?s ?p ?o }", scope=frozenset()).metadata["boolean"] == "false"
 
