@@ -22,6 +22,7 @@ import argparse
 import json
 import logging
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -255,6 +256,7 @@ def main() -> int:
     finally:
         milvus.stop()
         oxigraph.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
 
     print(f"corpus: {resources} resources x {chunks} chunks, {extra['triples']} triples, dim {DIM}")
     print(

@@ -35,6 +35,18 @@ OXIGRAPH = str(BIN / "oxigraph")
 _counter = itertools.count()
 
 
+def _die_with_parent() -> None:
+    """In the child: SIGTERM when the test process dies, even by SIGKILL or a
+    CI timeout, so no server outlives its tests (Linux; elsewhere a no-op)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -82,7 +94,11 @@ class ServerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
-                self._argv(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                self._argv(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
