@@ -3,15 +3,19 @@
     python scripts/reindex.py [--data-dir DIR] [--json] [--log-level LEVEL]
                               [--project NAME]... [--resource ULID]... [--full]
                               [--verify | --rebuild] [--lock-timeout SECONDS]
+                              [--profile local|remote]
 
 Default: every registered resource, incrementally (and the units of resources
-no longer registered are deleted); a git resource git cannot list (e.g.
-"dubious ownership") is named on stderr with the fix and makes the exit
-status 1, while the other resources are still indexed.  ``--verify``
-re-opens every index and checks that catalog, text, vector and graph agree
-on each resource's units (exit 1 on disagreement).  ``--rebuild`` builds
-fresh indexes beside the live ones and swaps them in atomically.  Exit
-codes: 0 ok, 1 failure, 2 bad usage.
+no longer registered are deleted; a git resource git cannot list, e.g.
+"dubious ownership", is named on stderr with the fix and makes the exit
+status 1, while the other resources are still indexed).  ``--verify`` re-opens every index and
+checks that catalog, text, vector and graph agree on each resource's units
+(exit 1 on disagreement).  ``--rebuild`` builds fresh indexes beside the live
+ones and swaps them in atomically.  ``--profile remote`` writes to the Milvus
+and SPARQL servers the environment names (see
+``cleveragents.application.remote_profile``); there, ``--full`` re-reads
+everything (``--rebuild`` swaps local directories and is refused).  Exit codes:
+0 ok, 1 failure, 2 bad usage.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from cleveragents.cli.main import (
     add_global_options,
     add_reindex_options,
     configure_logging,
+    data_dir_of,
     format_report,
     guarded,
     operations_for,
@@ -52,7 +57,25 @@ def build_parser() -> argparse.ArgumentParser:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--verify", action="store_true", help="check the indexes agree; no writes")
     mode.add_argument("--rebuild", action="store_true", help="build fresh indexes and swap them in")
+    parser.add_argument(
+        "--profile",
+        choices=("local", "remote"),
+        default="local",
+        help="local engines in the data directory, or the remote servers (ACMS_MILVUS_URI, ...)",
+    )
     return parser
+
+
+def operations(args: argparse.Namespace) -> Any:  # noqa: ANN401 - AcmsOperations, lazily imported
+    """The operations of the chosen profile."""
+    if args.profile == "local":
+        return operations_for(args)
+    if args.rebuild:
+        raise UsageError("--rebuild swaps local directories; use --full with --profile remote")
+    from cleveragents.application.container import build_container
+    from cleveragents.application.services.operations import AcmsOperations
+
+    return AcmsOperations.from_container(build_container("remote", data_dir_of(args)))
 
 
 def progress_reporter(as_json: bool) -> tuple[Callable[[str, int, int], None], Callable[[], None]]:
@@ -93,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
         configure_logging(args.log_level)
         out = Output(args.json)
-        ops = operations_for(args)
+        ops = operations(args)
         if args.verify:
             if args.project or args.resource or args.full:
                 raise UsageError("--verify checks every resource; it takes no other options")

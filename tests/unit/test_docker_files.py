@@ -437,3 +437,91 @@ def test_reindex_job_options_exist(compose, tmp_path):
     assert done.returncode == 0, done.stderr
     for option in compose["services"]["reindex"]["command"]:
         assert option in done.stdout, option
+
+
+# ------------------------------------------------------- compose.remote.yaml
+
+REMOTE_COMPOSE_FILE = DOCKER_DIR / "compose.remote.yaml"
+
+
+@pytest.fixture(scope="module")
+def remote_compose() -> dict[str, Any]:
+    import yaml
+
+    assert REMOTE_COMPOSE_FILE.is_file(), REMOTE_COMPOSE_FILE
+    data = yaml.safe_load(REMOTE_COMPOSE_FILE.read_text(encoding="utf-8"))
+    assert isinstance(data, dict)
+    assert isinstance(data.get("services"), dict)
+    return data
+
+
+def test_remote_compose_builds_the_same_image(remote_compose, compose):
+    for name in ("acms", "reindex"):
+        service = remote_compose["services"][name]
+        assert service["image"] == compose["services"][name]["image"]
+        context = (REMOTE_COMPOSE_FILE.parent / service["build"]["context"]).resolve()
+        assert context == ROOT
+        assert (context / service["build"]["dockerfile"]).resolve() == DOCKERFILE.resolve()
+        assert "acms-data:/data" in service["volumes"]
+
+
+def test_remote_compose_wires_the_remote_profile_to_its_services(remote_compose):
+    from urllib.parse import urlsplit
+
+    from cleveragents.application.remote_profile import remote_settings
+
+    services = remote_compose["services"]
+    for name in ("acms", "reindex"):
+        env = {k: str(v) for k, v in services[name]["environment"].items()}
+        assert env["ACMS_PROFILE"] == "remote"
+        settings = remote_settings(env)  # every required variable is set
+        for url in (
+            settings.milvus_uri,
+            settings.sparql_query_url,
+            settings.sparql_update_url,
+            settings.sparql_store_url,
+        ):
+            host = urlsplit(url).hostname
+            assert host in services, f"{url}: no service {host!r}"
+            assert host in services[name]["depends_on"], f"{name} does not wait for {host}"
+        # Secrets only ever come from the environment of the host.
+        for secret in ("ACMS_MILVUS_TOKEN", "ACMS_SPARQL_PASSWORD"):
+            assert env[secret].startswith("${"), secret
+
+
+def test_remote_compose_publishes_no_engine_port(remote_compose):
+    for name, service in remote_compose["services"].items():
+        assert "ports" not in service, f"{name} publishes a port to the host"
+        assert "network_mode" not in service, name
+
+
+def test_remote_compose_pins_every_image(remote_compose):
+    for name, service in remote_compose["services"].items():
+        image = service["image"]
+        assert ":" in image.rsplit("/", 1)[-1] and not image.endswith(":latest"), (name, image)
+
+
+def test_remote_reindex_job_options_exist(remote_compose, tmp_path):
+    script = ROOT / "scripts" / "reindex.py"
+    env = {**os.environ, "ACMS_DATA_DIR": str(tmp_path / "data")}
+    done = subprocess.run(
+        [sys.executable, str(script), "--help"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    job = remote_compose["services"]["reindex"]
+    assert job["entrypoint"] == compose_reindex_entrypoint()
+    for option in job["command"]:
+        assert option in done.stdout, option
+
+
+def compose_reindex_entrypoint() -> list[str]:
+    import yaml
+
+    data = yaml.safe_load(COMPOSE_FILE.read_text(encoding="utf-8"))
+    return list(data["services"]["reindex"]["entrypoint"])

@@ -59,7 +59,7 @@ __all__ = [
     "reset_overrides",
 ]
 
-PROFILES = ("stub", "local")
+PROFILES = ("stub", "local", "remote")
 DEFAULT_EMBEDDING_DIMENSION = 384
 
 
@@ -208,6 +208,10 @@ def build_container(
         container.indexer.override(
             providers.Singleton(_indexer, container.index_store, container.embedder)
         )
+    elif profile == "remote":
+        from cleveragents.application.remote_profile import wire_remote
+
+        wire_remote(container)
     return container
 
 
@@ -278,6 +282,6 @@ def _override_names(container: Container) -> list[str]:
 
 
 def _profile_depth(container: Container, name: str) -> int:
-    # The local profile overrides each backend exactly once; stub overrides none.
-    local = container.config.profile() == "local"
+    # The local and remote profiles override each backend exactly once; stub none.
+    local = container.config.profile() in ("local", "remote")
     return 1 if local and name in _PROFILE_WIRED else 0

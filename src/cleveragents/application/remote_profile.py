@@ -1,0 +1,200 @@
+"""The ``remote`` profile: Milvus for text and vectors, a SPARQL 1.1 endpoint
+for the graph, configured from the environment.
+
+=============================  ==========================================
+``ACMS_MILVUS_URI``            Milvus address, e.g. ``http://milvus:19530`` (required)
+``ACMS_MILVUS_TOKEN``          ``user:password`` or API key (secret, optional)
+``ACMS_MILVUS_TEXT_COLLECTION``   default ``acms_text``
+``ACMS_MILVUS_VECTOR_COLLECTION`` default ``acms_vectors``
+``ACMS_SPARQL_QUERY_URL``      SPARQL query endpoint (required)
+``ACMS_SPARQL_UPDATE_URL``     SPARQL update endpoint (required)
+``ACMS_SPARQL_STORE_URL``      Graph Store Protocol endpoint (required)
+``ACMS_SPARQL_USER`` / ``ACMS_SPARQL_PASSWORD``  HTTP basic auth (secret, optional)
+``ACMS_REMOTE_TIMEOUT``        seconds per server call (default 10)
+=============================  ==========================================
+
+The registry and the indexer's catalog stay in ``ACMS_DATA_DIR`` as in the
+``local`` profile.  Secrets are held in :class:`RemoteSettings` fields that
+``repr`` hides and are never put into a log event or an error message.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import structlog
+from dependency_injector import providers
+
+from cleveragents.domain.models.acms.backends import GraphIndex, TextIndex, VectorIndex
+
+if TYPE_CHECKING:
+    from cleveragents.application.container import Container
+    from cleveragents.infrastructure.acms.index_store import ManagedIndexStore
+
+__all__ = ["RemoteSettings", "remote_settings", "wire_remote"]
+
+_log = structlog.get_logger("cleveragents.acms.container")
+
+
+@dataclass(frozen=True)
+class RemoteSettings:
+    """Where the remote engines are and how to authenticate (secrets hidden)."""
+
+    milvus_uri: str
+    sparql_query_url: str
+    sparql_update_url: str
+    sparql_store_url: str
+    milvus_token: str | None = field(default=None, repr=False)
+    sparql_user: str | None = None
+    sparql_password: str | None = field(default=None, repr=False)
+    text_collection: str = "acms_text"
+    vector_collection: str = "acms_vectors"
+    timeout: float = 10.0
+
+    def public(self) -> dict[str, str]:
+        """The settings fit to log: addresses (userinfo removed), no secrets."""
+        return {
+            "milvus_uri": _redact(self.milvus_uri),
+            "sparql_query_url": _redact(self.sparql_query_url),
+            "sparql_update_url": _redact(self.sparql_update_url),
+            "sparql_store_url": _redact(self.sparql_store_url),
+            "milvus_token": "set" if self.milvus_token else "unset",
+            "sparql_auth": "set" if self.sparql_password else "unset",
+            "text_collection": self.text_collection,
+            "vector_collection": self.vector_collection,
+        }
+
+
+def _redact(url: str) -> str:
+    return re.sub(r"//[^/@]*@", "//***@", url)
+
+
+def remote_settings(environ: Mapping[str, str] | None = None) -> RemoteSettings:
+    """Read :class:`RemoteSettings` from the environment.
+
+    Raises:
+        ValueError: a required variable is missing or a value is invalid
+            (the message names the variable, never a secret's value).
+    """
+    env = os.environ if environ is None else environ
+
+    def required(name: str) -> str:
+        value = env.get(name, "").strip()
+        if not value:
+            raise ValueError(f"the remote profile needs {name}")
+        return value
+
+    raw_timeout = env.get("ACMS_REMOTE_TIMEOUT", "10")
+    try:
+        timeout = float(raw_timeout)
+    except ValueError:
+        raise ValueError(f"ACMS_REMOTE_TIMEOUT must be a number, got {raw_timeout!r}") from None
+    if not 0 < timeout < math.inf:
+        raise ValueError("ACMS_REMOTE_TIMEOUT must be positive and finite")
+    user = env.get("ACMS_SPARQL_USER") or None
+    password = env.get("ACMS_SPARQL_PASSWORD") or None
+    if (user is None) != (password is None):
+        raise ValueError("set both ACMS_SPARQL_USER and ACMS_SPARQL_PASSWORD, or neither")
+    return RemoteSettings(
+        milvus_uri=required("ACMS_MILVUS_URI"),
+        sparql_query_url=required("ACMS_SPARQL_QUERY_URL"),
+        sparql_update_url=required("ACMS_SPARQL_UPDATE_URL"),
+        sparql_store_url=required("ACMS_SPARQL_STORE_URL"),
+        milvus_token=env.get("ACMS_MILVUS_TOKEN") or None,
+        sparql_user=user,
+        sparql_password=password,
+        text_collection=env.get("ACMS_MILVUS_TEXT_COLLECTION") or "acms_text",
+        vector_collection=env.get("ACMS_MILVUS_VECTOR_COLLECTION") or "acms_vectors",
+        timeout=timeout,
+    )
+
+
+def _milvus_text(s: RemoteSettings) -> TextIndex:
+    from cleveragents.infrastructure.acms.milvus_text import MilvusTextBackend
+
+    return MilvusTextBackend(
+        s.milvus_uri, token=s.milvus_token, collection=s.text_collection, timeout=s.timeout
+    )
+
+
+def _milvus_vector(s: RemoteSettings, dimension: int) -> VectorIndex:
+    from cleveragents.infrastructure.acms.milvus_vector import MilvusVectorBackend
+
+    return MilvusVectorBackend(
+        s.milvus_uri,
+        dimension=int(dimension),
+        token=s.milvus_token,
+        collection=s.vector_collection,
+        timeout=s.timeout,
+    )
+
+
+def _sparql_graph(s: RemoteSettings) -> GraphIndex:
+    from cleveragents.infrastructure.acms.sparql_endpoint_graph import SparqlEndpointGraphBackend
+
+    return SparqlEndpointGraphBackend(
+        s.sparql_query_url,
+        update_url=s.sparql_update_url,
+        store_url=s.sparql_store_url,
+        user=s.sparql_user,
+        password=s.sparql_password,
+        timeout=s.timeout,
+    )
+
+
+def _remote_store(s: RemoteSettings, data_dir: str, dimension: int) -> ManagedIndexStore:
+    """The index store over the servers; its catalog, lock and registry stay in
+    the local data directory (the write protocol is the same as ``local``)."""
+    from pathlib import Path
+
+    from cleveragents.infrastructure.acms import file_modes
+    from cleveragents.infrastructure.acms.index_layout import live_index_path
+    from cleveragents.infrastructure.acms.index_store import CATALOG_FILE, ManagedIndexStore
+    from cleveragents.infrastructure.acms.sqlite_catalog import SqliteCatalog
+
+    root = Path(data_dir).resolve()
+    file_modes.make_private_dirs(root)
+    return ManagedIndexStore(
+        text=lambda: _milvus_text(s),
+        vector=lambda: _milvus_vector(s, dimension),
+        graph=lambda: _sparql_graph(s),
+        catalog=lambda: SqliteCatalog(live_index_path(root, "catalog") / CATALOG_FILE),
+        dimension=int(dimension),
+        data_dir=root,
+    )
+
+
+def wire_remote(container: Container, environ: Mapping[str, str] | None = None) -> None:
+    """Override the container's backends, embedder and indexer for ``remote``.
+
+    Backends are built (and servers contacted) on first use, as in ``local``.
+
+    Raises:
+        ValueError: the environment does not configure the profile.
+    """
+    from cleveragents.application.container import (
+        _graph,
+        _hashing_embedder,
+        _indexer,
+        _text,
+        _vector,
+    )
+
+    settings = remote_settings(environ)
+    cfg = container.config
+    container.index_store.override(
+        providers.Singleton(_remote_store, settings, cfg.data_dir, cfg.embedding_dimension)
+    )
+    container.text_backend.override(providers.Singleton(_text, container.index_store))
+    container.vector_backend.override(providers.Singleton(_vector, container.index_store))
+    container.graph_backend.override(providers.Singleton(_graph, container.index_store))
+    container.embedder.override(providers.Singleton(_hashing_embedder, cfg.embedding_dimension))
+    container.indexer.override(
+        providers.Singleton(_indexer, container.index_store, container.embedder)
+    )
+    _log.info("acms.container.remote_profile", **settings.public())

@@ -1,0 +1,341 @@
+"""What the Milvus text and vector adapters share: the client, scope filters,
+error translation and the collection layout.
+
+One client code path serves Milvus Lite's server, a standalone Milvus and a
+cluster: all speak the same gRPC API through ``pymilvus.MilvusClient``.
+
+Scope is a *filter expression* evaluated by the server before ranking
+(``resource_id in ["…", "…"]``).  A filter is pasted text, so every member
+is validated as a ULID (26 characters of Crockford base32: no quote, bracket,
+comma, backslash or space can reach the expression) and written in canonical
+upper case; the expression is built only here, from nothing else.  Primary
+keys in ``id in [...]`` deletions are SHA-256 hex digests of unit URIs.
+
+Read-after-write: collections are created with consistency level ``Strong``
+and every search and query asks for ``Strong`` again, so the server waits
+until it has applied every write acknowledged before the request started.
+No ``flush`` is needed for visibility (a flush seals segments into object
+storage; it is slow and Milvus itself advises against calling it per write):
+an insert, upsert or delete that returned is visible to the next search.
+
+Every call carries ``timeout`` seconds; pymilvus retries an unreachable
+server only until then, and any engine failure becomes an
+:class:`IndexUnavailableError`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import math
+import os
+import re
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import structlog
+
+from cleveragents.domain.models.acms.errors import IndexUnavailableError
+from cleveragents.domain.models.acms.uko import resource_id_of
+from cleveragents.domain.models.acms.ulids import canonical_ulid
+
+if TYPE_CHECKING:
+    from pymilvus import MilvusClient
+
+__all__ = [
+    "MAX_TOP_K",
+    "MAX_VARCHAR_BYTES",
+    "MilvusCollection",
+    "encode_varchar",
+    "ids_filter",
+    "resource_filter",
+    "scope_filter",
+    "unit_id",
+    "uris_of",
+]
+
+_log = structlog.get_logger("cleveragents.acms.milvus")
+
+# gRPC's fork support makes a forked child abort (SIGABRT) once a channel is
+# open, and the rdflib adapter forks a worker per SPARQL query: a process with
+# both (a mixed profile, a benchmark) lost every query.  The child never uses
+# gRPC, so its fork handlers are switched off.  gRPC reads this when it is
+# first imported, which is below (pymilvus is imported lazily, on first use).
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+# pymilvus's query iterator warns on every use against a server that does not
+# report an MVCC timestamp (Milvus Lite); it then reads at the client's time,
+# which Strong consistency makes equivalent.  Errors still get through.  Set
+# after pymilvus is imported: its logging set-up resets levels on import.
+_ITERATOR_LOGGER = "pymilvus.client.iterator.query_iterator"
+
+# Milvus caps a search's top-k (and a query's offset + limit) at 16,384.
+MAX_TOP_K = 16_384
+# A VARCHAR field holds at most 65,535 bytes of UTF-8.
+MAX_VARCHAR_BYTES = 65_535
+_ITER_BATCH = 4_096
+_DELETE_BATCH = 1_000
+_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,254}")
+_CANONICAL_ULID = re.compile(r"[0-7][0-9A-HJKMNP-TV-Z]{25}")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_STRONG = "Strong"
+
+_T = TypeVar("_T")
+
+
+def unit_id(uko_uri: str) -> str:
+    """Primary key of a unit: the SHA-256 of its URI (URIs may exceed a key's length)."""
+    return hashlib.sha256(uko_uri.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _ulid_literal(value: str) -> str:
+    rid = canonical_ulid(value)
+    # canonical_ulid already guarantees this; the filter is a security boundary,
+    # so the character set is checked once more right where text is pasted.
+    if _CANONICAL_ULID.fullmatch(rid) is None:  # pragma: no cover - defence in depth
+        raise ValueError(f"not a valid ULID: {value[:64]!r}")
+    return f'"{rid}"'
+
+
+def scope_filter(scope: frozenset[str]) -> str:
+    """``resource_id in ["A", "B"]`` for a non-empty scope of ULIDs.
+
+    Raises:
+        ValueError: a member is not a ULID, or the scope is empty (an empty
+            list would be a server-side error; callers answer [] themselves).
+    """
+    if not scope:
+        raise ValueError("an empty scope selects nothing; it has no filter")
+    return "resource_id in [" + ", ".join(sorted(_ulid_literal(r) for r in scope)) + "]"
+
+
+def resource_filter(resource_id: str) -> str:
+    """``resource_id == "A"`` for one validated ULID."""
+    return "resource_id == " + _ulid_literal(resource_id)
+
+
+def ids_filter(ids: Iterable[str]) -> str:
+    """``id in ["…"]`` for primary keys made by :func:`unit_id`."""
+    parts = []
+    for key in ids:
+        if _HEX64.fullmatch(key) is None:  # pragma: no cover - keys are made here
+            raise ValueError("not a unit id")
+        parts.append(f'"{key}"')
+    return "id in [" + ", ".join(parts) + "]"
+
+
+def _check_timeout(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"timeout must be a number of seconds, not {type(value).__name__}")
+    if not 0 < value < math.inf:
+        raise ValueError(f"timeout must be positive and finite, got {value}")
+    return float(value)
+
+
+class MilvusCollection:
+    """One Milvus collection through one client: creation, calls, errors.
+
+    Args:
+        uri: server address, e.g. ``http://milvus:19530``.
+        token: ``user:password`` or an API key; never logged.
+        collection: collection name (letters, digits, ``_``).
+        timeout: seconds any one call may take, retries included.
+        create: a function that creates the collection with a client when it
+            does not exist yet.
+        check: a function that raises ``ValueError`` when an existing
+            collection does not fit (its ``describe_collection`` dict).
+    """
+
+    def __init__(
+        self,
+        *,
+        uri: str,
+        token: str | None,
+        collection: str,
+        timeout: float,
+        create: Callable[[MilvusClient, str], None],
+        check: Callable[[dict[str, Any]], None],
+    ) -> None:
+        if not isinstance(uri, str) or not uri.strip():
+            raise ValueError("the Milvus uri must be a non-empty string")
+        if not isinstance(collection, str) or _NAME_RE.fullmatch(collection) is None:
+            raise ValueError(f"not a valid Milvus collection name: {collection!r}")
+        self.name = collection
+        self.timeout = _check_timeout(timeout)
+        self._lock = threading.Lock()
+        self._closed = False
+        self._uri = uri
+        self._token = token or ""
+        self._client: MilvusClient | None = None
+        self._connect()
+        try:
+            if not self.call("has_collection", collection):
+                create(self._live(), collection)
+                _log.info("acms.milvus.collection_created", collection=collection)
+            else:
+                check(self.call("describe_collection", collection))
+            self.call("load_collection", collection)
+        except BaseException:
+            self.close()
+            raise
+
+    def _connect(self) -> MilvusClient:
+        try:
+            from pymilvus import MilvusClient
+
+            logging.getLogger(_ITERATOR_LOGGER).setLevel(logging.ERROR)
+            client = MilvusClient(uri=self._uri, token=self._token, timeout=self.timeout)
+        except Exception as exc:
+            # The message may name the server but never the token.
+            raise IndexUnavailableError(
+                f"cannot connect to Milvus at {_redact(self._uri)}: {type(exc).__name__}"
+            ) from None
+        self._client = client
+        return client
+
+    def _live(self) -> MilvusClient:
+        if self._closed:
+            raise IndexUnavailableError(f"the Milvus collection {self.name} is closed")
+        if self._client is None:
+            # The last call failed: start a fresh client and load the collection
+            # again (a restarted Milvus Lite serves it only after a load).
+            client = self._connect()
+            self._translated(
+                "load_collection",
+                lambda: client.load_collection(self.name, timeout=self.timeout),
+            )
+            return client
+        return self._client
+
+    def call(self, name: str, *args: object, **kwargs: object) -> Any:  # noqa: ANN401
+        """``client.<name>(*args, timeout=..., **kwargs)`` with engine errors translated.
+
+        After a failure the next call reconnects, so a restarted server is
+        served again at once.
+        """
+        client = self._live()
+        kwargs.setdefault("timeout", self.timeout)
+        return self._translated(name, lambda: getattr(client, name)(*args, **kwargs))
+
+    def _translated(self, what: str, thunk: Callable[[], _T]) -> _T:
+        try:
+            return thunk()
+        except (ValueError, TypeError, IndexUnavailableError):
+            raise
+        except Exception as exc:
+            self._drop_client()
+            raise IndexUnavailableError(
+                f"Milvus call {what} on {self.name} failed: {_short(exc)}"
+            ) from exc
+
+    def _drop_client(self) -> None:
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.close()
+
+    def search(
+        self,
+        data: list[Any],
+        anns_field: str,
+        *,
+        limit: int,
+        expr: str,
+        metric: str,
+        output_fields: list[str],
+    ) -> list[dict[str, Any]]:
+        """One strong-consistency search; the hits of the single query."""
+        hits = self.call(
+            "search",
+            self.name,
+            data=data,
+            anns_field=anns_field,
+            limit=min(limit, MAX_TOP_K),
+            filter=expr,
+            output_fields=output_fields,
+            search_params={"metric_type": metric},
+            consistency_level=_STRONG,
+        )
+        return list(hits[0]) if hits else []
+
+    def iterate(self, expr: str, output_fields: list[str]) -> Iterator[dict[str, Any]]:
+        """Every row matching ``expr`` (a query iterator, any number of rows)."""
+        it = self.call(
+            "query_iterator",
+            self.name,
+            batch_size=_ITER_BATCH,
+            filter=expr,
+            output_fields=output_fields,
+            consistency_level=_STRONG,
+        )
+        try:
+            while True:
+                batch = self._translated("query_iterator", it.next)
+                if not batch:
+                    return
+                yield from batch
+        finally:
+            with contextlib.suppress(Exception):
+                it.close()
+
+    def delete_ids(self, ids: Iterable[str]) -> None:
+        """Delete rows by primary key, in batches."""
+        keys = sorted(set(ids))
+        for i in range(0, len(keys), _DELETE_BATCH):
+            self.call("delete", self.name, filter=ids_filter(keys[i : i + _DELETE_BATCH]))
+
+    def delete_where(self, expr: str) -> None:
+        """Delete every row matching ``expr``."""
+        self.call("delete", self.name, filter=expr)
+
+    def upsert(self, rows: list[dict[str, Any]]) -> None:
+        """Insert or replace rows by primary key."""
+        if rows:
+            self.call("upsert", self.name, rows)
+
+    def close(self) -> None:
+        """Close the client; later calls raise :class:`IndexUnavailableError`."""
+        self._closed = True
+        self._drop_client()
+
+
+def _redact(uri: str) -> str:
+    # ``http://user:secret@host`` -> ``http://***@host``
+    return re.sub(r"//[^/@]*@", "//***@", uri)
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return text[:300]
+
+
+def encode_varchar(text: str, field: str) -> str:
+    """``text`` as valid UTF-8 that fits a VARCHAR field.
+
+    Raises:
+        ValueError: more than :data:`MAX_VARCHAR_BYTES` bytes.
+    """
+    data = text.encode("utf-8", "replace")
+    if len(data) > MAX_VARCHAR_BYTES:
+        raise ValueError(
+            f"{field} is {len(data)} bytes of UTF-8; a Milvus VARCHAR holds at most "
+            f"{MAX_VARCHAR_BYTES}"
+        )
+    return data.decode("utf-8")
+
+
+def uris_of(rid: str, uris: Iterable[str]) -> set[str]:
+    """The URIs, each checked to name resource ``rid``."""
+    if isinstance(uris, str | bytes):
+        raise TypeError("uris must be an iterable of URIs, not a single string")
+    out = set()
+    for uri in uris:
+        if not isinstance(uri, str):
+            raise TypeError("a unit URI must be a str")
+        owner = resource_id_of(uri)
+        if owner != rid:
+            raise ValueError(f"URI {uri[:80]!r} does not belong to {rid}")
+        out.add(uri)
+    return out

@@ -1,0 +1,315 @@
+"""Milvus adapter for the :class:`~cleveragents.domain.models.acms.backends.TextIndex` port.
+
+Full-text search is Milvus's BM25 *function*: the server analyses a VARCHAR
+field into a sparse vector on insert and scores a query text against it.
+One collection, one row per unit::
+
+    id           VARCHAR(64), primary key   SHA-256 of the unit URI
+    resource_id  VARCHAR(26), partition key canonical ULID of the owning resource
+    uko_uri      VARCHAR                    the unit URI
+    content      VARCHAR                    the unit text, as given
+    terms        VARCHAR, analysed          the code-aware terms of content (below)
+    meta         JSON                       the unit metadata (str -> str)
+    sparse       SPARSE_FLOAT_VECTOR        BM25 output of ``terms``
+
+Code-aware analysis runs here, on both sides: identifiers are split as the
+Tantivy adapter splits them (``parseJsonV2`` -> ``parse json v2``,
+``HTTPServer`` -> ``http server``), and the server's standard analyser then
+splits on non-word characters and lower-cases.
+
+Query language: BM25 is a bag of words, so a query is words (and quoted
+phrases, read as their words) joined by an optional ``OR``; a unit matches if
+it holds any of them.  What the engine cannot honour is refused with a
+:class:`QueryError` rather than silently widened: ``AND``, ``NOT``, ``+``/``-``
+prefixes, wildcards, fuzzy and boost suffixes, ranges, and the internal
+fields ``resource_id:`` / ``uko_uri:``; unbalanced quotes or parentheses are
+malformed.
+
+Scope is a server-side filter on the partition key, applied before ranking:
+out-of-scope rows never come back and never take a top-k slot.  Unlike the
+Tantivy adapter, **scores are not scope-local**: Milvus computes BM25's IDF
+and average length over the collection's data (Milvus Lite: per segment),
+in-scope or not, so adding out-of-scope documents can change in-scope scores
+(``tests/integration/test_remote_milvus.py::test_bm25_statistics_are_not_scope_local``
+shows it).  Scores are ``bm25 / (bm25 + 8)`` like the Tantivy adapter's.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from cleveragents.domain.models.acms.backends import (
+    IndexUnit,
+    TextResult,
+    validate_non_empty,
+    validate_positive_int,
+)
+from cleveragents.domain.models.acms.errors import QueryError
+from cleveragents.domain.models.acms.ulids import canonical_ulid, validate_scope
+from cleveragents.infrastructure.acms.milvus_common import (
+    MilvusCollection,
+    encode_varchar,
+    resource_filter,
+    scope_filter,
+    unit_id,
+    uris_of,
+)
+
+if TYPE_CHECKING:
+    from pymilvus import MilvusClient
+
+__all__ = ["MAX_QUERY_CHARS", "MilvusTextBackend", "code_terms", "parse_query"]
+
+MAX_QUERY_CHARS = 10_000
+MAX_QUERY_TERMS = 1_000
+_SCORE_HALF = 8.0
+_OUTPUT = ["uko_uri", "content", "meta"]
+
+# As the Tantivy analyser: a capitalised or lower-case word, an upper-case run,
+# a number, or any other run of letters; acronyms split before a word.
+_TOKEN = re.compile(r"[A-Z]?[a-z]+|[A-Z]+|[0-9]+|[^\W\d_]+")
+_ACRONYM_BOUNDARY = re.compile(r"(?<=[A-Z])(?=[A-Z][a-z])")
+_MAX_TOKEN_CHARS = 100
+
+_LEXEME = re.compile(r'\s+|"[^"]*"|[()]|[^\s()"]+')
+_INTERNAL_FIELD = re.compile(r"^(resource_id|uko_uri|id|terms|sparse|meta)\s*:", re.IGNORECASE)
+# +/- prefixes, wildcards, fuzzy and boost suffixes (ranges need TO, refused).
+_UNSUPPORTED = re.compile(r"^[+-]|\*|[~^]\d*(\.\d+)?$")
+_OPERATORS = {"AND", "NOT", "&&", "||", "!", "TO"}
+
+
+def code_terms(text: str) -> str:
+    """The searchable terms of ``text``, lower case, space separated."""
+    split = _ACRONYM_BOUNDARY.sub(" ", text)
+    return " ".join(t.lower() for t in _TOKEN.findall(split) if len(t) <= _MAX_TOKEN_CHARS)
+
+
+def parse_query(query: str) -> list[str]:
+    """The words of a query, or a :class:`QueryError` for what BM25 cannot do.
+
+    Raises:
+        QueryError: malformed (unbalanced quotes or parentheses), too long, or
+            using syntax this engine cannot honour (see the module docstring).
+    """
+    if len(query) > MAX_QUERY_CHARS:
+        raise QueryError(
+            f"the query is {len(query)} characters long; the limit is {MAX_QUERY_CHARS}"
+        )
+    if query.count('"') % 2:
+        raise QueryError("malformed query: unbalanced double quote")
+    depth = 0
+    words: list[str] = []
+    for m in _LEXEME.finditer(query):
+        lexeme = m.group()
+        if lexeme.isspace():
+            continue
+        if lexeme == "(":
+            depth += 1
+            continue
+        if lexeme == ")":
+            depth -= 1
+            if depth < 0:
+                raise QueryError("malformed query: unbalanced parentheses")
+            continue
+        if lexeme.startswith('"'):
+            words.extend(code_terms(lexeme[1:-1]).split())
+            continue
+        if lexeme == "OR":
+            continue
+        if lexeme in _OPERATORS:
+            raise QueryError(
+                f"the Milvus text backend does not support {lexeme}: BM25 here is a "
+                "bag of words (a unit matches any of them)"
+            )
+        if _INTERNAL_FIELD.match(lexeme):
+            raise QueryError("internal fields (resource_id:, uko_uri:) cannot be searched")
+        if _UNSUPPORTED.search(lexeme):
+            raise QueryError(
+                f"the Milvus text backend does not support {lexeme[:40]!r}: no wildcards, "
+                "fuzzy or boosted terms, ranges or +/- prefixes"
+            )
+        words.extend(code_terms(lexeme).split())
+    if depth:
+        raise QueryError("malformed query: unbalanced parentheses")
+    if len(words) > MAX_QUERY_TERMS:
+        raise QueryError(f"the query has {len(words)} terms; the limit is {MAX_QUERY_TERMS}")
+    return words
+
+
+def _create(client: MilvusClient, name: str) -> None:
+    from pymilvus import DataType, Function, FunctionType
+
+    schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
+    schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=64)
+    schema.add_field("resource_id", DataType.VARCHAR, max_length=26, is_partition_key=True)
+    schema.add_field("uko_uri", DataType.VARCHAR, max_length=65_535)
+    schema.add_field("content", DataType.VARCHAR, max_length=65_535)
+    schema.add_field(
+        "terms",
+        DataType.VARCHAR,
+        max_length=65_535,
+        enable_analyzer=True,
+        analyzer_params={"type": "standard"},
+    )
+    schema.add_field("meta", DataType.JSON)
+    schema.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
+    schema.add_function(
+        Function(
+            name="terms_bm25",
+            function_type=FunctionType.BM25,
+            input_field_names=["terms"],
+            output_field_names=["sparse"],
+        )
+    )
+    index = client.prepare_index_params()
+    index.add_index(field_name="sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
+    client.create_collection(name, schema=schema, index_params=index, consistency_level="Strong")
+
+
+def _check(description: dict[str, Any]) -> None:
+    names = {f.get("name") for f in description.get("fields", [])}
+    if not {"terms", "sparse", "uko_uri", "resource_id"} <= names:
+        raise ValueError("the Milvus collection is not an ACMS text collection")
+
+
+class MilvusTextBackend:
+    """A :class:`~cleveragents.domain.models.acms.backends.TextIndex` on Milvus BM25.
+
+    Args:
+        uri: Milvus server address (``http://host:19530``).
+        token: credentials (``user:password`` or API key); never logged.
+        collection: collection name.
+        timeout: seconds any one server call may take.
+
+    Raises:
+        ValueError: invalid arguments or a collection of another layout.
+        IndexUnavailableError: the server cannot be reached.
+    """
+
+    def __init__(
+        self,
+        uri: str,
+        *,
+        token: str | None = None,
+        collection: str = "acms_text",
+        timeout: float = 10.0,
+    ) -> None:
+        self._coll = MilvusCollection(
+            uri=uri,
+            token=token,
+            collection=collection,
+            timeout=timeout,
+            create=_create,
+            check=_check,
+        )
+
+    def close(self) -> None:
+        """Close the client; later calls raise IndexUnavailableError."""
+        self._coll.close()
+
+    def search(
+        self, query: str, *, scope: frozenset[str], max_results: int = 20
+    ) -> list[TextResult]:
+        """BM25 search of the in-scope units (any query word matches).
+
+        ``max_results`` is clamped to Milvus's cap of 16,384.  Ties come in URI
+        order.  Scores depend on collection-wide statistics (module docstring).
+
+        Raises:
+            TypeError / ValueError: as the Protocol says; :class:`QueryError`
+                for syntax the engine cannot honour.
+            IndexUnavailableError: the server failed or did not answer in time.
+        """
+        validate_non_empty(query, "query")
+        validate_positive_int(max_results, "max_results")
+        canonical = validate_scope(scope)
+        words = parse_query(query)
+        if not canonical or not words:
+            return []
+        hits = self._coll.search(
+            [" ".join(words)],
+            "sparse",
+            limit=max_results,
+            expr=scope_filter(canonical),
+            metric="BM25",
+            output_fields=_OUTPUT,
+        )
+        results = [_result(hit) for hit in hits]
+        results.sort(key=lambda r: (-r.score, r.uko_uri))
+        return results
+
+    def upsert(
+        self, resource_id: str, units: Sequence[IndexUnit], *, delete_uris: Iterable[str] = ()
+    ) -> None:
+        """Delete ``delete_uris``, then add or replace ``units`` (two server calls;
+        see :meth:`MilvusVectorBackend.upsert` about atomicity).
+
+        Raises:
+            ValueError: a unit or URI of another resource, or content longer
+                than a Milvus VARCHAR.
+            IndexUnavailableError: the server failed.
+        """
+        rid = canonical_ulid(resource_id)
+        units = list(units)
+        doomed = uris_of(rid, delete_uris)
+        rows: dict[str, dict[str, Any]] = {}
+        for unit in units:
+            if not isinstance(unit, IndexUnit):
+                raise TypeError("units must be IndexUnit values")
+            if unit.resource_id != rid:
+                raise ValueError(f"unit {unit.uko_uri[:80]!r} does not belong to {rid}")
+            key = unit_id(unit.uko_uri)
+            rows[key] = {
+                "id": key,
+                "resource_id": rid,
+                "uko_uri": encode_varchar(unit.uko_uri, "uko_uri"),
+                "content": encode_varchar(unit.content, "content"),
+                "terms": encode_varchar(_terms_of(unit), "terms"),
+                "meta": dict(unit.metadata),
+            }
+        stale = {unit_id(u) for u in doomed} - set(rows)
+        if stale:
+            self._coll.delete_ids(stale)
+        self._coll.upsert(list(rows.values()))
+
+    def delete(self, resource_id: str, uris: Iterable[str] | None = None) -> None:
+        """Delete the given units of a resource, or all of them when ``uris`` is None."""
+        rid = canonical_ulid(resource_id)
+        if uris is None:
+            self._coll.delete_where(resource_filter(rid))
+            return
+        doomed = uris_of(rid, uris)
+        if doomed:
+            self._coll.delete_ids(unit_id(u) for u in doomed)
+
+    def unit_uris(self, resource_id: str) -> set[str]:
+        """URIs of the units indexed for a resource."""
+        rid = canonical_ulid(resource_id)
+        return {row["uko_uri"] for row in self._coll.iterate(resource_filter(rid), ["uko_uri"])}
+
+    def resource_ids(self) -> set[str]:
+        """ULIDs of the resources with at least one unit (a scan: maintenance only)."""
+        return {row["resource_id"] for row in self._coll.iterate('id != ""', ["resource_id"])}
+
+
+def _terms_of(unit: IndexUnit) -> str:
+    # The path is searchable too, as in the Tantivy adapter.
+    path = unit.metadata.get("path", "")
+    return code_terms(f"{unit.content}\n{path}")
+
+
+def _result(hit: dict[str, Any]) -> TextResult:
+    entity = hit.get("entity", {})
+    meta = entity.get("meta") or {}
+    # Milvus returns the BM25 score; Milvus Lite returns it negated (a distance).
+    raw = abs(float(hit.get("distance", 0.0)))
+    score = raw / (raw + _SCORE_HALF) if math.isfinite(raw) else 0.0
+    return TextResult(
+        uko_uri=str(entity["uko_uri"]),
+        content=str(entity.get("content", "")),
+        score=score,
+        metadata={str(k): str(v) for k, v in meta.items()},
+    )

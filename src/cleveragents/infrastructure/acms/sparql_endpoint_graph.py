@@ -1,0 +1,579 @@
+"""``GraphIndex`` over any SPARQL 1.1 endpoint (Oxigraph server, Fuseki,
+GraphDB, Virtuoso, Neptune): the Protocol for queries and updates, the Graph
+Store Protocol for bulk writes.
+
+One named graph per resource, named ``uko://<ULID>``.
+
+Reading a model-written query:
+
+1. :func:`~.sparql_guard.check_query` parses it here first and refuses
+   updates, ``SERVICE``, ``GRAPH``, ``FROM`` and ``FROM NAMED``.  ``SERVICE``
+   would make the *server* fetch a URL of the query's choosing (an SSRF hole
+   no endpoint setting reliably closes), so it never leaves this process.
+2. The query is POSTed with the in-scope graphs as ``default-graph-uri`` (the
+   default graph is their merge) and ``named-graph-uri``; an empty scope
+   names one graph nothing ever writes (``urn:acms:no-graph``), never none
+   (none would mean the server's own default graph).
+3. The answer is read under a deadline and a byte cap
+   (:mod:`.sparql_endpoint_http`), counted against ``max_rows``, and triples
+   naming an out-of-scope resource (only IRI constants in the query can make
+   them) are dropped, as the rdflib adapter does.
+
+``get_triples`` and ``traverse`` are SPARQL of our own, with ``LIMIT``
+``max_rows + 1`` per request; ``traverse`` asks one query per hop for the
+whole frontier (``VALUES``), in batches.
+
+Writes: additions alone are one Graph Store ``POST`` of N-Triples; a change
+that also deletes is one SPARQL Update request (``DELETE WHERE`` by subject,
+``DELETE DATA``, ``INSERT DATA``), which Oxigraph applies in one transaction;
+a whole resource is one Graph Store ``DELETE``.
+
+Literals are kept as the server returns them: Oxigraph stores typed literals
+by value, so ``"010"^^xsd:integer`` reads back as ``"10"`` (the rdflib
+adapter keeps ``"010"``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import structlog
+
+from cleveragents.domain.models.acms.backends import (
+    GraphResult,
+    Literal,
+    Triple,
+    WriteTriple,
+    validate_depth,
+    validate_non_empty,
+    validate_positive_int,
+)
+from cleveragents.domain.models.acms.errors import (
+    IndexUnavailableError,
+    QueryError,
+    QueryLimitError,
+)
+from cleveragents.domain.models.acms.uko import UKO, resource_id_of, resource_uri
+from cleveragents.domain.models.acms.ulids import canonical_ulid, validate_scope
+from cleveragents.infrastructure.acms.sparql_endpoint_http import BoundedHttp
+from cleveragents.infrastructure.acms.sparql_guard import check_query
+
+__all__ = ["NO_GRAPH", "SparqlEndpointGraphBackend"]
+
+_log = structlog.get_logger("cleveragents.acms.sparql_endpoint")
+
+# The prefixes a query may use undeclared, as with the rdflib adapter.
+_INIT_NS = {"uko": UKO}
+_PROLOGUE_NS = {
+    "uko": UKO,
+    "rdf": "http://www.w3.org/1999/02/22-rdf-syntax-ns#",
+    "rdfs": "http://www.w3.org/2000/01/rdf-schema#",
+    "xsd": "http://www.w3.org/2001/XMLSchema#",
+    "owl": "http://www.w3.org/2002/07/owl#",
+}
+_PROLOGUE = "".join(f"PREFIX {p}: <{iri}>\n" for p, iri in _PROLOGUE_NS.items())
+
+NO_GRAPH = "urn:acms:no-graph"
+_RESULTS_JSON = "application/sparql-results+json"
+_N_TRIPLES = "application/n-triples"
+_INTERNAL_MAX_BYTES = 1 << 30
+_VALUES_BATCH = 200
+
+# An absolute IRI that N-Triples and SPARQL can hold verbatim.
+_IRI_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:[^\x00-\x20\x7f<>\"{}|^`\\\ud800-\udfff]*")
+_ESCAPE_RE = re.compile(r"[\\\"\x00-\x1f\x7f]")
+_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_NT_TERM = r'(<[^<>"\s]*>|_:\S+|"(?:[^"\\]|\\.)*"(?:\^\^<[^<>"\s]*>|@[A-Za-z0-9\-]+)?)'
+_NT_LINE = re.compile(rf"{_NT_TERM}\s+{_NT_TERM}\s+{_NT_TERM}\s*\.")
+_UNESCAPE_RE = re.compile(r"\\(?:u([0-9A-Fa-f]{4})|U([0-9A-Fa-f]{8})|(.))", re.DOTALL)
+_UNESCAPES = {"t": "\t", "b": "\b", "n": "\n", "r": "\r", "f": "\f", '"': '"', "'": "'", "\\": "\\"}
+
+
+def _escape(value: str) -> str:
+    return _ESCAPE_RE.sub(lambda m: _ESCAPES.get(m.group(), f"\\u{ord(m.group()):04X}"), value)
+
+
+def _unescape(m: re.Match[str]) -> str:
+    code = m.group(1) or m.group(2)
+    if code is not None:
+        return chr(int(code, 16))
+    return _UNESCAPES.get(m.group(3), m.group(3))
+
+
+def _nt_term(term: str) -> str:
+    """The ``str`` form of an N-Triples term: IRI, ``_:id`` or lexical form."""
+    if term.startswith("<"):
+        iri = term[1:-1]
+        return _UNESCAPE_RE.sub(_unescape, iri) if "\\" in iri else iri
+    if term.startswith("_:"):
+        return term
+    lexical = term[1 : term.rindex('"')]
+    return _UNESCAPE_RE.sub(_unescape, lexical) if "\\" in lexical else lexical
+
+
+def _json_term(binding: dict[str, str]) -> str:
+    if binding.get("type") == "bnode":
+        return "_:" + binding["value"]
+    return binding["value"]
+
+
+def _in_scope(triple: Triple, scope: frozenset[str]) -> bool:
+    # The rule ScopedView applies: any term naming a resource names one in scope.
+    for term in triple:
+        rid = resource_id_of(term)
+        if rid is not None and rid not in scope:
+            return False
+    return True
+
+
+def _graph_of(rid: str) -> str:
+    return resource_uri(rid)
+
+
+def _validate_timeout(value: object, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
+    if not 0 < value < math.inf:
+        raise ValueError(f"{name} must be positive and finite, got {value}")
+    return float(value)
+
+
+def _validate_url(value: object, name: str) -> str:
+    url = validate_non_empty(value, name)
+    if not re.match(r"https?://", url):
+        raise ValueError(f"{name} must be an http(s) URL")
+    return url
+
+
+class SparqlEndpointGraphBackend:
+    """A :class:`~cleveragents.domain.models.acms.backends.GraphIndex` on a SPARQL endpoint.
+
+    Args:
+        query_url: the SPARQL 1.1 query endpoint (Oxigraph: ``/query``).
+        update_url: the SPARQL 1.1 update endpoint (Oxigraph: ``/update``).
+        store_url: the Graph Store Protocol endpoint (Oxigraph: ``/store``).
+        user / password: HTTP basic credentials, both or neither; never logged.
+        timeout: seconds a read (query, traversal hop, listing) may take.
+        write_timeout: seconds a write may take.
+        max_response_bytes: the largest answer a caller's query may return.
+        max_rows: the most triples a query, ``get_triples`` or ``traverse``
+            may give; more is a :class:`QueryLimitError`, never a truncation.
+
+    Raises:
+        TypeError / ValueError: invalid arguments.
+    """
+
+    def __init__(
+        self,
+        query_url: str,
+        *,
+        update_url: str,
+        store_url: str,
+        user: str | None = None,
+        password: str | None = None,
+        timeout: float = 10.0,
+        write_timeout: float = 120.0,
+        max_response_bytes: int = 16 << 20,
+        max_rows: int = 10_000,
+    ) -> None:
+        self._query_url = _validate_url(query_url, "query_url")
+        self._update_url = _validate_url(update_url, "update_url")
+        self._store_url = _validate_url(store_url, "store_url")
+        self._timeout = _validate_timeout(timeout, "timeout")
+        self._write_timeout = _validate_timeout(write_timeout, "write_timeout")
+        self._max_bytes = validate_positive_int(max_response_bytes, "max_response_bytes")
+        self._max_rows = validate_positive_int(max_rows, "max_rows")
+        self._http = BoundedHttp(timeout=self._timeout, user=user, password=password)
+        self._closed = False
+
+    def close(self) -> None:
+        """Close the HTTP client; later calls raise IndexUnavailableError."""
+        if not self._closed:
+            self._closed = True
+            self._http.close()
+
+    # ------------------------------------------------------------ read side
+
+    def sparql_query(self, query: str, *, scope: frozenset[str]) -> GraphResult:
+        """Evaluate a sandboxed SPARQL query on the endpoint over the in-scope graphs.
+
+        CONSTRUCT/DESCRIBE give their triples (sorted, distinct); SELECT must
+        project exactly three variables, read as (s, p, o), rows with an
+        unbound one skipped, the server's order kept only under an outer
+        ORDER BY (else sorted); ASK gives ``metadata["boolean"]``.
+
+        Raises:
+            TypeError / ValueError: empty query or invalid scope.
+            QueryError: refused by the guard (malformed, update, SERVICE,
+                FROM, FROM NAMED, GRAPH), a SELECT of other than three
+                variables, or refused by the server.
+            QueryLimitError: no answer within ``timeout``, an answer over
+                ``max_response_bytes`` or over ``max_rows`` triples.
+            IndexUnavailableError: the endpoint cannot be reached or failed.
+        """
+        validate_non_empty(query, "query")
+        canonical = validate_scope(scope)
+        checked = check_query(query, init_ns=_INIT_NS)
+        if checked.form == "SELECT" and len(checked.projection) != 3:
+            raise QueryError(
+                "a SELECT query must project exactly three variables (subject, predicate, "
+                f"object), got {len(checked.projection)}"
+            )
+        self._check_open()
+        graphs = sorted(_graph_of(r) for r in canonical) or [NO_GRAPH]
+        form = [("query", _PROLOGUE + query)]
+        form += [("default-graph-uri", g) for g in graphs]
+        form += [("named-graph-uri", g) for g in graphs]
+        rdf = checked.form in ("CONSTRUCT", "DESCRIBE")
+        answer = self._http.request(
+            "POST",
+            self._query_url,
+            what="SPARQL query",
+            max_bytes=self._max_bytes,
+            form=form,
+            headers={"accept": _N_TRIPLES if rdf else _RESULTS_JSON},
+            on_timeout=QueryLimitError,
+        )
+        if rdf:
+            triples = sorted(set(self._parse_n_triples(answer.body)))
+        else:
+            data = _load_json(answer.body)
+            if "boolean" in data:
+                boolean = str(bool(data["boolean"])).lower()
+                return GraphResult(metadata={"boolean": boolean, "rows": "0"})
+            triples = self._rows(data, checked.projection)
+            if not checked.ordered:
+                triples.sort()
+        kept = [t for t in triples if _in_scope(t, canonical)]
+        metadata = {"rows": str(len(kept))}
+        if len(kept) != len(triples):
+            metadata["dropped_out_of_scope"] = str(len(triples) - len(kept))
+        return GraphResult(triples=kept, metadata=metadata)
+
+    def get_triples(self, subject: str, *, scope: frozenset[str] | None = None) -> GraphResult:
+        """Triples whose subject is ``subject`` from the in-scope graphs, sorted.
+
+        ``scope=None`` reads every resource graph (maintenance use only).
+
+        Raises:
+            TypeError / ValueError: empty subject or invalid scope.
+            QueryLimitError: more than ``max_rows`` triples.
+            IndexUnavailableError: the endpoint cannot be reached or failed.
+        """
+        validate_non_empty(subject, "subject")
+        canonical = None if scope is None else validate_scope(scope)
+        self._check_open()
+        if (canonical is not None and not canonical) or _IRI_RE.fullmatch(subject) is None:
+            return GraphResult(metadata={"rows": "0"})
+        triples = sorted({t for t, _ in self._edges([subject], canonical)})
+        if canonical is not None:
+            triples = [t for t in triples if _in_scope(t, canonical)]
+        return GraphResult(triples=triples, metadata={"rows": str(len(triples))})
+
+    def traverse(
+        self, start: str, *, depth: int = 2, scope: frozenset[str] | None = None
+    ) -> GraphResult:
+        """Breadth-first walk along outgoing IRI edges from ``start``.
+
+        Depth 0 gives no triples, depth 1 the triples of ``start``, and so on;
+        each triple comes once and nodes are visited once.  One query per hop.
+
+        Raises:
+            TypeError / ValueError: empty start, negative depth, invalid scope.
+            QueryLimitError: more than ``max_rows`` triples in all.
+            IndexUnavailableError: the endpoint cannot be reached or failed.
+        """
+        validate_non_empty(start, "start")
+        validate_depth(depth)
+        canonical = None if scope is None else validate_scope(scope)
+        self._check_open()
+        if (canonical is not None and not canonical) or _IRI_RE.fullmatch(start) is None:
+            return GraphResult(metadata={"rows": "0"})
+        out: list[Triple] = []
+        seen: set[Triple] = set()
+        visited = {start}
+        frontier = [start]
+        for _ in range(depth):
+            by_subject: dict[str, set[tuple[Triple, bool]]] = {}
+            for edge in self._edges(frontier, canonical):
+                by_subject.setdefault(edge[0][0], set()).add(edge)
+            reached: list[str] = []
+            for node in frontier:
+                for triple, to_iri in sorted(by_subject.get(node, ())):
+                    if triple in seen:
+                        continue
+                    seen.add(triple)
+                    out.append(triple)
+                    target = triple[2]
+                    if to_iri and target not in visited:
+                        visited.add(target)
+                        reached.append(target)
+            if len(out) > self._max_rows:
+                raise QueryLimitError(f"traverse reached more than {self._max_rows} triples")
+            if not reached:
+                break
+            frontier = reached
+        if canonical is not None:
+            out = [t for t in out if _in_scope(t, canonical)]
+        return GraphResult(triples=out, metadata={"rows": str(len(out))})
+
+    # ------------------------------------------------------------ write side
+
+    def upsert(
+        self,
+        resource_id: str,
+        triples: Iterable[WriteTriple],
+        *,
+        delete_subjects: Iterable[str] = (),
+        delete_triples: Iterable[WriteTriple] = (),
+    ) -> None:
+        """Drop the triples of ``delete_subjects`` and each of ``delete_triples``,
+        then add ``triples``: one request, so other readers see all or none.
+
+        Every ``uko://`` IRI in a triple must name ``resource_id``.
+
+        Raises:
+            TypeError: a triple or subject of the wrong type.
+            ValueError: an invalid ULID, IRI, or an IRI of another resource.
+            IndexUnavailableError: the change could not be written.
+        """
+        rid = canonical_ulid(resource_id)
+        add = [_nt_line(t, rid) for t in _materialise(triples, "triples")]
+        subjects = [
+            _check_iri(s, "delete_subjects member", rid)
+            for s in _materialise(delete_subjects, "delete_subjects")
+        ]
+        drop = [_nt_line(t, rid) for t in _materialise(delete_triples, "delete_triples")]
+        self._check_open()
+        graph = _graph_of(rid)
+        if not subjects and not drop:
+            if add:
+                self._write(
+                    "POST",
+                    self._store_url,
+                    params={"graph": graph},
+                    content="".join(add).encode("utf-8"),
+                    headers={"content-type": _N_TRIPLES},
+                )
+            return
+        parts = [_delete_subjects(graph, batch) for batch in _batches(subjects)]
+        if drop:
+            parts.append(f"DELETE DATA {{ GRAPH <{graph}> {{\n{''.join(drop)}}} }}")
+        if add:
+            parts.append(f"INSERT DATA {{ GRAPH <{graph}> {{\n{''.join(add)}}} }}")
+        self._update(" ;\n".join(parts))
+
+    def delete(self, resource_id: str, subjects: Iterable[str] | None = None) -> None:
+        """Remove the triples of ``subjects``, or the whole graph when ``None``.
+
+        Raises:
+            TypeError / ValueError: an invalid ULID or subject.
+            IndexUnavailableError: the change could not be written.
+        """
+        rid = canonical_ulid(resource_id)
+        graph = _graph_of(rid)
+        if subjects is None:
+            self._check_open()
+            self._write("DELETE", self._store_url, params={"graph": graph})
+            return
+        doomed = [_check_iri(s, "subjects member", rid) for s in _materialise(subjects, "subjects")]
+        self._check_open()
+        if doomed:
+            self._update(" ;\n".join(_delete_subjects(graph, b) for b in _batches(doomed)))
+
+    def subjects(self, resource_id: str) -> set[str]:
+        """Distinct subjects in a resource's graph; empty if it has none."""
+        rid = canonical_ulid(resource_id)
+        self._check_open()
+        q = f"SELECT DISTINCT ?s WHERE {{ GRAPH <{_graph_of(rid)}> {{ ?s ?p ?o }} }}"
+        return {_json_term(row["s"]) for row in self._select(q) if "s" in row}
+
+    def resource_ids(self) -> set[str]:
+        """ULIDs of the resources whose graph is non-empty."""
+        self._check_open()
+        q = "SELECT ?g WHERE { GRAPH ?g { } FILTER EXISTS { GRAPH ?g { ?s ?p ?o } } }"
+        out = set()
+        for row in self._select(q):
+            g = row.get("g", {}).get("value", "")
+            rid = resource_id_of(g)
+            if rid is not None and g == _graph_of(rid):
+                out.add(rid)
+        return out
+
+    # ------------------------------------------------------------ internals
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise IndexUnavailableError("the SPARQL endpoint backend is closed")
+
+    def _edges(
+        self, subjects: Sequence[str], scope: frozenset[str] | None
+    ) -> list[tuple[Triple, bool]]:
+        """Triples of ``subjects`` (IRIs) in the scope's graphs, each with
+        whether its object is an IRI (a node a traversal may follow)."""
+        out: list[tuple[Triple, bool]] = []
+        iris = [s for s in subjects if _IRI_RE.fullmatch(s)]
+        for batch in _batches(iris):
+            values = " ".join(f"<{s}>" for s in batch)
+            limit = self._max_rows + 1
+            if scope is None:
+                # Our own query: GRAPH ?g ranges over every named graph.
+                pattern = f"GRAPH ?g {{ VALUES ?s {{ {values} }} ?s ?p ?o }}"
+                graphs: list[str] = []
+            else:
+                pattern = f"VALUES ?s {{ {values} }} ?s ?p ?o"
+                graphs = sorted(_graph_of(r) for r in scope)
+            body = f"SELECT DISTINCT ?s ?p ?o WHERE {{ {pattern} }} LIMIT {limit}"
+            rows = self._select(body, graphs=graphs, max_bytes=self._max_bytes)
+            if len(rows) > self._max_rows:
+                raise QueryLimitError(f"more than {self._max_rows} triples")
+            for row in rows:
+                try:
+                    triple = (_json_term(row["s"]), _json_term(row["p"]), _json_term(row["o"]))
+                except KeyError:
+                    continue
+                out.append((triple, row["o"].get("type") == "uri"))
+        return out
+
+    def _select(
+        self, query: str, *, graphs: Sequence[str] = (), max_bytes: int = _INTERNAL_MAX_BYTES
+    ) -> list[dict[str, dict[str, str]]]:
+        form = [("query", query)] + [("default-graph-uri", g) for g in graphs]
+        answer = self._http.request(
+            "POST",
+            self._query_url,
+            what="SPARQL query",
+            max_bytes=max_bytes,
+            form=form,
+            headers={"accept": _RESULTS_JSON},
+        )
+        data = _load_json(answer.body)
+        try:
+            rows = data["results"]["bindings"]
+        except (KeyError, TypeError) as exc:
+            raise IndexUnavailableError("the SPARQL endpoint gave no result rows") from exc
+        return list(rows)
+
+    def _rows(self, data: dict[str, Any], projection: Sequence[str]) -> list[Triple]:
+        try:
+            bindings = data["results"]["bindings"]
+        except (KeyError, TypeError) as exc:
+            raise IndexUnavailableError("the SPARQL endpoint gave no result rows") from exc
+        if len(bindings) > self._max_rows:
+            raise QueryLimitError(
+                f"the answer holds {len(bindings)} rows; the cap is {self._max_rows}"
+            )
+        s, p, o = projection
+        out: list[Triple] = []
+        for row in bindings:
+            if s in row and p in row and o in row:
+                out.append((_json_term(row[s]), _json_term(row[p]), _json_term(row[o])))
+        return out
+
+    def _parse_n_triples(self, body: bytes) -> Iterator[Triple]:
+        count = 0
+        for line in body.decode("utf-8", "replace").splitlines():
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            m = _NT_LINE.fullmatch(line)
+            if m is None:
+                raise IndexUnavailableError("the SPARQL endpoint sent a line that is not N-Triples")
+            count += 1
+            if count > self._max_rows:
+                raise QueryLimitError(f"the answer holds more than {self._max_rows} triples")
+            yield (_nt_term(m.group(1)), _nt_term(m.group(2)), _nt_term(m.group(3)))
+
+    def _update(self, update: str) -> None:
+        self._write(
+            "POST",
+            self._update_url,
+            content=update.encode("utf-8"),
+            headers={"content-type": "application/sparql-update"},
+        )
+
+    def _write(
+        self,
+        method: str,
+        url: str,
+        *,
+        params: dict[str, str] | None = None,
+        content: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        try:
+            self._http.request(
+                method,
+                url,
+                what="SPARQL write",
+                max_bytes=1 << 20,
+                timeout=self._write_timeout,
+                params=params,
+                content=content,
+                headers=headers,
+            )
+        except QueryError as exc:  # a 4xx to our own write: the store refused it
+            raise IndexUnavailableError(str(exc)) from exc
+
+
+def _load_json(body: bytes) -> dict[str, Any]:
+    try:
+        data = json.loads(body)
+    except ValueError as exc:
+        raise IndexUnavailableError("the SPARQL endpoint sent an answer that is not JSON") from exc
+    if not isinstance(data, dict):
+        raise IndexUnavailableError("the SPARQL endpoint sent an unexpected answer")
+    return data
+
+
+def _batches(items: Sequence[str]) -> Iterator[Sequence[str]]:
+    for i in range(0, len(items), _VALUES_BATCH):
+        yield items[i : i + _VALUES_BATCH]
+
+
+def _delete_subjects(graph: str, subjects: Sequence[str]) -> str:
+    values = " ".join(f"<{s}>" for s in subjects)
+    return (
+        f"DELETE {{ GRAPH <{graph}> {{ ?s ?p ?o }} }} "
+        f"WHERE {{ GRAPH <{graph}> {{ VALUES ?s {{ {values} }} ?s ?p ?o }} }}"
+    )
+
+
+def _materialise(items: object, name: str) -> list[object]:
+    if isinstance(items, str | bytes) or not isinstance(items, Iterable):
+        raise TypeError(f"{name} must be an iterable of items, not {type(items).__name__}")
+    return list(items)
+
+
+def _check_iri(value: object, name: str, rid: str) -> str:
+    iri = validate_non_empty(value, name)
+    if _IRI_RE.fullmatch(iri) is None:
+        raise ValueError(f"{name} is not an absolute IRI: {iri[:80]!r}")
+    owner = resource_id_of(iri)
+    if owner is not None and owner != rid:
+        raise ValueError(f"{name} {iri[:80]!r} names resource {owner}, not {rid}")
+    return iri
+
+
+def _nt_line(triple: object, rid: str) -> str:
+    if not isinstance(triple, tuple) or len(triple) != 3:
+        raise TypeError("each triple must be a tuple (subject, predicate, object)")
+    s, p, o = triple
+    subject = _check_iri(s, "subject", rid)
+    predicate = _check_iri(p, "predicate", rid)
+    if isinstance(o, Literal):
+        if not isinstance(o.value, str):
+            raise TypeError(f"a literal value must be a str, not {type(o.value).__name__}")
+        value = o.value.encode("utf-8", "replace").decode("utf-8")
+        obj = f'"{_escape(value)}"'
+        if o.datatype is not None:
+            obj += f"^^<{_check_iri(o.datatype, 'datatype', rid)}>"
+    elif isinstance(o, str):
+        obj = f"<{_check_iri(o, 'object', rid)}>"
+    else:
+        raise TypeError(f"an object must be an IRI str or a Literal, not {type(o).__name__}")
+    return f"<{subject}> <{predicate}> {obj} .\n"

@@ -1,0 +1,146 @@
+"""A bounded HTTP client for SPARQL endpoints: every answer is read under a
+deadline and a byte cap, and every failure becomes an ACMS error.
+
+Server-side timeouts are not reliable across endpoints (and a hostile or
+broken endpoint may stream forever), so the limits are enforced here:
+
+- ``timeout`` seconds for connecting, each read and each write, and an
+  overall deadline of ``timeout`` checked after every chunk received: a call
+  ends within about twice ``timeout`` however the server behaves;
+- ``max_bytes`` of (decompressed) body: one byte more aborts the read.
+
+Redirects are not followed and proxy settings from the environment are
+ignored: the client talks only to the configured URL.  Credentials go in an
+``Authorization`` header and never into a message or a log event.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import httpx
+
+from cleveragents.domain.models.acms.errors import (
+    IndexUnavailableError,
+    QueryError,
+    QueryLimitError,
+)
+
+__all__ = ["BoundedHttp", "HttpAnswer"]
+
+_MESSAGE_CHARS = 300
+
+
+@dataclass(frozen=True, slots=True)
+class HttpAnswer:
+    """A complete response: status, content type and body."""
+
+    status: int
+    content_type: str
+    body: bytes
+
+
+class BoundedHttp:
+    """One ``httpx.Client`` with the limits above.
+
+    Args:
+        timeout: seconds (positive).
+        user / password: HTTP basic credentials, both or neither.
+    """
+
+    def __init__(self, *, timeout: float, user: str | None, password: str | None) -> None:
+        if (user is None) != (password is None):
+            raise ValueError("give both a SPARQL user and a password, or neither")
+        auth = None
+        if user is not None and password is not None:
+            auth = httpx.BasicAuth(user, password)
+        self._timeout = timeout
+        self._client = httpx.Client(
+            timeout=httpx.Timeout(timeout),
+            auth=auth,
+            follow_redirects=False,
+            trust_env=False,
+        )
+
+    def close(self) -> None:
+        self._client.close()
+
+    def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        what: str,
+        max_bytes: int,
+        timeout: float | None = None,
+        params: Mapping[str, str] | None = None,
+        form: Sequence[tuple[str, str]] | None = None,
+        content: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+        on_timeout: type[Exception] = IndexUnavailableError,
+    ) -> HttpAnswer:
+        """Send one request and read the whole answer within the limits.
+
+        ``what`` names the call in errors.  A 4xx answer to a query is a
+        :class:`QueryError` carrying the server's message (a 401/403 is
+        :class:`IndexUnavailableError`, credentials unnamed); a 5xx, a refused
+        or dropped connection is :class:`IndexUnavailableError`; running out
+        of time raises ``on_timeout``; a body over ``max_bytes`` is a
+        :class:`QueryLimitError`.
+        """
+        limit = self._timeout if timeout is None else timeout
+        deadline = time.monotonic() + limit
+        body = bytearray()
+        try:
+            with self._client.stream(
+                method,
+                url,
+                params=params,
+                data=dict_list(form) if form is not None else None,
+                content=content,
+                headers=headers,
+                timeout=httpx.Timeout(limit),
+            ) as response:
+                # Chunks as received: a buffered read would keep a drip from the deadline.
+                for chunk in response.iter_bytes():
+                    body += chunk
+                    if len(body) > max_bytes:
+                        raise QueryLimitError(
+                            f"{what}: the answer is larger than the cap of {max_bytes} bytes"
+                        )
+                    if time.monotonic() > deadline:
+                        raise on_timeout(f"{what}: no complete answer within {limit:g} s")
+                status = response.status_code
+                content_type = response.headers.get("content-type", "")
+        except httpx.TimeoutException as exc:
+            raise on_timeout(f"{what}: no complete answer within {limit:g} s") from exc
+        except httpx.HTTPError as exc:
+            raise IndexUnavailableError(
+                f"{what}: the SPARQL endpoint cannot be reached ({type(exc).__name__})"
+            ) from exc
+        if time.monotonic() > deadline:
+            raise on_timeout(f"{what}: no complete answer within {limit:g} s")
+        answer = HttpAnswer(status, content_type.split(";")[0].strip().lower(), bytes(body))
+        if status in (401, 403):
+            raise IndexUnavailableError(f"{what}: the SPARQL endpoint refused the credentials")
+        if 400 <= status < 500 and status != 404:
+            raise QueryError(f"{what}: the SPARQL endpoint refused it ({status}): {_text(body)}")
+        if status >= 500:
+            raise IndexUnavailableError(
+                f"{what}: the SPARQL endpoint failed ({status}): {_text(body)}"
+            )
+        return answer
+
+
+def dict_list(form: Sequence[tuple[str, str]]) -> dict[str, list[str]]:
+    """Form fields with repeats (``default-graph-uri`` once per graph)."""
+    out: dict[str, list[str]] = {}
+    for key, value in form:
+        out.setdefault(key, []).append(value)
+    return out
+
+
+def _text(body: bytes | bytearray) -> str:
+    return bytes(body[:_MESSAGE_CHARS]).decode("utf-8", "replace").strip()
