@@ -549,6 +549,16 @@ class GraphBackendContract:
         assert backend.get_triples("urn:x", scope=frozenset()).triples == []
         assert backend.traverse("urn:x", scope=frozenset()).triples == []
 
+    @pytest.mark.parametrize("direction", ["up", "", "OUT"])
+    def test_rejects_unknown_direction(self, backend: Any, direction: str) -> None:
+        with pytest.raises(ValueError, match="direction"):
+            backend.traverse("urn:x", scope=frozenset({new_ulid()}), direction=direction)
+
+    @pytest.mark.parametrize(("predicates", "error"), [(frozenset(), ValueError), ("p", TypeError)])
+    def test_rejects_bad_predicates(self, backend: Any, predicates: object, error: type) -> None:
+        with pytest.raises(error, match="predicate"):
+            backend.traverse("urn:x", scope=frozenset({new_ulid()}), predicates=predicates)
+
     def test_results_are_graph_results(self, backend: Any) -> None:
         scope = frozenset({new_ulid()})
         assert isinstance(backend.get_triples("urn:x", scope=scope), GraphResult)
@@ -662,6 +672,44 @@ class GraphIndexContract(GraphBackendContract):
         assert len(two) == 6  # everything in alpha is within two hops
         assert len(set(two)) == len(two)
         assert backend.traverse(a["res"], depth=5, scope=frozenset({b["rid"]})).triples == []
+
+    def test_traverse_in_both_and_predicates(
+        self, backend: Any, corpus: dict[str, dict[str, str]]
+    ) -> None:
+        a, b = corpus["alpha"], corpus["bravo"]
+        scope = frozenset({a["rid"]})
+        contains, imports = UKO + "contains", UKO + "imports"
+        # Who points at util: the resource (contains) and main (imports).
+        assert backend.traverse(a["util"], depth=1, scope=scope, direction="in").triples == sorted(
+            [(a["res"], contains, a["util"]), (a["main"], imports, a["util"])]
+        )
+        # Two hops back: main is reached, and the resource points at main too.
+        two = backend.traverse(a["util"], depth=2, scope=scope, direction="in").triples
+        assert set(two) == {
+            (a["res"], contains, a["util"]),
+            (a["main"], imports, a["util"]),
+            (a["res"], contains, a["main"]),
+        }
+        only = backend.traverse(
+            a["util"], depth=3, scope=scope, direction="in", predicates=frozenset({imports})
+        ).triples
+        assert only == [(a["main"], imports, a["util"])]
+        both = backend.traverse(
+            a["main"], depth=1, scope=scope, direction="both", predicates=frozenset({imports})
+        ).triples
+        assert both == [(a["main"], imports, a["util"])]
+        out = backend.traverse(a["res"], depth=1, scope=scope, predicates=frozenset({contains}))
+        assert set(out.triples) == {
+            (a["res"], contains, a["main"]),
+            (a["res"], contains, a["util"]),
+        }
+        # The other resource's edges into nothing of ours never show.
+        assert (
+            backend.traverse(
+                a["util"], depth=3, scope=frozenset({b["rid"]}), direction="both"
+            ).triples
+            == []
+        )
 
     def test_upsert_delete_subjects_and_delete(
         self, backend: Any, corpus: dict[str, dict[str, str]]

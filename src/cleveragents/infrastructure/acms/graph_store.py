@@ -122,7 +122,7 @@ def sorted_edges(pairs: Iterable[tuple[Triple, bool]]) -> tuple[list[Triple], li
 class ResourceGraph:
     """One resource's triples as strings: subject -> {(predicate, object)}."""
 
-    __slots__ = ("by_subject", "edges", "foreign", "size")
+    __slots__ = ("by_subject", "edges", "foreign", "incoming", "size")
 
     def __init__(self, by_subject: dict[str, set[Edge]] | None = None) -> None:
         self.by_subject: dict[str, set[Edge]] = {} if by_subject is None else by_subject
@@ -132,6 +132,20 @@ class ResourceGraph:
         # the adapter's scope filter should one ever do.
         self.foreign = False
         self.size = sum(map(len, self.by_subject.values()))
+        # IRI object -> {(subject, predicate)}: built on the first walk that
+        # follows edges backwards, then kept up to date by add/remove.
+        self.incoming: dict[str, set[tuple[str, str]]] | None = None
+
+    def incoming_of(self, o: str) -> set[tuple[str, str]]:
+        """The (subject, predicate) pairs whose object is the IRI ``o``."""
+        if self.incoming is None:
+            incoming: dict[str, set[tuple[str, str]]] = {}
+            for s, edges in self.by_subject.items():
+                for p, obj in edges:
+                    if isinstance(obj, str):
+                        incoming.setdefault(obj, set()).add((s, p))
+            self.incoming = incoming
+        return self.incoming.get(o, set())
 
     def add(self, s: str, p: str, o: Obj) -> bool:
         edges = self.by_subject.get(s)
@@ -142,6 +156,8 @@ class ResourceGraph:
         edges.add((p, o))
         self.size += 1
         self.edges.pop(s, None)
+        if self.incoming is not None and isinstance(o, str):
+            self.incoming.setdefault(o, set()).add((s, p))
         return True
 
     def remove(self, s: str, p: str, o: Obj) -> bool:
@@ -153,6 +169,12 @@ class ResourceGraph:
             del self.by_subject[s]
         self.size -= 1
         self.edges.pop(s, None)
+        if self.incoming is not None and isinstance(o, str):
+            pairs = self.incoming.get(o)
+            if pairs is not None:
+                pairs.discard((s, p))
+                if not pairs:
+                    del self.incoming[o]
         return True
 
     def apply(self, ops: Iterable[Op]) -> list[Op]:

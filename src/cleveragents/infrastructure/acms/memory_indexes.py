@@ -43,6 +43,7 @@ from cleveragents.domain.models.acms.backends import (
     validate_embedding,
     validate_non_empty,
     validate_positive_int,
+    validate_traversal,
 )
 from cleveragents.domain.models.acms.errors import IndexUnavailableError, QueryError
 from cleveragents.domain.models.acms.indexing import FileRecord
@@ -427,11 +428,18 @@ class MemoryGraphIndex(_Closable):
         return GraphResult(triples=sorted(found), metadata={"rows": str(len(found))})
 
     def traverse(
-        self, start: str, *, depth: int = 2, scope: frozenset[str] | None = None
+        self,
+        start: str,
+        *,
+        depth: int = 2,
+        scope: frozenset[str] | None = None,
+        direction: str = "out",
+        predicates: frozenset[str] | None = None,
     ) -> GraphResult:
-        """Breadth-first walk along outgoing IRI edges, each triple once."""
+        """Breadth-first walk, each triple once (see ``GraphBackend.traverse``)."""
         validate_non_empty(start, "start")
         validate_depth(depth)
+        chosen = validate_traversal(direction, predicates)
         canonical = None if scope is None else validate_scope(scope)
         graphs = self._selected(canonical)
         out: list[_Triple] = []
@@ -440,20 +448,24 @@ class MemoryGraphIndex(_Closable):
         for _ in range(depth):
             reached: list[str] = []
             for node in frontier:
-                edges = sorted(
-                    {
-                        ((_term(s), _term(p), _term(o)), isinstance(o, URIRef))
-                        for g in graphs
-                        for s, p, o in g.triples((URIRef(node), None, None))
-                    }
-                )
-                for triple, is_iri in edges:
+                edges: set[tuple[_Triple, str]] = set()
+                for g in graphs:
+                    if direction in ("out", "both"):
+                        for s, p, o in g.triples((URIRef(node), None, None)):
+                            nxt = _term(o) if isinstance(o, URIRef) else ""
+                            edges.add(((_term(s), _term(p), _term(o)), nxt))
+                    if direction in ("in", "both"):
+                        for s, p, o in g.triples((None, None, URIRef(node))):
+                            edges.add(((_term(s), _term(p), _term(o)), _term(s)))
+                for triple, nxt in sorted(edges):
+                    if chosen is not None and triple[1] not in chosen:
+                        continue
                     if triple not in seen:
                         seen.add(triple)
                         out.append(triple)
-                    if is_iri and triple[2] not in visited:
-                        visited.add(triple[2])
-                        reached.append(triple[2])
+                    if nxt and nxt not in visited:
+                        visited.add(nxt)
+                        reached.append(nxt)
             if not reached:
                 break
             frontier = reached

@@ -50,6 +50,7 @@ from cleveragents.domain.models.acms.backends import (
     validate_depth,
     validate_non_empty,
     validate_positive_int,
+    validate_traversal,
 )
 from cleveragents.domain.models.acms.errors import IndexUnavailableError
 from cleveragents.domain.models.acms.uko import UKO, resource_id_of
@@ -63,6 +64,9 @@ from cleveragents.infrastructure.acms.graph_store import (
 )
 from cleveragents.infrastructure.acms.graph_store import (
     sorted_edges as _sorted_edges,
+)
+from cleveragents.infrastructure.acms.graph_store import (
+    term_str as _term_str,
 )
 from cleveragents.infrastructure.acms.sparql_guard import check_query_size
 from cleveragents.infrastructure.acms.sparql_worker import evaluate
@@ -135,6 +139,47 @@ def _rdf_graph(graphs: Iterable[ResourceGraph]) -> Graph:
                     obj = _rdf_literal(o)
                 graph.add((subject, predicate, obj))
     return graph
+
+
+def _walk(
+    graphs: Mapping[str, ResourceGraph],
+    index: _SubjectIndex,
+    start: str,
+    depth: int,
+    direction: str,
+    predicates: frozenset[str] | None,
+) -> list[Triple]:
+    """The general breadth-first walk: any direction, optional predicate set."""
+    out: list[Triple] = []
+    seen: set[Triple] = set()
+    visited = {start}
+    frontier = [start]
+    for _ in range(depth):
+        reached: list[str] = []
+        for node in frontier:
+            edges: set[tuple[Triple, str | None]] = set()
+            if direction in ("out", "both"):
+                for rid in index.get(node) or ():
+                    for p, o in graphs[rid].by_subject.get(node, ()):
+                        if predicates is None or p in predicates:
+                            iri = o if isinstance(o, str) else None
+                            edges.add(((node, p, _term_str(o)), iri))
+            if direction in ("in", "both"):
+                for res in graphs.values():
+                    for s, p in res.incoming_of(node):
+                        if predicates is None or p in predicates:
+                            edges.add(((s, p, node), s))
+            for triple, nxt in sorted(edges, key=lambda e: (e[0], e[1] or "")):
+                if triple not in seen:
+                    seen.add(triple)
+                    out.append(triple)
+                if nxt is not None and nxt not in visited:
+                    visited.add(nxt)
+                    reached.append(nxt)
+        if not reached:
+            break
+        frontier = reached
+    return out
 
 
 class _SubjectIndex:
@@ -306,23 +351,41 @@ class RdflibGraphBackend:
         return _result(triples, {"rows": str(len(triples))})
 
     def traverse(
-        self, start: str, *, depth: int = 2, scope: frozenset[str] | None = None
+        self,
+        start: str,
+        *,
+        depth: int = 2,
+        scope: frozenset[str] | None = None,
+        direction: str = "out",
+        predicates: frozenset[str] | None = None,
     ) -> GraphResult:
-        """Breadth-first walk along outgoing IRI edges from ``start``.
+        """Breadth-first walk from ``start``.
 
-        Depth 0 gives no triples, depth 1 the triples of ``start``, depth 2
-        adds the triples of the IRIs those reach, and so on.  Each triple comes
-        once; nodes are visited once, so cycles end.  Only in-scope graphs are
-        followed; ``scope`` is required, as for :meth:`get_triples`.
+        ``direction`` ``"out"`` (the seed's walk) follows edges from subject to
+        IRI object, ``"in"`` from object back to subject, ``"both"`` either
+        way; ``predicates`` (a set of predicate IRIs) limits the edges
+        followed and returned.  Depth 0 gives no triples, depth 1 the edges
+        of ``start``, depth 2 adds the edges of the nodes those reach, and so
+        on.  Each triple comes once, in the order found (each node's edges
+        sorted); nodes are visited once, so cycles end.  Only in-scope graphs
+        are followed; ``scope`` is required, as for :meth:`get_triples`.
 
         Raises:
             TypeError: no scope, or an argument of the wrong type.
-            ValueError: empty start, negative depth, a scope member not a ULID.
+            ValueError: empty start, negative depth, a scope member not a ULID,
+                an unknown direction.
             IndexUnavailableError: the store cannot be read.
         """
         validate_non_empty(start, "start")
         validate_depth(depth)
         canonical = _required_scope(scope, "traverse")
+        chosen = validate_traversal(direction, predicates)
+        if direction != "out" or chosen is not None:
+            with self._lock:
+                graphs, index = self._adjacency(canonical)
+                walked = _walk(graphs, index, start, depth, direction, chosen)
+            walked = [t for t in walked if _in_scope(t, canonical)]
+            return _result(walked, {"rows": str(len(walked))})
         out: list[Triple] = []
         foreign = False
         with self._lock:

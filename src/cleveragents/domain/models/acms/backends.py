@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
 __all__ = [
+    "TRAVERSAL_DIRECTIONS",
     "GraphBackend",
     "GraphIndex",
     "GraphResult",
@@ -47,6 +48,7 @@ __all__ = [
     "validate_embedding",
     "validate_non_empty",
     "validate_positive_int",
+    "validate_traversal",
 ]
 
 Triple = tuple[str, str, str]
@@ -155,6 +157,30 @@ def validate_depth(value: object) -> int:
     if value < 0:
         raise ValueError(f"depth must be a non-negative integer, got {value}")
     return value
+
+
+TRAVERSAL_DIRECTIONS = ("out", "in", "both")
+
+
+def validate_traversal(direction: object, predicates: object) -> frozenset[str] | None:
+    """A traversal ``direction`` (``"out"``, ``"in"`` or ``"both"``) and an
+    optional set of predicate IRIs to follow; the predicates as a frozenset
+    (``None``: every predicate)."""
+    if not isinstance(direction, str):
+        raise TypeError(f"direction must be a str, not {type(direction).__name__}")
+    if direction not in TRAVERSAL_DIRECTIONS:
+        raise ValueError(f"direction must be one of {', '.join(TRAVERSAL_DIRECTIONS)}")
+    if predicates is None:
+        return None
+    if isinstance(predicates, str) or not isinstance(predicates, set | frozenset | list | tuple):
+        raise TypeError("predicates must be a set of predicate IRIs")
+    chosen = frozenset(predicates)
+    if not chosen:
+        raise ValueError("predicates must not be empty (pass None to follow every predicate)")
+    for p in chosen:
+        if not isinstance(p, str) or not p:
+            raise TypeError("every predicate must be a non-empty IRI string")
+    return chosen
 
 
 def validate_embedding(embedding: object, dimension: int | None = None) -> list[float]:
@@ -279,17 +305,28 @@ class GraphBackend(Protocol):
         ...
 
     def traverse(
-        self, start: str, *, depth: int = 2, scope: frozenset[str] | None = None
+        self,
+        start: str,
+        *,
+        depth: int = 2,
+        scope: frozenset[str] | None = None,
+        direction: str = "out",
+        predicates: frozenset[str] | None = None,
     ) -> GraphResult:
-        """Breadth-first walk along outgoing edges from ``start``.
+        """Breadth-first walk from ``start``.
 
         Returns the triples found within ``depth`` hops (depth 0 = none),
         following only triples of in-scope graphs (``scope`` required as for
-        :meth:`get_triples`).
+        :meth:`get_triples`).  ``direction``: ``"out"`` (the default, the
+        seed's walk) follows subject -> IRI object, ``"in"`` object ->
+        subject, ``"both"`` either; ``predicates``, a set of predicate IRIs,
+        limits the edges followed and returned (``None``: all).  Exact:
+        each triple once, each node's edges in sorted order.
 
         Raises:
             TypeError: no scope (real implementations), or a wrong type.
-            ValueError: empty start, negative depth, a scope member not a ULID.
+            ValueError: empty start, negative depth, a scope member not a ULID,
+                an unknown direction, an empty predicate set.
         """
         ...
 

@@ -95,9 +95,22 @@ class ScopedView:
         """Triples of ``subject`` from in-scope graphs."""
         return self._keep_triples(self._graph.get_triples(subject, scope=self._scope))
 
-    def traverse(self, start: str, *, depth: int = 2) -> GraphResult:
-        """Breadth-first traversal over in-scope triples."""
-        return self._keep_triples(self._graph.traverse(start, depth=depth, scope=self._scope))
+    def traverse(
+        self,
+        start: str,
+        *,
+        depth: int = 2,
+        direction: str = "out",
+        predicates: frozenset[str] | None = None,
+    ) -> GraphResult:
+        """Breadth-first traversal over in-scope triples (see ``GraphBackend.traverse``)."""
+        if direction == "out" and predicates is None:  # the seed's call, for any backend
+            return self._keep_triples(self._graph.traverse(start, depth=depth, scope=self._scope))
+        return self._keep_triples(
+            self._graph.traverse(
+                start, depth=depth, scope=self._scope, direction=direction, predicates=predicates
+            )
+        )
 
     def _keep(self, results: list[_R], backend: str) -> list[_R]:
         kept = [r for r in results if self.resource_filter(r.uko_uri)]

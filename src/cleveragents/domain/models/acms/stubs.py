@@ -14,6 +14,7 @@ from cleveragents.domain.models.acms.backends import (
     validate_embedding,
     validate_non_empty,
     validate_positive_int,
+    validate_traversal,
 )
 from cleveragents.domain.models.acms.ulids import validate_scope
 
@@ -75,10 +76,17 @@ class InMemoryGraphBackend:
         return GraphResult()
 
     def traverse(
-        self, start: str, *, depth: int = 2, scope: frozenset[str] | None = None
+        self,
+        start: str,
+        *,
+        depth: int = 2,
+        scope: frozenset[str] | None = None,
+        direction: str = "out",
+        predicates: frozenset[str] | None = None,
     ) -> GraphResult:
         """Validate the arguments and return no triples."""
         validate_non_empty(start, "start")
         validate_depth(depth)
+        validate_traversal(direction, predicates)
         _optional_scope(scope)
         return GraphResult()
