@@ -51,6 +51,7 @@ from cleveragents.domain.models.acms.backends import (
     validate_depth,
     validate_non_empty,
     validate_positive_int,
+    validate_traversal,
 )
 from cleveragents.domain.models.acms.errors import (
     IndexUnavailableError,
@@ -275,21 +276,35 @@ class SparqlEndpointGraphBackend:
         return GraphResult(triples=triples, metadata={"rows": str(len(triples))})
 
     def traverse(
-        self, start: str, *, depth: int = 2, scope: frozenset[str] | None = None
+        self,
+        start: str,
+        *,
+        depth: int = 2,
+        scope: frozenset[str] | None = None,
+        direction: str = "out",
+        predicates: frozenset[str] | None = None,
     ) -> GraphResult:
-        """Breadth-first walk along outgoing IRI edges from ``start``.
+        """Breadth-first walk from ``start`` (see ``GraphBackend.traverse``).
 
-        Depth 0 gives no triples, depth 1 the triples of ``start``, and so on;
-        each triple comes once and nodes are visited once.  One query per hop.
+        ``direction`` ``"out"`` follows subject -> IRI object, ``"in"`` object
+        -> subject, ``"both"`` either; ``predicates`` (IRIs, checked before
+        they enter a query) limits the edges.  Depth 0 gives no triples, depth
+        1 the edges of ``start``, and so on; each triple comes once and nodes
+        are visited once.  One query per hop and direction.
 
         Raises:
-            TypeError / ValueError: empty start, negative depth, invalid scope.
+            TypeError / ValueError: empty start, negative depth, invalid scope,
+                direction or predicate.
             QueryLimitError: more than ``max_rows`` triples in all.
             IndexUnavailableError: the endpoint cannot be reached or failed.
         """
         validate_non_empty(start, "start")
         validate_depth(depth)
         canonical = None if scope is None else validate_scope(scope)
+        chosen = validate_traversal(direction, predicates)
+        for predicate in chosen or ():
+            if _IRI_RE.fullmatch(predicate) is None:
+                raise ValueError(f"predicate {predicate!r} is not an IRI")
         self._check_open()
         if (canonical is not None and not canonical) or _IRI_RE.fullmatch(start) is None:
             return GraphResult(metadata={"rows": "0"})
@@ -298,18 +313,20 @@ class SparqlEndpointGraphBackend:
         visited = {start}
         frontier = [start]
         for _ in range(depth):
-            by_subject: dict[str, set[tuple[Triple, bool]]] = {}
-            for edge in self._edges(frontier, canonical):
-                by_subject.setdefault(edge[0][0], set()).add(edge)
+            by_node: dict[str, set[tuple[Triple, str]]] = {}
+            if direction in ("out", "both"):
+                for triple, to_iri in self._edges(frontier, canonical, "s", chosen):
+                    by_node.setdefault(triple[0], set()).add((triple, triple[2] if to_iri else ""))
+            if direction in ("in", "both"):
+                for triple, _ in self._edges(frontier, canonical, "o", chosen):
+                    by_node.setdefault(triple[2], set()).add((triple, triple[0]))
             reached: list[str] = []
             for node in frontier:
-                for triple, to_iri in sorted(by_subject.get(node, ())):
-                    if triple in seen:
-                        continue
-                    seen.add(triple)
-                    out.append(triple)
-                    target = triple[2]
-                    if to_iri and target not in visited:
+                for triple, target in sorted(by_node.get(node, ())):
+                    if triple not in seen:
+                        seen.add(triple)
+                        out.append(triple)
+                    if target and target not in visited:
                         visited.add(target)
                         reached.append(target)
             if len(out) > self._max_rows:
@@ -411,21 +428,32 @@ class SparqlEndpointGraphBackend:
             raise IndexUnavailableError("the SPARQL endpoint backend is closed")
 
     def _edges(
-        self, subjects: Sequence[str], scope: frozenset[str] | None
+        self,
+        nodes: Sequence[str],
+        scope: frozenset[str] | None,
+        position: str = "s",
+        predicates: frozenset[str] | None = None,
     ) -> list[tuple[Triple, bool]]:
-        """Triples of ``subjects`` (IRIs) in the scope's graphs, each with
+        """Triples whose subject (``position`` ``"s"``) or object (``"o"``)
+        is one of ``nodes`` (IRIs), in the scope's graphs, with a predicate
+        of ``predicates`` when given (IRIs, checked by the caller); each with
         whether its object is an IRI (a node a traversal may follow)."""
         out: list[tuple[Triple, bool]] = []
-        iris = [s for s in subjects if _IRI_RE.fullmatch(s)]
+        iris = [s for s in nodes if _IRI_RE.fullmatch(s)]
+        only = (
+            "VALUES ?p { " + " ".join(f"<{p}>" for p in sorted(predicates)) + " } "
+            if predicates
+            else ""
+        )
         for batch in _batches(iris):
             values = " ".join(f"<{s}>" for s in batch)
             limit = self._max_rows + 1
             if scope is None:
                 # Our own query: GRAPH ?g ranges over every named graph.
-                pattern = f"GRAPH ?g {{ VALUES ?s {{ {values} }} ?s ?p ?o }}"
+                pattern = f"GRAPH ?g {{ VALUES ?{position} {{ {values} }} {only}?s ?p ?o }}"
                 graphs: list[str] = []
             else:
-                pattern = f"VALUES ?s {{ {values} }} ?s ?p ?o"
+                pattern = f"VALUES ?{position} {{ {values} }} {only}?s ?p ?o"
                 graphs = sorted(_graph_of(r) for r in scope)
             body = f"SELECT DISTINCT ?s ?p ?o WHERE {{ {pattern} }} LIMIT {limit}"
             rows = self._select(body, graphs=graphs, max_bytes=self._max_bytes)
