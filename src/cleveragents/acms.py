@@ -18,8 +18,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from cleveragents.application.services.agent_session import AgentSession, SessionScope
-from cleveragents.domain.models.acms.errors import IndexUnavailableError, ScopeError
+from cleveragents.application.services.agent_session import AgentSession
 
 __all__ = ["AgentSession", "open_data_dir"]
 
@@ -34,58 +33,12 @@ def open_data_dir(
     projects and resources (all registered projects when neither is given).
 
     Raises:
-        ScopeError: an unknown project or resource.
+        NotFoundError: an unknown project or resource.  ValueError: a
+        malformed ULID.
     """
-    from cleveragents.application.container import build_container
-    from cleveragents.application.services.resource_files import (
-        ListedFile,
-        decode_text,
-        read_file,
-    )
-    from cleveragents.domain.models.acms.ulids import canonical_ulid
+    from cleveragents.bootstrap import bootstrap
 
-    container = build_container("local", data_dir)
-    repo = container.project_repository()
-    registry = container.resource_registry()
-    if projects:
-        chosen_projects = list(projects)
-    else:
-        chosen_projects = [] if resources else [p.name for p in repo.list()]
-    by_project: dict[str, frozenset[str]] = {}
-    for name in chosen_projects:
-        project = repo.get(name)
-        if project is None:
-            raise ScopeError(f"unknown project {name!r}")
-        by_project[name] = frozenset(project.resource_ids)
-    rids: set[str] = set().union(*by_project.values()) if by_project else set()
-    for rid in resources:
-        try:
-            canonical = canonical_ulid(rid)
-        except (TypeError, ValueError):
-            raise ScopeError(f"{rid!r} is not a resource ULID") from None
-        if registry.get(canonical) is None:
-            raise ScopeError(f"unknown resource {canonical}")
-        rids.add(canonical)
-    scope = SessionScope(resources=frozenset(rids), projects=by_project)
-
-    def read(rid: str, path: str, max_bytes: int) -> str | None:
-        resource = registry.get(rid)
-        if resource is None:
-            return None
-        got = read_file(resource.location, ListedFile(path, 0, 0), max_bytes=max_bytes)
-        return None if got is None else decode_text(got.data)
-
-    embedder = container.embedder()
-    if embedder is None:
-        raise IndexUnavailableError("the data directory has no embedder configured")
-    return AgentSession(
-        text=container.text_backend(),
-        vector=container.vector_backend(),
-        graph=container.graph_backend(),
-        embedder=embedder,
-        scope=scope,
-        read_file=read,
-    )
+    return bootstrap(data_dir).agent_session(projects, resources)
 
 
 if __name__ == "__main__":

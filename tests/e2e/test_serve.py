@@ -78,6 +78,9 @@ async def _calls(client: Client, world: dict[str, Any]) -> dict[str, Any]:
         "traverse": {"start": file_uri(alpha, "pkg/core.py"), "depth": 1},
         "read": {"uri": file_uri(alpha, "pkg/core.py") + "#L1-L3"},
         "context": {"task": "what does the aardvark engine run", "budget": 1500},
+        "symbols": {"path": "pkg/core.py"},
+        "callers": {"target": "aardvark_helper"},
+        "callees": {"source": "AardvarkEngine.run"},
         "status": {},
     }
     for name, args in ok.items():
@@ -90,6 +93,7 @@ async def _calls(client: Client, world: dict[str, Any]) -> dict[str, Any]:
         "other_triples": ("triples", {"subject": file_uri(bravo, "pkg/core.py")}),
         "other_traverse": ("traverse", {"start": file_uri(bravo, "pkg/core.py")}),
         "sparql_graph": ("sparql", {"query": "SELECT ?s ?p ?o WHERE { GRAPH ?g { ?s ?p ?o } }"}),
+        "other_callers": ("callers", {"target": "bumblebee_helper", "projects": ["local/bravo"]}),
         "bad_budget": ("search", {"query": "x", "budget": 5}),
         "empty_query": ("search", {"query": "   "}),
     }
@@ -103,6 +107,8 @@ async def _calls(client: Client, world: dict[str, Any]) -> dict[str, Any]:
 def _check(out: dict[str, Any]) -> None:
     assert out["tools"] == sorted(
         [
+            "callees",
+            "callers",
             "context",
             "read",
             "search",
@@ -110,6 +116,7 @@ def _check(out: dict[str, Any]) -> None:
             "search_vector",
             "sparql",
             "status",
+            "symbols",
             "traverse",
             "triples",
         ]
@@ -139,7 +146,19 @@ def _check(out: dict[str, Any]) -> None:
     assert [line["line"] for line in read["results"]] == [1, 2, 3]
     assert read["results"][0]["text"] == "class AardvarkEngine:"
     assert len(out["context"][1]) <= 1500
+    symbols = json.loads(out["symbols"][1])["results"]
+    assert [(r["name"], r["kind"], r["line"], r["end_line"]) for r in symbols] == [
+        ("AardvarkEngine", "class", 1, 5),
+        ("AardvarkEngine.run", "method", 4, 5),
+        ("aardvark_helper", "function", 8, 9),
+    ]
+    callers = json.loads(out["callers"][1])["results"]
+    assert [(r["caller"], r["lines"]) for r in callers] == [("AardvarkEngine.run", [5])]
+    callees = json.loads(out["callees"][1])["results"]
+    assert [c["name"] for c in callees] == ["aardvark_helper"]
+    assert callees[0]["definitions"][0].endswith("#sym=aardvark_helper")
     for key in (
+        "other_callers",
         "other_project",
         "other_resource",
         "other_read",

@@ -85,3 +85,9 @@ def test_a_call_may_narrow_the_scope_and_never_widen_it() -> None:
     for bad in ({"projects": ["p/c"]}, {"resources": [C]}, {"resources": ["not-a-ulid"]}):
         with pytest.raises(ScopeError):
             scope.narrow(**bad)  # type: ignore[arg-type]
+
+
+def test_hits_whose_lines_are_numbers_shrink_too() -> None:
+    items = [{"uri": "u" * 50, "lines": list(range(200))}]
+    answer = fit({}, items, 300)
+    assert answer["results"] and len(render(answer)) <= 300

@@ -139,6 +139,33 @@ def tool_functions(session: AgentSession) -> dict[str, Callable[..., dict[str, A
         """The best snippets for a task description, within a character budget."""
         return session.context(task, budget=budget, projects=projects, resources=resources)
 
+    def symbols(
+        path: str,
+        budget: int = 8000,
+        projects: list[str] | None = None,
+        resources: list[str] | None = None,
+    ) -> dict[str, Any]:
+        """The definitions of a file: qualified name, kind, line range, signature."""
+        return session.symbols(path, budget=budget, projects=projects, resources=resources)
+
+    def callers(
+        target: str,
+        budget: int = 8000,
+        projects: list[str] | None = None,
+        resources: list[str] | None = None,
+    ) -> dict[str, Any]:
+        """Who calls a function (a name, a qualified name or a symbol URI), with lines."""
+        return session.callers(target, budget=budget, projects=projects, resources=resources)
+
+    def callees(
+        source: str,
+        budget: int = 8000,
+        projects: list[str] | None = None,
+        resources: list[str] | None = None,
+    ) -> dict[str, Any]:
+        """What a function calls, each name with its definitions in scope."""
+        return session.callees(source, budget=budget, projects=projects, resources=resources)
+
     def status() -> dict[str, Any]:
         """The session's scope: projects and resource ULIDs."""
         scope = session.scope
@@ -159,6 +186,9 @@ def tool_functions(session: AgentSession) -> dict[str, Callable[..., dict[str, A
             traverse,
             read,
             context,
+            symbols,
+            callers,
+            callees,
             status,
         )
     }

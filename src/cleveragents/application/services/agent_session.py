@@ -15,11 +15,13 @@ facade, so all four give the same answers.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 from cleveragents.application.services.fusion import hybrid_search
 from cleveragents.domain.models.acms.backends import (
@@ -30,7 +32,13 @@ from cleveragents.domain.models.acms.backends import (
 from cleveragents.domain.models.acms.embedding import Embedder
 from cleveragents.domain.models.acms.errors import ScopeError
 from cleveragents.domain.models.acms.scope import ScopedView
-from cleveragents.domain.models.acms.uko import file_uri, path_of, resource_id_of
+from cleveragents.domain.models.acms.uko import (
+    UKO,
+    file_uri,
+    name_uri,
+    path_of,
+    resource_id_of,
+)
 from cleveragents.domain.models.acms.ulids import canonical_ulid
 
 __all__ = [
@@ -55,6 +63,7 @@ _TERM = re.compile(r"[A-Za-z][a-z]+|[A-Z]+(?![a-z])|\d+|[^\W\d_]+")
 _WORD = re.compile(r"\w+")
 _RANGE = re.compile(r"^L(\d+)-L(\d+)$")
 _MODES = ("hybrid", "text", "vector")
+_NAME_NODE = name_uri("x")[:-1]
 
 #: Reads a file of a resource: (resource id, relative path, max bytes) -> text,
 #: or None when it cannot be read safely (vanished, a symlink, too large).
@@ -154,8 +163,8 @@ def _shrunk(item: dict[str, Any]) -> Iterable[dict[str, Any]]:
     if isinstance(lines, list):
         for n in range(len(lines) - 1, 0, -1):
             yield {**item, "lines": lines[:n]}
-        if lines:
-            first = lines[0]
+        first = lines[0] if lines else None
+        if isinstance(first, dict) and "text" in first:
             for width in (80, 40):
                 yield {**item, "lines": [{**first, "text": str(first["text"])[:width]}]}
         yield {k: v for k, v in item.items() if k != "lines"}
@@ -178,7 +187,7 @@ def fit(envelope: dict[str, Any], items: Sequence[dict[str, Any]], budget: int) 
         remaining = len(items) - i - 1
         room = budget - used - (1 if results else 0) - (marker_room if remaining else 0)
         chosen = None
-        for candidate in (item, *_shrunk(item)):
+        for candidate in itertools.chain((item,), _shrunk(item)):
             if len(render(candidate)) <= room:
                 chosen = candidate
                 break
@@ -320,6 +329,143 @@ class AgentSession:
         result = self._view(projects, resources).traverse(start, depth=depth)
         items = [{"s": s, "p": p, "o": o} for s, p, o in result.triples]
         return fit({"tool": "traverse", "start": start, "depth": depth}, items, chars)
+
+    # ------------------------------------------------------------ code graph
+
+    def symbols(
+        self,
+        path: str,
+        *,
+        budget: int | None = None,
+        projects: Sequence[str] | None = None,
+        resources: Sequence[str] | None = None,
+    ) -> dict[str, Any]:
+        """The definitions of a file (in every in-scope resource that has
+        ``path``): qualified name, kind, line range, signature; in line order."""
+        chars = _budget(budget)
+        if not isinstance(path, str) or not path.strip("/"):
+            raise ValueError("path must be a relative file path")
+        view = self._view(projects, resources)
+        items: list[dict[str, Any]] = []
+        for rid in sorted(view.scope):
+            own = file_uri(rid, path)
+            for _, p, sym in view.get_triples(own).triples:
+                if p == UKO + "defines":
+                    items.append(self._symbol_row(view, sym))
+        items.sort(key=lambda r: (r["path"], r.get("line", 0), r["uri"]))
+        return fit({"tool": "symbols", "path": path}, items, chars)
+
+    def callers(
+        self,
+        target: str,
+        *,
+        budget: int | None = None,
+        projects: Sequence[str] | None = None,
+        resources: Sequence[str] | None = None,
+    ) -> dict[str, Any]:
+        """Who calls ``target`` (a bare or qualified name, or a symbol URI):
+        each calling symbol (or file, for module-level calls) with the lines
+        of its calls.  Calls are resolved by name within the scope, so a call
+        of another function of the same name counts too (best effort)."""
+        chars = _budget(budget)
+        view = self._view(projects, resources)
+        bare, targets = self._targets(view, target)
+        calls = frozenset({UKO + "calls"})
+        found: dict[str, dict[str, Any]] = {}
+        for node in sorted(targets):
+            for caller, _, _ in view.traverse(
+                node, depth=1, direction="in", predicates=calls
+            ).triples:
+                found.setdefault(caller, self._call_row(view, caller, bare))
+        items = sorted(found.values(), key=lambda r: (r["path"], r["lines"][:1], r["uri"]))
+        return fit({"tool": "callers", "target": target}, items, chars)
+
+    def callees(
+        self,
+        source: str,
+        *,
+        budget: int | None = None,
+        projects: Sequence[str] | None = None,
+        resources: Sequence[str] | None = None,
+    ) -> dict[str, Any]:
+        """What ``source`` (a name or a symbol URI) calls: each called name
+        with the definitions of it in scope (none for library calls)."""
+        chars = _budget(budget)
+        view = self._view(projects, resources)
+        _, sources = self._targets(view, source, definitions_only=True)
+        calls, named = frozenset({UKO + "calls"}), frozenset({UKO + "named"})
+        items: list[dict[str, Any]] = []
+        for sym in sorted(sources):
+            for _, _, callee in view.traverse(sym, depth=1, predicates=calls).triples:
+                if callee.startswith(_NAME_NODE):
+                    name = unquote(callee[len(_NAME_NODE) :])
+                    defs = sorted(
+                        s
+                        for s, _, _ in view.traverse(
+                            callee, depth=1, direction="in", predicates=named
+                        ).triples
+                    )
+                else:
+                    name, defs = callee.rsplit("sym=", 1)[-1], [callee]
+                items.append({"from": sym, "name": name, "definitions": defs[:20]})
+        items.sort(key=lambda r: (r["from"], r["name"]))
+        return fit({"tool": "callees", "source": source}, items, chars)
+
+    def _targets(
+        self, view: ScopedView, target: str, *, definitions_only: bool = False
+    ) -> tuple[str, set[str]]:
+        """The bare name of ``target`` and the graph nodes that stand for it:
+        its definitions in scope and (unless ``definitions_only``) its name node."""
+        if not isinstance(target, str) or not target.strip():
+            raise ValueError("give a name or a symbol URI")
+        target = target.strip()
+        if resource_id_of(target) is not None:
+            if resource_id_of(target) not in view.scope:
+                raise ScopeError(f"{target} is outside this session's scope")
+            bare = target.rsplit("sym=", 1)[-1].rsplit(".", 1)[-1]
+            nodes = {target}
+        else:
+            bare = target.rsplit(".", 1)[-1]
+            named = frozenset({UKO + "named"})
+            defs = {
+                s
+                for s, _, _ in view.traverse(
+                    name_uri(bare), depth=1, direction="in", predicates=named
+                ).triples
+            }
+            if "." in target:  # a qualified name: only the definitions of that name
+                defs = {d for d in defs if d.endswith("sym=" + target) or d.endswith("." + target)}
+            nodes = defs
+        if not definitions_only:
+            nodes = nodes | {name_uri(bare)}
+        return bare, nodes
+
+    @staticmethod
+    def _symbol_row(view: ScopedView, sym: str) -> dict[str, Any]:
+        row: dict[str, Any] = {"uri": sym, "path": path_of(sym) or ""}
+        for _, p, o in view.get_triples(sym).triples:
+            key = p[len(UKO) :] if p.startswith(UKO) else None
+            if key in ("name", "kind", "signature"):
+                row[key] = o
+            elif key in ("line", "endLine"):
+                row["line" if key == "line" else "end_line"] = _int(o, 0)
+        return row
+
+    @staticmethod
+    def _call_row(view: ScopedView, caller: str, bare: str) -> dict[str, Any]:
+        lines: list[int] = []
+        for _, p, o in view.get_triples(caller).triples:
+            if p == UKO + "callSites":
+                for part in o.split(";"):
+                    name, _, numbers = part.partition(":")
+                    if name == bare:
+                        lines = [int(n) for n in numbers.split(",") if n.isdigit()]
+        return {
+            "uri": caller,
+            "path": path_of(caller) or "",
+            "caller": caller.rsplit("#sym=", 1)[1] if "#sym=" in caller else None,
+            "lines": lines,
+        }
 
     # ------------------------------------------------------------ reading
 

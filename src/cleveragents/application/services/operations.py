@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     # Imported where used: a query command needs neither the indexer (numpy,
     # parsers) nor the tier service (pydantic).
     from cleveragents.application.container import Container
+    from cleveragents.application.services.agent_session import AgentSession
     from cleveragents.application.services.context_tier_service import ContextTierService
     from cleveragents.application.services.indexer import Indexer
 
@@ -316,6 +317,48 @@ class AcmsOperations:
                 raise NotFoundError(f"no resource {canonical} (see 'acms resource list')")
             ids.add(canonical)
         return frozenset(ids)
+
+    def agent_session(
+        self, projects: Iterable[str] = (), resources: Iterable[str] = ()
+    ) -> AgentSession:
+        """A scoped session with agent-sized answers (what ``acms serve`` and
+        ``cleveragents.acms.open_data_dir`` give), over the named projects and
+        resources, or every registered project when none is named.
+
+        Raises:
+            ValueError: a malformed ULID.  NotFoundError: an unknown name.
+        """
+        from cleveragents.application.services.agent_session import AgentSession, SessionScope
+        from cleveragents.application.services.resource_files import (
+            ListedFile,
+            decode_text,
+            read_file,
+        )
+
+        projects, resources = list(projects), list(resources)
+        if not projects and not resources:
+            projects = [p.name for p in self.list_projects()]
+        by_project = {name: frozenset(self.project(name).resource_ids) for name in projects}
+        rids = set().union(*by_project.values()) if by_project else set()
+        if resources:
+            rids |= self.scope((), resources)
+        registry = self.resources
+
+        def read(rid: str, path: str, max_bytes: int) -> str | None:
+            resource = registry.get(rid)
+            if resource is None:
+                return None
+            got = read_file(resource.location, ListedFile(path, 0, 0), max_bytes=max_bytes)
+            return None if got is None else decode_text(got.data)
+
+        return AgentSession(
+            text=cast(TextBackend, _LazyBackend(self._text)),
+            vector=cast(VectorBackend, _LazyBackend(self._vector)),
+            graph=cast(GraphBackend, _LazyBackend(self._graph)),
+            embedder=self._embedder(),
+            scope=SessionScope(resources=frozenset(rids), projects=by_project),
+            read_file=read,
+        )
 
     def view(self, scope: frozenset[str]) -> ScopedView:
         """The three backends seen through ``scope``.
