@@ -107,6 +107,7 @@ MAX_SEARCH_THREADS = 32
 _QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"')
 _INTERNAL_FIELD = re.compile(r"(?<![\w.])(resource_id|uko_uri|body|metadata)\s*:")
 _BARE_STAR = re.compile(r"(?<![\w*:\\])\*(?![\w*])")
+_REGEX = re.compile(r"(?:^|[\s(:+-])/(?:[^/\\]|\\.)+/")
 _FUZZY = re.compile(r"(?<=[^\s~])~(\d+)")
 _SLOP = re.compile(r"~(\d+)")
 _OPERATORS = re.compile(r"\b(?:AND|OR|NOT)\b")
@@ -292,6 +293,9 @@ class _QueryBuilder:
             raise QueryError(
                 f"the field {field.group(1)!r} cannot be searched; search content or path"
             )
+        if _REGEX.search(unquoted):
+            # Tantivy's parser refuses them too; a regex's automaton is unbounded.
+            raise QueryError("regular-expression queries (/.../) are not supported")
         if _BARE_STAR.search(unquoted):
             # Tantivy scores a match-all clause 0 or 1 depending on its segment
             # layout, so scores would no longer depend on the documents alone.
@@ -308,7 +312,7 @@ class _QueryBuilder:
             digits = match.group(1)
             if len(digits) > 3 or int(digits) > MAX_FUZZY_DISTANCE:
                 raise QueryError(
-                    f"the fuzzy distance ~{digits[:12]} is over the limit of {MAX_FUZZY_DISTANCE}"
+                    f"the fuzzy distance is {digits[:12]}; the limit is {MAX_FUZZY_DISTANCE}"
                 )
         wildcards = unquoted.count("*") - unquoted.count("\\*")
         if wildcards > MAX_WILDCARD_TERMS:
@@ -325,7 +329,7 @@ class _QueryBuilder:
                 continue
             if len(digits) > 3 or int(digits) > MAX_PHRASE_SLOP:
                 raise QueryError(
-                    f"the phrase slop ~{digits[:12]} is over the limit of {MAX_PHRASE_SLOP}"
+                    f"the phrase slop is {digits[:12]}; the limit is {MAX_PHRASE_SLOP}"
                 )
             if int(digits) == 0:
                 continue
