@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import subprocess
 import sys
 import textwrap
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from structlog.testing import capture_logs
 from ulid import ULID
 
 from cleveragents.domain.models.acms.backends import IndexUnit, TextIndex, TextResult
@@ -649,3 +651,141 @@ def test_shards_follow_repeated_commits_with_a_cached_query(tmp_path: Path) -> N
             assert_same_results(reader.search("needle", scope=scope, max_results=10), want)
     writer.close()
     reader.close()
+
+
+# ---------------------------------------------------------------- shards
+
+
+def _loaded(logs: list[dict[str, object]]) -> list[object]:
+    return [e["resource_id"] for e in logs if e["event"] == "acms.tantivy_text.shard_loaded"]
+
+
+def _files(path: Path) -> dict[str, tuple[int, int]]:
+    return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in path.iterdir()}
+
+
+def test_each_resource_is_its_own_index_inside_the_directory(tmp_path: Path) -> None:
+    path = tmp_path / "text"
+    b = TantivyTextBackend(path)
+    a, c = new_ulid(), new_ulid()
+    a1, a2 = unit(a, "a1.py", "alpha"), unit(a, "a2.py", "alpha beta")
+    b.upsert(a, [a1, a2])
+    b.upsert(c, [unit(c, "c.py", "gamma")])
+    assert sorted(p.name for p in path.iterdir()) == sorted([a, c])
+    assert (path / a / "meta.json").is_file()
+    # A resource left without units has no index any more.
+    b.delete(a, [a1.uko_uri, a2.uko_uri])
+    assert sorted(p.name for p in path.iterdir()) == [c]
+    b.delete(c)
+    assert list(path.iterdir()) == []
+    assert b.resource_ids() == set()
+    assert b.search("gamma OR alpha", scope=frozenset({a, c})) == []
+    b.close()
+
+
+@pytest.mark.parametrize("where", ["disk", "ram"])
+def test_a_commit_to_one_resource_leaves_other_shards_untouched(tmp_path: Path, where: str) -> None:
+    b = TantivyTextBackend(tmp_path / "text" if where == "disk" else None)
+    a, other = new_ulid(), new_ulid()
+    b.upsert(a, [unit(a, "a.py", "needle")])
+    b.upsert(other, [unit(other, "o.py", "needle needle")])
+    both = frozenset({a, other})
+    assert len(b.search("needle", scope=both)) == 2
+    shard = b._shards[other]
+    on_disk = _files(tmp_path / "text" / other) if where == "disk" else {}
+    with capture_logs() as logs:
+        b.upsert(a, [unit(a, "a2.py", "needle again")])
+        assert len(b.search("needle", scope=both)) == 3
+    assert set(_loaded(logs)) == {a}  # only the written resource was reloaded
+    assert b._shards[other] is shard  # same searcher, same snapshot
+    if where == "disk":
+        assert _files(tmp_path / "text" / other) == on_disk  # nothing of it was written
+    b.close()
+
+
+def test_a_commit_through_another_handle_reloads_only_that_resource(tmp_path: Path) -> None:
+    path = tmp_path / "text"
+    writer, reader = TantivyTextBackend(path), TantivyTextBackend(path)
+    rids = [new_ulid() for _ in range(4)]
+    for rid in rids:
+        writer.upsert(rid, [unit(rid, "a.py", "needle")])
+    scope = frozenset(rids)
+    assert len(reader.search("needle", scope=scope)) == 4
+    shards = dict(reader._shards)
+    with capture_logs() as logs:
+        writer.upsert(rids[0], [unit(rids[0], "b.py", "needle twice needle")])
+        got = reader.search("needle", scope=scope)
+    assert len(got) == 5
+    assert _loaded(logs) == [rids[0], rids[0]]  # by the writer after its commit, by the reader
+    for rid in rids[1:]:
+        assert reader._shards[rid] is shards[rid]
+    writer.close()
+    reader.close()
+
+
+def test_fan_out_over_many_shards_equals_the_oracle(tmp_path: Path) -> None:
+    b = TantivyTextBackend(tmp_path / "text")
+    oracle = ShardOracle()
+    rids = [new_ulid() for _ in range(20)]
+    for i, rid in enumerate(rids):
+        units = [
+            unit(rid, f"f{j}.py", "twin " * (1 + (i + j) % 3) + "pad " * (j % 4)) for j in range(6)
+        ]
+        b.upsert(rid, units)
+        oracle.upsert(rid, units)
+    for scope in (frozenset(rids), frozenset(rids[:9]), frozenset(rids[::3])):
+        for k in (1, 5, 17, 60, 200):
+            assert_same_results(
+                b.search("twin OR pad", scope=scope, max_results=k),
+                oracle.search("twin OR pad", scope=scope, max_results=k),
+            )
+    b.close()
+
+
+def test_a_relinked_directory_is_followed(tmp_path: Path) -> None:
+    """``reindex --rebuild`` points the live link at a new generation."""
+    old, new = tmp_path / "gen1" / "text", tmp_path / "gen2" / "text"
+    link = tmp_path / "text"
+    link.parent.mkdir(exist_ok=True)
+    os.makedirs(old)
+    os.symlink(old, link)
+    a, c = new_ulid(), new_ulid()
+    reader = TantivyTextBackend(link)
+    with TantivyTextBackendClosing(link) as w:
+        w.upsert(a, [unit(a, "a.py", "needle old")])
+    assert uris(reader.search("needle", scope=frozenset({a, c}))) == [unit(a, "a.py", "").uko_uri]
+    with TantivyTextBackendClosing(new) as w:
+        w.upsert(c, [unit(c, "c.py", "needle new")])
+    os.symlink(new, tmp_path / "swap")
+    os.replace(tmp_path / "swap", link)
+    assert uris(reader.search("needle", scope=frozenset({a, c}))) == [unit(c, "c.py", "").uko_uri]
+    assert reader.resource_ids() == {c}
+    reader.close()
+
+
+class TantivyTextBackendClosing(TantivyTextBackend):
+    def __enter__(self) -> TantivyTextBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def test_an_index_of_the_old_single_index_layout_asks_for_a_rebuild(tmp_path: Path) -> None:
+    import tantivy
+
+    path = tmp_path / "text"
+    path.mkdir()
+    builder = tantivy.SchemaBuilder()
+    builder.add_text_field("content")
+    tantivy.Index(builder.build(), path=str(path))  # meta.json directly inside
+    b = TantivyTextBackend(path)
+    rid = new_ulid()
+    for call in (
+        lambda: b.search("x", scope=frozenset({rid})),
+        lambda: b.upsert(rid, [unit(rid, "a.py", "x")]),
+        b.resource_ids,
+    ):
+        with pytest.raises(IndexUnavailableError, match="--rebuild"):
+            call()
+    b.close()
