@@ -729,37 +729,42 @@ class TantivyTextBackend:
         return wanted
 
     def _search_shards(self, shards: list[_Shard], query: tantivy.Query, k: int) -> list[_Hit]:
-        """The top ``k`` hits of ``shards`` by (score desc, URI); runs on a search thread."""
-        hits: list[_Hit] = []
-        for shard in shards:
-            hits.extend(self._shard_top(shard, query, min(k, shard.num_docs)))
-        if len(shards) > 1:
-            hits.sort(key=lambda hit: (-hit[0], hit[1]))
-            del hits[k:]
-        return hits
+        """The top ``k`` hits of ``shards`` by (score desc, URI); runs on a search thread.
 
-    def _shard_top(self, shard: _Shard, query: tantivy.Query, k: int) -> list[_Hit]:
-        # Fetch past the k-th hit until the last fetched score is below it, so
-        # hits tied with the k-th are all seen and ordered by URI, not by
-        # engine internals.  One search with twice the room usually suffices.
-        searcher = shard.searcher
-        fetch = min(2 * k + 1, shard.num_docs)
-        while True:
-            hits = self._run(searcher, query, fetch)
-            if len(hits) < fetch or fetch >= shard.num_docs or hits[-1][0] < hits[k - 1][0]:
-                break
-            fetch = min(fetch * 2, shard.num_docs)
-        if len(hits) > k:
-            # Only the hits tied with the k-th can displace one of the top k.
-            cutoff = hits[k - 1][0]
-            end = k
-            while end < len(hits) and hits[end][0] >= cutoff:
-                end += 1
-            hits = hits[:end]
+        Stored documents are read only for the hits at or above the k-th
+        best score of these shards (the k winners and anything tied with the
+        last of them), never for each shard's own top k.
+        """
+        fetched: list[tuple[_Shard, list[tuple[Any, tantivy.DocAddress]], int]] = []
+        for shard in shards:
+            limit = min(k, shard.num_docs)
+            fetched.append((shard, self._run(shard.searcher, query, limit), limit))
+        scores = sorted((score for _, hits, _ in fetched for score, _ in hits), reverse=True)
+        if not scores:
+            return []
+        cutoff = scores[min(k, len(scores)) - 1]
+        found: list[_Hit] = []
+        for shard, hits, limit in fetched:
+            # A shard that filled its limit may hold more hits tied with the
+            # cutoff: they compete by URI, so fetch until past the cutoff.
+            while len(hits) == limit < shard.num_docs and hits[-1][0] >= cutoff:
+                limit = min(limit * 2, shard.num_docs)
+                hits = self._run(shard.searcher, query, limit)
+            found.extend(self._read_hits(shard, hits, cutoff))
+        found.sort(key=lambda hit: (-hit[0], hit[1]))
+        del found[k:]
+        return found
+
+    @staticmethod
+    def _read_hits(
+        shard: _Shard, hits: list[tuple[Any, tantivy.DocAddress]], cutoff: float
+    ) -> list[_Hit]:
+        found: list[_Hit] = []
         try:
-            found: list[_Hit] = []
             for score, addr in hits:
-                doc = searcher.doc(addr)
+                if score < cutoff:
+                    break  # hits come best first
+                doc = shard.searcher.doc(addr)
                 rid = str(doc.get_first("resource_id"))
                 if rid != shard.rid:  # cannot happen: a shard holds one resource
                     _log.error("acms.tantivy_text.foreign_unit", shard=shard.rid, unit_of=rid)
@@ -767,8 +772,7 @@ class TantivyTextBackend:
                 found.append((float(score), str(doc.get_first("uko_uri")), doc, rid))
         except (OSError, ValueError) as exc:
             raise IndexUnavailableError(f"cannot read the text index: {exc}") from exc
-        found.sort(key=lambda hit: (-hit[0], hit[1]))
-        return found[:k]
+        return found
 
     @staticmethod
     def _run(
