@@ -935,10 +935,18 @@ class TantivyTextBackend:
                 writer.commit()
                 if self._path is None:
                     self._commits[rid] = self._commits.get(rid, 0) + 1
+                # Read before reloading: a later commit can only make it look stale.
+                generation = self._generation(rid)
                 index.reload()
-                if index.searcher().num_docs == 0:
+                searcher = index.searcher()
+                if searcher.num_docs == 0:
                     # Removed while this writer still holds the resource's lock.
                     self._remove(rid)
+                else:
+                    # Only this resource's shard moves; every other one stays as loaded.
+                    shard = _Shard(rid, index, searcher, generation, searcher.num_docs)
+                    with self._lock:
+                        self._shards[rid] = shard
             except BaseException as exc:
                 with contextlib.suppress(OSError, ValueError):
                     writer.rollback()
@@ -951,8 +959,6 @@ class TantivyTextBackend:
                 with contextlib.suppress(OSError, ValueError):
                     writer.wait_merging_threads()
                 del writer
-        # Only this resource's shard moves; every other one stays as loaded.
-        self._shard(rid)
 
     def _remove(self, rid: str) -> None:
         """Drop an empty shard: renamed aside in one step, then deleted."""
