@@ -724,7 +724,7 @@ def test_a_commit_through_another_handle_reloads_only_that_resource(tmp_path: Pa
     reader.close()
 
 
-def test_fan_out_over_many_shards_equals_the_oracle(tmp_path: Path) -> None:
+def test_merge_over_many_shards_equals_the_oracle(tmp_path: Path) -> None:
     b = TantivyTextBackend(tmp_path / "text")
     oracle = ShardOracle()
     rids = [new_ulid() for _ in range(20)]
