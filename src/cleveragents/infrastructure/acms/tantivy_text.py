@@ -34,7 +34,6 @@ import math
 import os
 import queue
 import re
-import shutil
 import threading
 import time
 from collections import Counter, OrderedDict
@@ -46,7 +45,6 @@ from typing import Any, NoReturn
 
 import structlog
 import tantivy
-from ulid import ULID
 
 from cleveragents.domain.models.acms.backends import (
     IndexUnit,
@@ -959,11 +957,14 @@ class TantivyTextBackend:
                 self._commits.pop(rid, None)
                 return
         root = self._resolved
-        trash = os.path.join(root, f"{_TRASH_PREFIX}{rid}-{ULID()}")
+        # Unique without importing a ULID library (~80 ms of a CLI's cold start).
+        trash = os.path.join(root, f"{_TRASH_PREFIX}{rid}-{os.getpid()}-{time.time_ns()}")
         try:
             os.rename(os.path.join(root, rid), trash)
         except OSError as exc:
             raise IndexUnavailableError(f"cannot remove the text index of {rid}: {exc}") from exc
+        import shutil  # here: it pulls in bz2/lzma, and queries never need it
+
         # This one, and any a killed process left behind.
         for name in os.listdir(root):
             if name.startswith(_TRASH_PREFIX):
