@@ -18,12 +18,14 @@ import tantivy
 
 from cleveragents.domain.models.acms.backends import IndexUnit, TextResult
 from cleveragents.domain.models.acms.errors import QueryError
-from cleveragents.infrastructure.acms.tantivy_text import (
+from cleveragents.infrastructure.acms.tantivy_query import (
     ANALYZER_NAME,
-    _analyzer,
+    QueryBuilder,
+    code_analyzer,
+)
+from cleveragents.infrastructure.acms.tantivy_text import (
     _document,
     _normalise,
-    _QueryBuilder,
     _read_stored,
     _schema,
 )
@@ -38,11 +40,11 @@ class ShardOracle:
         self._schema = _schema()
         self._indexes: dict[str, tantivy.Index] = {}
         self._parser = self._fresh()
-        self._builder = _QueryBuilder()
+        self._builder = QueryBuilder()
 
     def _fresh(self) -> tantivy.Index:
         index = tantivy.Index(self._schema)
-        index.register_tokenizer(ANALYZER_NAME, _analyzer())
+        index.register_tokenizer(ANALYZER_NAME, code_analyzer())
         index.config_reader(reload_policy="manual")
         return index
 

@@ -28,7 +28,7 @@ from ulid import ULID
 from cleveragents.domain.models.acms.backends import IndexUnit
 from cleveragents.domain.models.acms.errors import QueryError, QueryLimitError
 from cleveragents.domain.models.acms.uko import unit_uri
-from cleveragents.infrastructure.acms import tantivy_text
+from cleveragents.infrastructure.acms import tantivy_query
 from cleveragents.infrastructure.acms.tantivy_text import TantivyTextBackend
 
 TIMEOUT = 2.0
@@ -209,7 +209,7 @@ def test_generated_explosive_queries_are_answered_or_refused_within_the_limit(
 def unlimited(monkeypatch: pytest.MonkeyPatch) -> None:
     """The static limits lifted, so an explosive query reaches the engine."""
     for name in ("MAX_PHRASE_SLOP", "MAX_SLOPPY_PHRASE_TERMS", "MAX_PHRASE_REPEATS"):
-        monkeypatch.setattr(tantivy_text, name, 10**6)
+        monkeypatch.setattr(tantivy_query, name, 10**6)
 
 
 # Runs ~0.6 s on a quiet 2-core machine, several seconds under load; it ends

@@ -16,7 +16,8 @@ shard's ``meta.json`` seen through the link; the first moved shard then
 notices the new target and drops every cached shard.
 
 Bounded queries: a query is validated and built in one step
-(:class:`_QueryBuilder`: caps, then the shapes that explode, then the parser),
+(``tantivy_query.QueryBuilder``: caps, then the shapes that explode, then
+the parser),
 and every search runs on worker threads (Tantivy releases the GIL while it
 searches) while the caller waits at most ``query_timeout`` seconds.  No lock
 is held while the engine searches, so a slow query never delays another.
@@ -33,10 +34,9 @@ import json
 import math
 import os
 import queue
-import re
 import threading
 import time
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -59,58 +59,27 @@ from cleveragents.domain.models.acms.errors import (
 )
 from cleveragents.domain.models.acms.uko import resource_id_of
 from cleveragents.domain.models.acms.ulids import canonical_ulid, is_ulid, validate_scope
+from cleveragents.infrastructure.acms.tantivy_query import (
+    ANALYZER_NAME,
+    QueryBuilder,
+    analysable,
+    code_analyzer,
+    reraise_fatal,
+)
 
 __all__ = ["TantivyTextBackend"]
 
+# The benchmarks' raw references import the analyzer under its old name.
+_analyzer = code_analyzer
+
 _log = structlog.get_logger("cleveragents.acms.tantivy_text")
 
-ANALYZER_NAME = "cleveragents_code"
-# Rust regex (no look-around): a capitalised or lower-case word, an upper-case
-# run, a number, or any other run of letters.  Acronyms followed by a word
-# ("HTTPServer") are split before analysis by _ACRONYM_BOUNDARY.
-_TOKEN_PATTERN = r"\p{Lu}?\p{Ll}+|\p{Lu}+|\p{N}+|\p{L}+"
-_ACRONYM_BOUNDARY = re.compile(r"(?<=[A-Z])(?=[A-Z][a-z])")
-_MAX_TOKEN_CHARS = 100
-
-# Query caps.  Tantivy's parser recurses once per nesting level (parentheses,
-# NOT chains) and overflows the native stack, killing the process with
-# SIGSEGV, at a few thousand levels on an 8 MB stack, at ~100 on a 256 KB
-# thread stack; 32 levels need well under 128 KB.  Length and term caps keep
-# one query's work (and a 20,000-term OR) small.
-MAX_QUERY_CHARS = 10_000
-MAX_QUERY_DEPTH = 32
-MAX_QUERY_TERMS = 1_000
-# Shapes whose cost explodes (issue 9, finding 1).  A sloppy phrase is matched
-# by a search over position combinations that grows exponentially with its
-# terms and slop when the terms are dense in a document: on documents of a
-# few thousand tokens, "self x self x self x self x"~8 took 0.38 s, ~4 13 ms;
-# 8 x "self" ~16 took 2.5 s, 16 x "self" ~4 0.6 s, 32 x "self" ~4 over a
-# minute; 7 distinct terms ~1000 over 5 s.  Exact phrases (slop 0) stay
-# linear.  Within these limits the worst shape measured took ~15 ms.
-MAX_PHRASE_SLOP = 4
-MAX_SLOPPY_PHRASE_TERMS = 8
-MAX_PHRASE_REPEATS = 4  # occurrences of one term in one sloppy phrase
-MAX_SLOPPY_PHRASES = 4  # sloppy phrases in one query
-# Fuzzy matching is not enabled in the parser (``word~N`` is read as text);
-# the cap keeps the syntax bounded should it ever be.  Each prefix term
-# (``pars*``, ``"parse js"*``) expands to at most 50 terms in Tantivy.
-MAX_FUZZY_DISTANCE = 2
-MAX_WILDCARD_TERMS = 16
 DEFAULT_QUERY_TIMEOUT = 5.0
 # Worker threads for searches, process-wide.  A search past its deadline keeps
 # its thread until Tantivy returns; new searches get a fresh thread up to
 # this many, then queue (and time out at their own deadline).
 MAX_SEARCH_THREADS = 32
 
-_QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"')
-_INTERNAL_FIELD = re.compile(r"(?<![\w.])(resource_id|uko_uri|body|metadata)\s*:")
-_BARE_STAR = re.compile(r"(?<![\w*:\\])\*(?![\w*])")
-_REGEX = re.compile(r"(?:^|[\s(:+-])/(?:[^/\\]|\\.)+/")
-_FUZZY = re.compile(r"(?<=[^\s~])~(\d+)")
-_SLOP = re.compile(r"~(\d+)")
-_OPERATORS = re.compile(r"\b(?:AND|OR|NOT)\b")
-
-_SEARCH_FIELDS = ["content", "path"]
 _SCORE_HALF = 8.0  # the raw BM25 score that normalises to 0.5
 _WRITER_HEAP = 50_000_000
 _PARSED_CACHE_SIZE = 64  # built queries kept (they depend on the query text only)
@@ -119,15 +88,6 @@ _LOCK_BACKOFF_START = 0.01
 _LOCK_BACKOFF_MAX = 0.5
 _META = "meta.json"
 _TRASH_PREFIX = ".trash-"
-
-
-def _analyzer() -> tantivy.TextAnalyzer:
-    return (
-        tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.regex(_TOKEN_PATTERN))
-        .filter(tantivy.Filter.remove_long(_MAX_TOKEN_CHARS))
-        .filter(tantivy.Filter.lowercase())
-        .build()
-    )
 
 
 def _schema() -> tantivy.Schema:
@@ -143,21 +103,14 @@ def _schema() -> tantivy.Schema:
     return builder.build()
 
 
-def _analysable(text: str) -> str:
-    """Text as the analyzer should see it: acronyms split, surrogates replaced."""
-    if not text.isascii():
-        text = text.encode("utf-8", "replace").decode("utf-8")
-    return _ACRONYM_BOUNDARY.sub("_", text)
-
-
 def _document(uri: str, rid: str, content: str, metadata: Mapping[str, str]) -> tantivy.Document:
     doc = tantivy.Document()
     doc.add_text("uko_uri", uri)
     doc.add_text("resource_id", rid)
-    doc.add_text("content", _analysable(content))
+    doc.add_text("content", analysable(content))
     path = metadata.get("path")
     if path:
-        doc.add_text("path", _analysable(path))
+        doc.add_text("path", analysable(path))
     doc.add_bytes("body", content.encode("utf-8", "surrogatepass"))
     doc.add_bytes("metadata", json.dumps(dict(metadata), sort_keys=True).encode("ascii"))
     return doc
@@ -181,182 +134,12 @@ def _read_stored(doc: tantivy.Document) -> _Stored:
     )
 
 
-def _nesting(query: str) -> int:
-    """How deep the parser recurses: parentheses and ``NOT`` chains, outside quotes.
-
-    Each ``(`` counts one level plus the ``NOT`` run in front of it; escaped
-    parentheses and phrases do not count.  Errs on the high side.
-    """
-    opened: list[int] = []  # levels each open parenthesis added
-    depth = deepest = nots = 0
-    word: list[str] = []
-    chars = iter(query)
-
-    def end_word() -> None:
-        nonlocal nots
-        if word:
-            nots = nots + 1 if "".join(word) == "NOT" else 0
-            word.clear()
-
-    for char in chars:
-        if char == "\\":
-            next(chars, None)
-            word.append(char)
-        elif char == '"':
-            end_word()
-            for quoted in chars:  # a phrase: nothing inside nests
-                if quoted == "\\":
-                    next(chars, None)
-                elif quoted == '"':
-                    break
-        elif char == "(":
-            end_word()
-            opened.append(nots + 1)
-            depth += nots + 1
-            nots = 0
-        elif char == ")":
-            end_word()
-            depth -= opened.pop() if opened else 0
-            nots = 0
-        elif char.isspace():
-            end_word()
-        else:
-            word.append(char)
-        deepest = max(deepest, depth + nots)
-    end_word()
-    return max(deepest, depth + nots)
-
-
 def _normalise(raw: float) -> float:
     if math.isnan(raw) or raw <= 0.0:
         return 0.0
     if math.isinf(raw):
         return 1.0
     return raw / (raw + _SCORE_HALF)
-
-
-def _reraise_fatal(exc: BaseException) -> None:
-    if isinstance(exc, KeyboardInterrupt | SystemExit | GeneratorExit):
-        raise exc
-
-
-# ---------------------------------------------------------------- query building
-
-# An escape (skipped) or a phrase with its optional ``~slop``.
-_PHRASE_OR_ESCAPE = re.compile(r'\\.|"((?:[^"\\]|\\.)*)"(?:~(\d+))?', re.DOTALL)
-
-
-class _QueryBuilder:
-    """Query text -> ``tantivy.Query`` in one step: caps, explosive shapes, parser.
-
-    This is Tantivy's query syntax (fields, phrases, ``AND``/``OR``/``NOT``,
-    prefixes).  Another syntax (a plain-text mode) would be another builder
-    with the same :meth:`build`.
-    """
-
-    def __init__(self) -> None:
-        self._analyzer = _analyzer()
-
-    def build(self, parser: tantivy.Index, query: str) -> tantivy.Query:
-        """Check ``query`` against every limit, then parse it with ``parser``.
-
-        Raises:
-            QueryError: a limit is exceeded (the message names it) or the
-                parser rejects the query.
-        """
-        self.check(query)
-        return self._parse(parser, query)
-
-    def check(self, query: str) -> None:
-        if len(query) > MAX_QUERY_CHARS:
-            raise QueryError(
-                f"the query is {len(query)} characters long; the limit is {MAX_QUERY_CHARS}"
-            )
-        depth = _nesting(query)
-        if depth > MAX_QUERY_DEPTH:
-            raise QueryError(
-                f"the query nests parentheses / NOT {depth} deep; the limit is {MAX_QUERY_DEPTH}"
-            )
-        terms = len(self._terms(_OPERATORS.sub(" ", query)))
-        if terms > MAX_QUERY_TERMS:
-            raise QueryError(f"the query has {terms} terms; the limit is {MAX_QUERY_TERMS}")
-        unquoted = _QUOTED.sub(" ", query)
-        field = _INTERNAL_FIELD.search(unquoted)
-        if field is not None:
-            # The scope already selects resources; these fields are bookkeeping.
-            raise QueryError(
-                f"the field {field.group(1)!r} cannot be searched; search content or path"
-            )
-        if _REGEX.search(unquoted):
-            # Tantivy's parser refuses them too; a regex's automaton is unbounded.
-            raise QueryError("regular-expression queries (/.../) are not supported")
-        if _BARE_STAR.search(unquoted):
-            # Tantivy scores a match-all clause 0 or 1 depending on its segment
-            # layout, so scores would no longer depend on the documents alone.
-            raise QueryError("a bare '*' (match everything) is not supported; search for terms")
-        self._check_shapes(query, unquoted)
-
-    def _terms(self, text: str) -> list[str]:
-        return self._analyzer.analyze(_analysable(text))
-
-    def _check_shapes(self, query: str, unquoted: str) -> None:
-        if '"' in query:
-            self._check_phrases(query)
-        for match in _FUZZY.finditer(unquoted):
-            digits = match.group(1)
-            if len(digits) > 3 or int(digits) > MAX_FUZZY_DISTANCE:
-                raise QueryError(
-                    f"the fuzzy distance is {digits[:12]}; the limit is {MAX_FUZZY_DISTANCE}"
-                )
-        wildcards = unquoted.count("*") - unquoted.count("\\*")
-        if wildcards > MAX_WILDCARD_TERMS:
-            raise QueryError(
-                f"the query has {wildcards} wildcard (prefix) terms; "
-                f"the limit is {MAX_WILDCARD_TERMS}"
-            )
-
-    def _check_phrases(self, query: str) -> None:
-        sloppy = 0
-        for match in _PHRASE_OR_ESCAPE.finditer(query):
-            phrase, digits = match.group(1), match.group(2)
-            if phrase is None or digits is None:
-                continue
-            if len(digits) > 3 or int(digits) > MAX_PHRASE_SLOP:
-                raise QueryError(
-                    f"the phrase slop is {digits[:12]}; the limit is {MAX_PHRASE_SLOP}"
-                )
-            if int(digits) == 0:
-                continue
-            sloppy += 1
-            terms = self._terms(phrase)
-            if len(terms) > MAX_SLOPPY_PHRASE_TERMS:
-                raise QueryError(
-                    f"a phrase with slop has {len(terms)} terms; "
-                    f"the limit is {MAX_SLOPPY_PHRASE_TERMS}"
-                )
-            if terms:
-                term, repeats = Counter(terms).most_common(1)[0]
-                if repeats > MAX_PHRASE_REPEATS:
-                    raise QueryError(
-                        f"the term {term[:40]!r} is repeated {repeats} times in a phrase "
-                        f"with slop; the limit is {MAX_PHRASE_REPEATS}"
-                    )
-        if sloppy > MAX_SLOPPY_PHRASES:
-            raise QueryError(
-                f"the query has {sloppy} phrases with slop; the limit is {MAX_SLOPPY_PHRASES}"
-            )
-
-    @staticmethod
-    def _parse(parser: tantivy.Index, query: str) -> tantivy.Query:
-        try:
-            return parser.parse_query(_analysable(query), default_field_names=_SEARCH_FIELDS)
-        except ValueError as exc:
-            if "Regex" in str(exc):
-                raise QueryError("regular-expression queries are not supported") from exc
-            raise QueryError(f"invalid query: {exc}") from exc
-        except BaseException as exc:  # PyO3 PanicException derives from BaseException
-            _reraise_fatal(exc)
-            raise QueryError(f"the query engine failed on this query: {exc}") from exc
 
 
 # ---------------------------------------------------------------- search threads
@@ -471,7 +254,7 @@ class TantivyTextBackend:
         self._resolved = ""
         self._legacy = False
         self._schema = _schema()
-        self._builder = _QueryBuilder()
+        self._builder = QueryBuilder()
         # Guards the caches below; never held while the engine searches.
         self._lock = threading.RLock()
         self._write_lock = threading.Lock()
@@ -504,7 +287,7 @@ class TantivyTextBackend:
                 index = tantivy.Index(self._schema)
             else:
                 index = tantivy.Index(self._schema, path=path, reuse=True)
-            index.register_tokenizer(ANALYZER_NAME, _analyzer())
+            index.register_tokenizer(ANALYZER_NAME, code_analyzer())
             index.config_reader(reload_policy="manual")
         except (OSError, ValueError) as exc:
             raise IndexUnavailableError(f"cannot open the text index at {path!r}: {exc}") from exc
@@ -512,7 +295,7 @@ class TantivyTextBackend:
 
     def _open_existing(self, path: str) -> tantivy.Index:
         index = tantivy.Index.open(path)
-        index.register_tokenizer(ANALYZER_NAME, _analyzer())
+        index.register_tokenizer(ANALYZER_NAME, code_analyzer())
         index.config_reader(reload_policy="manual")
         return index
 
@@ -629,8 +412,9 @@ class TantivyTextBackend:
         """Search the units of the resources in ``scope`` (see :class:`TextBackend`).
 
         ``max_results`` may be any positive int; it is clamped to the number of
-        in-scope units.  A query may be at most :data:`MAX_QUERY_CHARS`
-        characters long, nest parentheses and ``NOT`` at most
+        in-scope units.  The limits (in ``tantivy_query``): a query may be at
+        most :data:`MAX_QUERY_CHARS` characters long, nest parentheses and
+        ``NOT`` at most
         :data:`MAX_QUERY_DEPTH` deep and hold at most :data:`MAX_QUERY_TERMS`
         terms after analysis (``AND``/``OR``/``NOT`` aside; an identifier
         counts as its parts).  A phrase's slop is at most
@@ -772,7 +556,7 @@ class TantivyTextBackend:
             # Some queries parse but fail here, e.g. ``content:*`` (needs a fast field).
             raise QueryError(f"invalid query: {exc}") from exc
         except BaseException as exc:  # PyO3 PanicException derives from BaseException
-            _reraise_fatal(exc)
+            reraise_fatal(exc)
             raise QueryError(f"the query engine failed on this query: {exc}") from exc
 
     def unit_uris(self, resource_id: str) -> set[str]:
@@ -938,7 +722,7 @@ class TantivyTextBackend:
             except BaseException as exc:
                 with contextlib.suppress(OSError, ValueError):
                     writer.rollback()
-                _reraise_fatal(exc)
+                reraise_fatal(exc)
                 if isinstance(exc, IndexUnavailableError):
                     raise
                 raise IndexUnavailableError(f"cannot write the text index: {exc}") from exc
