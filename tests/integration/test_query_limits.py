@@ -339,6 +339,8 @@ PATHOLOGICAL = {
     "NOT chain": ("x OR " + "NOT " * 40 + "json", "deep"),
     "NOT and parentheses": ("x OR NOT (" * 20 + "json" + ")" * 20, "40 deep"),
     "1 MB query": ("json " * 200_000, "1000000 characters"),
+    # Issue 9, finding 1: a sloppy phrase's cost explodes with its slop.
+    "slop of a million": ('"parse json"~1000000', "slop is 1000000"),
 }
 
 
@@ -355,7 +357,7 @@ ACCEPTED = [
     "*",
     "p*",
     "json~2",
-    '"parse json"~1000000',
+    '"parse json"~4',
     "content:[a TO z]",
     "content: IN [json alpha load]",
     "(" * 32 + "json" + ")" * 32,

@@ -9,9 +9,10 @@ indexed, ULIDs of deleted resources, lower-case ULIDs) and a random query
 (hostile ones included), checks two things:
 
 - nothing outside the scope comes back;
-- the answer is exactly an oracle's: numpy brute force for FAISS, a fresh
-  in-RAM Tantivy index of only the in-scope units for text, a fresh rdflib
-  store of only the in-scope triples for SPARQL.
+- the answer is exactly an oracle's: numpy brute force for FAISS, the merge
+  of per-resource plain Tantivy indexes fed with only the in-scope
+  resources' writes for text (``text_oracle.py``), a fresh rdflib store of
+  only the in-scope triples for SPARQL.
 
 Example counts are fixed and derandomized so CI runs the same examples each
 time (see ``SETTINGS`` below).
@@ -54,6 +55,7 @@ from cleveragents.domain.models.acms.uko import (
 from cleveragents.infrastructure.acms.faiss_vector import FaissVectorBackend
 from cleveragents.infrastructure.acms.rdflib_graph import RdflibGraphBackend
 from cleveragents.infrastructure.acms.tantivy_text import TantivyTextBackend
+from text_oracle import ShardOracle
 
 # A pool of resources that get indexed, and ULIDs that never are.
 POOL = tuple(f"01JD5TD11B{'0' * 15}{c}" for c in "ABCDE")
@@ -273,13 +275,26 @@ class _TwoHandleMachine(RuleBasedStateMachine):
 
 
 class TextScopeMachine(_TwoHandleMachine):
-    """TantivyTextBackend on disk: two handles on one directory, reopened at will."""
+    """TantivyTextBackend on disk: two handles on one directory, reopened at will.
+
+    The oracle of a scope replays the writes of only the in-scope resources
+    on per-resource plain Tantivy indexes and merges their answers.
+    """
 
     prefix, dirname = "acms-sm-text-", "text"
     model: dict[str, dict[str, IndexUnit]]
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: dict[str, list[tuple[str, Any, Any]]] = {}
+
     def _open(self) -> TantivyTextBackend:
         return TantivyTextBackend(self.path)
+
+    @rule(rid=pool_ids, handle=st.integers(0, 1))
+    def delete_resource(self, rid: str, handle: int) -> None:
+        self.writes.setdefault(rid, []).append(("delete", None, None))
+        super().delete_resource(rid, handle)
 
     @initialize(data=st.lists(text_units, min_size=4, max_size=4))
     def populate(self, data: list[list[Any]]) -> None:
@@ -297,6 +312,7 @@ class TextScopeMachine(_TwoHandleMachine):
         existing = sorted(self.model.get(rid, {}))
         delete_uris = {existing[i % len(existing)] for i in drop} if existing else set()
         self.handles[handle].upsert(rid, built, delete_uris=delete_uris)
+        self.writes.setdefault(rid, []).append(("upsert", built, delete_uris))
         units_of = self.model.setdefault(rid, {})
         for uri in delete_uris:
             units_of.pop(uri, None)
@@ -319,19 +335,22 @@ class TextScopeMachine(_TwoHandleMachine):
             return
         doomed = {existing[i % len(existing)] for i in picks}
         self.handles[1].delete(rid, doomed)
+        self.writes.setdefault(rid, []).append(("delete", doomed, None))
         for uri in doomed:
             del self.model[rid][uri]
         self._changed()
 
-    def _oracle(self, scope: frozenset[str]) -> TantivyTextBackend:
+    def _oracle(self, scope: frozenset[str]) -> ShardOracle:
         key = canonical(scope)
         oracle = self.oracles.get(key)
         if oracle is None:
-            oracle = TantivyTextBackend()
+            oracle = ShardOracle()
             for rid in sorted(key):
-                units = list(self.model.get(rid, {}).values())
-                if units:
-                    oracle.upsert(rid, units)
+                for kind, first, second in self.writes.get(rid, []):
+                    if kind == "upsert":
+                        oracle.upsert(rid, first, delete_uris=second)
+                    else:
+                        oracle.delete(rid, first)
             self.oracles[key] = oracle
         return oracle
 
@@ -432,6 +451,7 @@ class VectorScopeMachine(_TwoHandleMachine):
             return
         doomed = {existing[i % len(existing)] for i in picks}
         self.handles[1].delete(rid, doomed)
+        self.writes.setdefault(rid, []).append(("delete", doomed, None))
         for uri in doomed:
             del self.model[rid][uri]
 
@@ -728,8 +748,9 @@ def file_body(path: str, words: list[str], funcs: int) -> str:
 
 class IndexerScopeMachine(RuleBasedStateMachine):
     """The local container's indexer over generated file trees, queried through
-    ``ScopedView`` and compared with a fresh in-memory index of the in-scope
-    trees as they were when last indexed."""
+    ``ScopedView`` and compared with fresh in-memory indexes fed by replaying
+    only the in-scope resources' index runs (each run's tree as it was), so
+    text scores carry the same per-resource history of replaced units."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -746,6 +767,9 @@ class IndexerScopeMachine(RuleBasedStateMachine):
         self.committed: dict[str, dict[str, str]] = {}  # as last indexed
         self.tick = 1_700_000_000_000_000_000
         self.oracles: dict[frozenset[str], Any] = {}
+        # Per resource: each index run as (snapshot of its tree, full), or
+        # None for a deleted resource.
+        self.runs: dict[str, list[tuple[Path, bool] | None]] = {}
 
     def teardown(self) -> None:
         self._close()
@@ -821,16 +845,17 @@ class IndexerScopeMachine(RuleBasedStateMachine):
         root.mkdir(parents=True, exist_ok=True)
         self.indexer.index_resource(rid, root, "directory", full=full)
         self.committed[rid] = dict(self.files.get(rid, {}))
-        snap = self.snaps / rid
-        shutil.rmtree(snap, ignore_errors=True)
-        shutil.copytree(root, snap)
+        runs = self.runs.setdefault(rid, [])
+        snap = self.snaps / rid / str(len(runs))
+        shutil.copytree(root, snap)  # keeps mtimes: the replay skips what this run skipped
+        runs.append((snap, full))
         self._drop_oracles()
 
     @rule(rid=pool_ids)
     def delete_resource(self, rid: str) -> None:
         self.indexer.delete_resource(rid)
         self.committed.pop(rid, None)
-        shutil.rmtree(self.snaps / rid, ignore_errors=True)
+        self.runs.setdefault(rid, []).append(None)
         self._drop_oracles()
 
     @rule()
@@ -854,8 +879,12 @@ class IndexerScopeMachine(RuleBasedStateMachine):
             catalog = SqliteCatalog(":memory:")
             store = ManagedIndexStore.over(text, vector, graph, catalog)
             ix = Indexer(store, HashingEmbedder(IX_DIM))
-            for rid in sorted(key & set(self.committed)):
-                ix.index_resource(rid, self.snaps / rid, "directory")
+            for rid in sorted(key):
+                for run in self.runs.get(rid, []):
+                    if run is None:
+                        ix.delete_resource(rid)
+                    else:
+                        ix.index_resource(rid, run[0], "directory", full=run[1])
 
             def close() -> None:
                 for b in (text, vector, graph, catalog):

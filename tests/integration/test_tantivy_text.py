@@ -1,14 +1,16 @@
 """TantivyTextBackend against real Tantivy indexes, on disk and in RAM.
 
-The central property is scope exactness: a scoped search returns exactly what
-a separate index holding only the in-scope units returns (URIs, order and
-scores), so nothing outside the scope can crowd out or influence a result.
+The central property is scope exactness: a scoped search returns exactly the
+merge of per-resource indexes holding only the in-scope units (URIs, order
+and scores; see ``text_oracle.py``), so nothing outside the scope can crowd
+out or influence a result.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+import os
 import subprocess
 import sys
 import textwrap
@@ -18,12 +20,14 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from structlog.testing import capture_logs
 from ulid import ULID
 
 from cleveragents.domain.models.acms.backends import IndexUnit, TextIndex, TextResult
 from cleveragents.domain.models.acms.errors import IndexUnavailableError, QueryError
 from cleveragents.domain.models.acms.uko import resource_id_of, unit_uri
 from cleveragents.infrastructure.acms.tantivy_text import TantivyTextBackend
+from text_oracle import ShardOracle, oracle_of
 
 
 def new_ulid() -> str:
@@ -36,17 +40,6 @@ def unit(rid: str, path: str, content: str, line: int = 1, **extra: str) -> Inde
 
 def uris(results: list[TextResult]) -> list[str]:
     return [r.uko_uri for r in results]
-
-
-def oracle_of(units: list[IndexUnit]) -> TantivyTextBackend:
-    """A fresh in-RAM index holding only ``units``, one upsert per resource."""
-    oracle = TantivyTextBackend()
-    by_rid: dict[str, list[IndexUnit]] = {}
-    for u in units:
-        by_rid.setdefault(u.resource_id, []).append(u)
-    for rid, group in by_rid.items():
-        oracle.upsert(rid, group)
-    return oracle
 
 
 def assert_same_results(got: list[TextResult], want: list[TextResult]) -> None:
@@ -160,25 +153,40 @@ def test_out_of_scope_documents_do_not_change_scores(backend: TantivyTextBackend
         assert_same_results(backend.search(query, scope=scope), oracle.search(query, scope=scope))
 
 
-def test_full_scope_with_deleted_documents_matches_a_fresh_index(
+def test_full_scope_with_replaced_units_matches_per_resource_indexes(
     backend: TantivyTextBackend,
 ) -> None:
+    # Each resource is scored by its own statistics.  Replaced and deleted
+    # units linger as deleted documents of that resource's index (as in every
+    # Lucene-family index) until a merge drops them: the oracle replays the
+    # same writes on per-resource indexes, so it holds the same ones.
+    oracle = ShardOracle()
     a, b = new_ulid(), new_ulid()
-    backend.upsert(a, [unit(a, f"a/{i}.py", "needle " * (i + 1)) for i in range(5)])
-    backend.upsert(b, [unit(b, f"b/{i}.py", "needle haystack") for i in range(5)])
-    # Replace and delete: the old versions linger as deleted documents.
-    final_a = [unit(a, f"a/{i}.py", "haystack only") for i in range(3)]
-    backend.upsert(a, final_a)
-    backend.delete(a, [unit(a, "a/4.py", "").uko_uri])
-    final_a.append(unit(a, "a/3.py", "needle " * 4))
-    final_b = [unit(b, f"b/{i}.py", "needle haystack") for i in range(5)]
+    for target in (backend, oracle):
+        target.upsert(a, [unit(a, f"a/{i}.py", "needle " * (i + 1)) for i in range(5)])
+        target.upsert(b, [unit(b, f"b/{i}.py", "needle haystack") for i in range(5)])
+        target.upsert(a, [unit(a, f"a/{i}.py", "haystack only") for i in range(3)])
+        target.delete(a, [unit(a, "a/4.py", "").uko_uri])
     scope = frozenset({a, b})
-    oracle = oracle_of(final_a + final_b)
     for query in ("needle", "haystack", "needle OR haystack"):
         assert_same_results(
             backend.search(query, scope=scope, max_results=50),
             oracle.search(query, scope=scope, max_results=50),
         )
+
+
+def test_each_resource_is_scored_by_its_own_statistics(backend: TantivyTextBackend) -> None:
+    # "rare" is rare in a and common in b: merged, a's hit keeps its own IDF.
+    a, b = new_ulid(), new_ulid()
+    a_units = [unit(a, "a/1.py", "rare common"), unit(a, "a/2.py", "common common")]
+    b_units = [unit(b, f"b/{i}.py", "rare filler words") for i in range(30)]
+    backend.upsert(a, a_units)
+    backend.upsert(b, b_units)
+    both = backend.search("rare", scope=frozenset({a, b}), max_results=50)
+    alone = {r.uko_uri: r.score for r in backend.search("rare", scope=frozenset({a}))}
+    (a_hit,) = [r for r in both if r.uko_uri in alone]
+    assert a_hit.score == alone[a_hit.uko_uri]
+    assert both[0].uko_uri == a_hit.uko_uri  # rarer in its own resource: ranked first
 
 
 def test_ties_are_ordered_by_uri_and_cut_exactly(backend: TantivyTextBackend) -> None:
@@ -234,24 +242,26 @@ def test_scoped_search_equals_an_index_of_only_the_scope(
     query: str,
     k: int,
 ) -> None:
-    main = TantivyTextBackend(view_cache_size=2)
-    final: dict[str, IndexUnit] = {}
+    main = TantivyTextBackend()
+    # Only the in-scope resources' writes reach the oracle.
+    oracle = ShardOracle()
     for rid, texts in corpus.items():
         units = [unit(rid, f"f{i}.py", text) for i, text in enumerate(texts)]
         main.upsert(rid, units)
-        final.update((u.uko_uri, u) for u in units)
+        if rid in scope:
+            oracle.upsert(rid, units)
     for rid, text in rewrites:  # replacements leave deleted documents behind
         if rid in corpus:
             u = unit(rid, "f0.py", text)
             main.upsert(rid, [u])
-            final[u.uko_uri] = u
+            if rid in scope:
+                oracle.upsert(rid, [u])
 
     got = main.search(query, scope=scope, max_results=k)
     assert all(resource_id_of(r.uko_uri) in scope for r in got)
-    in_scope = [u for u in final.values() if u.resource_id in scope]
-    want = oracle_of(in_scope).search(query, scope=scope, max_results=k) if scope else []
+    want = oracle.search(query, scope=scope, max_results=k)
     assert_same_results(got, want)
-    # A second search is served from the cached view and must not differ.
+    # A second search is served from the cached shards and must not differ.
     assert_same_results(main.search(query, scope=scope, max_results=k), want)
 
 
@@ -477,13 +487,13 @@ def test_reopen_sees_committed_data(tmp_path: Path) -> None:
     again.close()
 
 
-def test_commit_by_another_instance_invalidates_views(tmp_path: Path) -> None:
+def test_commit_by_another_instance_reaches_readers(tmp_path: Path) -> None:
     path = tmp_path / "text"
     writer, reader = TantivyTextBackend(path), TantivyTextBackend(path)
     a, b = new_ulid(), new_ulid()
     writer.upsert(a, [unit(a, "a.py", "needle")])
     writer.upsert(b, [unit(b, "b.py", "needle needle")])
-    assert len(reader.search("needle", scope=frozenset({a}))) == 1  # builds a view
+    assert len(reader.search("needle", scope=frozenset({a}))) == 1  # opens a's shard
     extra = unit(a, "a2.py", "needle again")
     writer.upsert(a, [extra])
     assert extra.uko_uri in uris(reader.search("needle", scope=frozenset({a})))
@@ -538,7 +548,8 @@ def test_upsert_waits_for_another_process_writer(tmp_path: Path) -> None:
     path, marker = tmp_path / "text", tmp_path / "released"
     b = TantivyTextBackend(path)
     rid = new_ulid()
-    with _hold_writer(path, 0.8, marker):
+    b.upsert(rid, [unit(rid, "first.py", "first")])
+    with _hold_writer(path / rid, 0.8, marker):
         b.upsert(rid, [unit(rid, "a.py", "waited")])
         # The lock was only ours after the other process let it go.
         assert marker.exists()
@@ -550,10 +561,15 @@ def test_upsert_gives_up_after_lock_timeout(tmp_path: Path) -> None:
     path, marker = tmp_path / "text", tmp_path / "released"
     b = TantivyTextBackend(path, lock_timeout=0.3)
     rid = new_ulid()
-    with _hold_writer(path, 20.0, marker), pytest.raises(IndexUnavailableError, match="locked"):
+    first = unit(rid, "first.py", "first")
+    b.upsert(rid, [first])
+    with (
+        _hold_writer(path / rid, 20.0, marker),
+        pytest.raises(IndexUnavailableError, match="locked"),
+    ):
         b.upsert(rid, [unit(rid, "a.py", "never")])
     assert not marker.exists()
-    assert b.resource_ids() == set()
+    assert b.unit_uris(rid) == {first.uko_uri}
     b.close()
 
 
@@ -615,23 +631,162 @@ def test_ties_beyond_twice_the_limit_are_still_cut_by_uri(backend: TantivyTextBa
         assert uris(got)[1:] == sorted(u.uko_uri for u in same)[: k - 1]
 
 
-def test_views_follow_repeated_commits_with_a_cached_query(tmp_path: Path) -> None:
+def test_shards_follow_repeated_commits_with_a_cached_query(tmp_path: Path) -> None:
     writer = TantivyTextBackend(tmp_path / "text")
     reader = TantivyTextBackend(tmp_path / "text")
+    oracle = ShardOracle()
     a, b = new_ulid(), new_ulid()
     corpus = {a: [unit(a, "a.py", "needle one")], b: [unit(b, "b.py", "needle two needle")]}
     for step in range(4):
         corpus[a] = [unit(a, f"a{i}.py", "needle " + "hay " * i) for i in range(step + 1)]
-        writer.upsert(a, corpus[a])
-        writer.upsert(b, corpus[b])
+        for target in (writer, oracle):
+            target.upsert(a, corpus[a])
+            target.upsert(b, corpus[b])
+            if step == 2:
+                target.delete(b)
         if step == 2:
-            writer.delete(b)
             corpus[b] = []
-        units = corpus[a] + corpus[b]
-        oracle = oracle_of(units)
         for scope in (frozenset({a}), frozenset({a, b})):
             want = oracle.search("needle", scope=scope, max_results=10)
             assert_same_results(reader.search("needle", scope=scope, max_results=10), want)
-        oracle.close()
     writer.close()
     reader.close()
+
+
+# ---------------------------------------------------------------- shards
+
+
+def _loaded(logs: list[dict[str, object]]) -> list[object]:
+    return [e["resource_id"] for e in logs if e["event"] == "acms.tantivy_text.shard_loaded"]
+
+
+def _files(path: Path) -> dict[str, tuple[int, int]]:
+    return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in path.iterdir()}
+
+
+def test_each_resource_is_its_own_index_inside_the_directory(tmp_path: Path) -> None:
+    path = tmp_path / "text"
+    b = TantivyTextBackend(path)
+    a, c = new_ulid(), new_ulid()
+    a1, a2 = unit(a, "a1.py", "alpha"), unit(a, "a2.py", "alpha beta")
+    b.upsert(a, [a1, a2])
+    b.upsert(c, [unit(c, "c.py", "gamma")])
+    assert sorted(p.name for p in path.iterdir()) == sorted([a, c])
+    assert (path / a / "meta.json").is_file()
+    # A resource left without units has no index any more.
+    b.delete(a, [a1.uko_uri, a2.uko_uri])
+    assert sorted(p.name for p in path.iterdir()) == [c]
+    b.delete(c)
+    assert list(path.iterdir()) == []
+    assert b.resource_ids() == set()
+    assert b.search("gamma OR alpha", scope=frozenset({a, c})) == []
+    b.close()
+
+
+@pytest.mark.parametrize("where", ["disk", "ram"])
+def test_a_commit_to_one_resource_leaves_other_shards_untouched(tmp_path: Path, where: str) -> None:
+    b = TantivyTextBackend(tmp_path / "text" if where == "disk" else None)
+    a, other = new_ulid(), new_ulid()
+    b.upsert(a, [unit(a, "a.py", "needle")])
+    b.upsert(other, [unit(other, "o.py", "needle needle")])
+    both = frozenset({a, other})
+    assert len(b.search("needle", scope=both)) == 2
+    shard, written = b._shards[other], b._shards[a]
+    on_disk = _files(tmp_path / "text" / other) if where == "disk" else {}
+    with capture_logs() as logs:
+        b.upsert(a, [unit(a, "a2.py", "needle again")])
+        assert len(b.search("needle", scope=both)) == 3
+    assert _loaded(logs) == []  # the writer's own shard moved with its commit
+    assert b._shards[a] is not written
+    assert b._shards[other] is shard  # same searcher, same snapshot
+    if where == "disk":
+        assert _files(tmp_path / "text" / other) == on_disk  # nothing of it was written
+    b.close()
+
+
+def test_a_commit_through_another_handle_reloads_only_that_resource(tmp_path: Path) -> None:
+    path = tmp_path / "text"
+    writer, reader = TantivyTextBackend(path), TantivyTextBackend(path)
+    rids = [new_ulid() for _ in range(4)]
+    for rid in rids:
+        writer.upsert(rid, [unit(rid, "a.py", "needle")])
+    scope = frozenset(rids)
+    assert len(reader.search("needle", scope=scope)) == 4
+    shards = dict(reader._shards)
+    with capture_logs() as logs:
+        writer.upsert(rids[0], [unit(rids[0], "b.py", "needle twice needle")])
+        got = reader.search("needle", scope=scope)
+    assert len(got) == 5
+    assert _loaded(logs) == [rids[0]]  # by the reader; the writer's moved with its commit
+    for rid in rids[1:]:
+        assert reader._shards[rid] is shards[rid]
+    writer.close()
+    reader.close()
+
+
+def test_merge_over_many_shards_equals_the_oracle(tmp_path: Path) -> None:
+    b = TantivyTextBackend(tmp_path / "text")
+    oracle = ShardOracle()
+    rids = [new_ulid() for _ in range(20)]
+    for i, rid in enumerate(rids):
+        units = [
+            unit(rid, f"f{j}.py", "twin " * (1 + (i + j) % 3) + "pad " * (j % 4)) for j in range(6)
+        ]
+        b.upsert(rid, units)
+        oracle.upsert(rid, units)
+    for scope in (frozenset(rids), frozenset(rids[:9]), frozenset(rids[::3])):
+        for k in (1, 5, 17, 60, 200):
+            assert_same_results(
+                b.search("twin OR pad", scope=scope, max_results=k),
+                oracle.search("twin OR pad", scope=scope, max_results=k),
+            )
+    b.close()
+
+
+def test_a_relinked_directory_is_followed(tmp_path: Path) -> None:
+    """``reindex --rebuild`` points the live link at a new generation."""
+    old, new = tmp_path / "gen1" / "text", tmp_path / "gen2" / "text"
+    link = tmp_path / "text"
+    link.parent.mkdir(exist_ok=True)
+    os.makedirs(old)
+    os.symlink(old, link)
+    a, c = new_ulid(), new_ulid()
+    reader = TantivyTextBackend(link)
+    with TantivyTextBackendClosing(link) as w:
+        w.upsert(a, [unit(a, "a.py", "needle old")])
+    assert uris(reader.search("needle", scope=frozenset({a, c}))) == [unit(a, "a.py", "").uko_uri]
+    with TantivyTextBackendClosing(new) as w:
+        w.upsert(c, [unit(c, "c.py", "needle new")])
+    os.symlink(new, tmp_path / "swap")
+    os.replace(tmp_path / "swap", link)
+    assert uris(reader.search("needle", scope=frozenset({a, c}))) == [unit(c, "c.py", "").uko_uri]
+    assert reader.resource_ids() == {c}
+    reader.close()
+
+
+class TantivyTextBackendClosing(TantivyTextBackend):
+    def __enter__(self) -> TantivyTextBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def test_an_index_of_the_old_single_index_layout_asks_for_a_rebuild(tmp_path: Path) -> None:
+    import tantivy
+
+    path = tmp_path / "text"
+    path.mkdir()
+    builder = tantivy.SchemaBuilder()
+    builder.add_text_field("content")
+    tantivy.Index(builder.build(), path=str(path))  # meta.json directly inside
+    b = TantivyTextBackend(path)
+    rid = new_ulid()
+    for call in (
+        lambda: b.search("x", scope=frozenset({rid})),
+        lambda: b.upsert(rid, [unit(rid, "a.py", "x")]),
+        b.resource_ids,
+    ):
+        with pytest.raises(IndexUnavailableError, match="--rebuild"):
+            call()
+    b.close()

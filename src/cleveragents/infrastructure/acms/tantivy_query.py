@@ -1,0 +1,264 @@
+"""Query text to a Tantivy query, in one step, with every limit checked first.
+
+Also the code-aware analyzer that indexing and querying share: identifiers are
+split (``parseJsonV2`` -> parse, json, v, 2; ``HTTPServer`` -> http, server;
+``snake_case`` -> snake, case) and lower-cased.
+
+:class:`QueryBuilder` takes Tantivy's query syntax (fields, phrases,
+``AND``/``OR``/``NOT``, prefixes); another syntax (a plain-text mode) would be
+another builder with the same ``build(parser, text)``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+import tantivy
+
+from cleveragents.domain.models.acms.errors import QueryError
+
+__all__ = [
+    "ANALYZER_NAME",
+    "MAX_FUZZY_DISTANCE",
+    "MAX_PHRASE_REPEATS",
+    "MAX_PHRASE_SLOP",
+    "MAX_QUERY_CHARS",
+    "MAX_QUERY_DEPTH",
+    "MAX_QUERY_TERMS",
+    "MAX_SLOPPY_PHRASES",
+    "MAX_SLOPPY_PHRASE_TERMS",
+    "MAX_WILDCARD_TERMS",
+    "SEARCH_FIELDS",
+    "QueryBuilder",
+    "analysable",
+    "code_analyzer",
+    "reraise_fatal",
+]
+
+ANALYZER_NAME = "cleveragents_code"
+# Rust regex (no look-around): a capitalised or lower-case word, an upper-case
+# run, a number, or any other run of letters.  Acronyms followed by a word
+# ("HTTPServer") are split before analysis by _ACRONYM_BOUNDARY.
+_TOKEN_PATTERN = r"\p{Lu}?\p{Ll}+|\p{Lu}+|\p{N}+|\p{L}+"
+_ACRONYM_BOUNDARY = re.compile(r"(?<=[A-Z])(?=[A-Z][a-z])")
+_MAX_TOKEN_CHARS = 100
+
+# Query caps.  Tantivy's parser recurses once per nesting level (parentheses,
+# NOT chains) and overflows the native stack, killing the process with
+# SIGSEGV, at a few thousand levels on an 8 MB stack, at ~100 on a 256 KB
+# thread stack; 32 levels need well under 128 KB.  Length and term caps keep
+# one query's work (and a 20,000-term OR) small.
+MAX_QUERY_CHARS = 10_000
+MAX_QUERY_DEPTH = 32
+MAX_QUERY_TERMS = 1_000
+# Shapes whose cost explodes (issue 9, finding 1).  A sloppy phrase is matched
+# by a search over position combinations that grows exponentially with its
+# terms and slop when the terms are dense in a document: on documents of a
+# few thousand tokens, "self x self x self x self x"~8 took 0.38 s, ~4 13 ms;
+# 8 x "self" ~16 took 2.5 s, 16 x "self" ~4 0.6 s, 32 x "self" ~4 over a
+# minute; 7 distinct terms ~1000 over 5 s.  Exact phrases (slop 0) stay
+# linear.  Within these limits the worst shape measured took ~15 ms.
+MAX_PHRASE_SLOP = 4
+MAX_SLOPPY_PHRASE_TERMS = 8
+MAX_PHRASE_REPEATS = 4  # occurrences of one term in one sloppy phrase
+MAX_SLOPPY_PHRASES = 4  # sloppy phrases in one query
+# Fuzzy matching is not enabled in the parser (``word~N`` is read as text);
+# the cap keeps the syntax bounded should it ever be.  Each prefix term
+# (``pars*``, ``"parse js"*``) expands to at most 50 terms in Tantivy.
+MAX_FUZZY_DISTANCE = 2
+MAX_WILDCARD_TERMS = 16
+_QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"')
+_INTERNAL_FIELD = re.compile(r"(?<![\w.])(resource_id|uko_uri|body|metadata)\s*:")
+_BARE_STAR = re.compile(r"(?<![\w*:\\])\*(?![\w*])")
+_REGEX = re.compile(r"(?:^|[\s(:+-])/(?:[^/\\]|\\.)+/")
+_FUZZY = re.compile(r"(?<=[^\s~])~(\d+)")
+_OPERATORS = re.compile(r"\b(?:AND|OR|NOT)\b")
+
+SEARCH_FIELDS = ["content", "path"]
+
+
+def code_analyzer() -> tantivy.TextAnalyzer:
+    return (
+        tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.regex(_TOKEN_PATTERN))
+        .filter(tantivy.Filter.remove_long(_MAX_TOKEN_CHARS))
+        .filter(tantivy.Filter.lowercase())
+        .build()
+    )
+
+
+def analysable(text: str) -> str:
+    """Text as the analyzer should see it: acronyms split, surrogates replaced."""
+    if not text.isascii():
+        text = text.encode("utf-8", "replace").decode("utf-8")
+    return _ACRONYM_BOUNDARY.sub("_", text)
+
+
+def _nesting(query: str) -> int:
+    """How deep the parser recurses: parentheses and ``NOT`` chains, outside quotes.
+
+    Each ``(`` counts one level plus the ``NOT`` run in front of it; escaped
+    parentheses and phrases do not count.  Errs on the high side.
+    """
+    opened: list[int] = []  # levels each open parenthesis added
+    depth = deepest = nots = 0
+    word: list[str] = []
+    chars = iter(query)
+
+    def end_word() -> None:
+        nonlocal nots
+        if word:
+            nots = nots + 1 if "".join(word) == "NOT" else 0
+            word.clear()
+
+    for char in chars:
+        if char == "\\":
+            next(chars, None)
+            word.append(char)
+        elif char == '"':
+            end_word()
+            for quoted in chars:  # a phrase: nothing inside nests
+                if quoted == "\\":
+                    next(chars, None)
+                elif quoted == '"':
+                    break
+        elif char == "(":
+            end_word()
+            opened.append(nots + 1)
+            depth += nots + 1
+            nots = 0
+        elif char == ")":
+            end_word()
+            depth -= opened.pop() if opened else 0
+            nots = 0
+        elif char.isspace():
+            end_word()
+        else:
+            word.append(char)
+        deepest = max(deepest, depth + nots)
+    end_word()
+    return max(deepest, depth + nots)
+
+
+def reraise_fatal(exc: BaseException) -> None:
+    if isinstance(exc, KeyboardInterrupt | SystemExit | GeneratorExit):
+        raise exc
+
+
+# ---------------------------------------------------------------- query building
+
+# An escape (skipped) or a phrase with its optional ``~slop``.
+_PHRASE_OR_ESCAPE = re.compile(r'\\.|"((?:[^"\\]|\\.)*)"(?:~(\d+))?', re.DOTALL)
+
+
+class QueryBuilder:
+    """Query text -> ``tantivy.Query`` in one step: caps, explosive shapes, parser.
+
+    This is Tantivy's query syntax (fields, phrases, ``AND``/``OR``/``NOT``,
+    prefixes).  Another syntax (a plain-text mode) would be another builder
+    with the same :meth:`build`.
+    """
+
+    def __init__(self) -> None:
+        self._analyzer = code_analyzer()
+
+    def build(self, parser: tantivy.Index, query: str) -> tantivy.Query:
+        """Check ``query`` against every limit, then parse it with ``parser``.
+
+        Raises:
+            QueryError: a limit is exceeded (the message names it) or the
+                parser rejects the query.
+        """
+        self.check(query)
+        return self._parse(parser, query)
+
+    def check(self, query: str) -> None:
+        if len(query) > MAX_QUERY_CHARS:
+            raise QueryError(
+                f"the query is {len(query)} characters long; the limit is {MAX_QUERY_CHARS}"
+            )
+        depth = _nesting(query)
+        if depth > MAX_QUERY_DEPTH:
+            raise QueryError(
+                f"the query nests parentheses / NOT {depth} deep; the limit is {MAX_QUERY_DEPTH}"
+            )
+        terms = len(self._terms(_OPERATORS.sub(" ", query)))
+        if terms > MAX_QUERY_TERMS:
+            raise QueryError(f"the query has {terms} terms; the limit is {MAX_QUERY_TERMS}")
+        unquoted = _QUOTED.sub(" ", query)
+        field = _INTERNAL_FIELD.search(unquoted)
+        if field is not None:
+            # The scope already selects resources; these fields are bookkeeping.
+            raise QueryError(
+                f"the field {field.group(1)!r} cannot be searched; search content or path"
+            )
+        if _REGEX.search(unquoted):
+            # Tantivy's parser refuses them too; a regex's automaton is unbounded.
+            raise QueryError("regular-expression queries (/.../) are not supported")
+        if _BARE_STAR.search(unquoted):
+            # Tantivy scores a match-all clause 0 or 1 depending on its segment
+            # layout, so scores would no longer depend on the documents alone.
+            raise QueryError("a bare '*' (match everything) is not supported; search for terms")
+        self._check_shapes(query, unquoted)
+
+    def _terms(self, text: str) -> list[str]:
+        return self._analyzer.analyze(analysable(text))
+
+    def _check_shapes(self, query: str, unquoted: str) -> None:
+        if '"' in query:
+            self._check_phrases(query)
+        for match in _FUZZY.finditer(unquoted):
+            digits = match.group(1)
+            if len(digits) > 3 or int(digits) > MAX_FUZZY_DISTANCE:
+                raise QueryError(
+                    f"the fuzzy distance is {digits[:12]}; the limit is {MAX_FUZZY_DISTANCE}"
+                )
+        wildcards = unquoted.count("*") - unquoted.count("\\*")
+        if wildcards > MAX_WILDCARD_TERMS:
+            raise QueryError(
+                f"the query has {wildcards} wildcard (prefix) terms; "
+                f"the limit is {MAX_WILDCARD_TERMS}"
+            )
+
+    def _check_phrases(self, query: str) -> None:
+        sloppy = 0
+        for match in _PHRASE_OR_ESCAPE.finditer(query):
+            phrase, digits = match.group(1), match.group(2)
+            if phrase is None or digits is None:
+                continue
+            if len(digits) > 3 or int(digits) > MAX_PHRASE_SLOP:
+                raise QueryError(
+                    f"the phrase slop is {digits[:12]}; the limit is {MAX_PHRASE_SLOP}"
+                )
+            if int(digits) == 0:
+                continue
+            sloppy += 1
+            terms = self._terms(phrase)
+            if len(terms) > MAX_SLOPPY_PHRASE_TERMS:
+                raise QueryError(
+                    f"a phrase with slop has {len(terms)} terms; "
+                    f"the limit is {MAX_SLOPPY_PHRASE_TERMS}"
+                )
+            if terms:
+                term, repeats = Counter(terms).most_common(1)[0]
+                if repeats > MAX_PHRASE_REPEATS:
+                    raise QueryError(
+                        f"the term {term[:40]!r} is repeated {repeats} times in a phrase "
+                        f"with slop; the limit is {MAX_PHRASE_REPEATS}"
+                    )
+        if sloppy > MAX_SLOPPY_PHRASES:
+            raise QueryError(
+                f"the query has {sloppy} phrases with slop; the limit is {MAX_SLOPPY_PHRASES}"
+            )
+
+    @staticmethod
+    def _parse(parser: tantivy.Index, query: str) -> tantivy.Query:
+        try:
+            return parser.parse_query(analysable(query), default_field_names=SEARCH_FIELDS)
+        except ValueError as exc:
+            if "Regex" in str(exc):
+                raise QueryError("regular-expression queries are not supported") from exc
+            raise QueryError(f"invalid query: {exc}") from exc
+        except BaseException as exc:  # PyO3 PanicException derives from BaseException
+            reraise_fatal(exc)
+            raise QueryError(f"the query engine failed on this query: {exc}") from exc
