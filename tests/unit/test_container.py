@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from dependency_injector import providers
@@ -110,3 +111,21 @@ def test_importing_the_container_loads_no_engine() -> None:
         [sys.executable, "-c", code], check=True, capture_output=True, text=True
     ).stdout
     assert out.strip() == "[]"
+
+
+def test_a_configured_data_directory_never_silently_means_the_stubs(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from cleveragents.application.container import build_container
+    from cleveragents.domain.models.acms.stubs import InMemoryTextBackend
+
+    monkeypatch.delenv("ACMS_PROFILE", raising=False)
+    monkeypatch.delenv("ACMS_DATA_DIR", raising=False)
+    assert build_container().config.profile() == "stub"
+    monkeypatch.setenv("ACMS_DATA_DIR", str(tmp_path / "data"))
+    assert build_container().config.profile() == "local"
+    monkeypatch.delenv("ACMS_DATA_DIR")
+    assert build_container(data_dir=tmp_path / "d2").config.profile() == "local"
+    monkeypatch.setenv("ACMS_PROFILE", "stub")  # an explicit choice still wins
+    stub = build_container(data_dir=tmp_path / "d3")
+    assert isinstance(stub.text_backend(), InMemoryTextBackend)

@@ -4,8 +4,11 @@
 ``graph_backend`` as Singletons defaulting to the in-memory stubs, as the seed
 says.  The profile switch selects real engines:
 
-- ``ACMS_PROFILE=stub`` (default): the stubs.
-- ``ACMS_PROFILE=local``: Tantivy, FAISS and rdflib on disk under
+- ``ACMS_PROFILE=stub``: the stubs (the default when no data directory is
+  configured).
+- ``ACMS_PROFILE=local`` (the default when a data directory is configured,
+  by argument or ``ACMS_DATA_DIR``: a host that names its data never
+  silently gets the empty stubs): Tantivy, FAISS and rdflib on disk under
   ``ACMS_DATA_DIR`` (default ``./data``), all owned by one ``index_store``
   (``infrastructure.acms.index_store``: the layout, the write protocol and
   its crash repair), plus the ``embedder`` and the ``indexer`` (a planner)
@@ -169,7 +172,9 @@ def build_container(
         raise ValueError(
             f"unknown ACMS_EMBEDDER {embedder!r}; expected one of {', '.join(EMBEDDERS)}"
         )
-    profile = profile or os.environ.get("ACMS_PROFILE", "stub")
+    # A configured data directory means real data: never silently the stubs.
+    configured = data_dir is not None or bool(os.environ.get("ACMS_DATA_DIR"))
+    profile = profile or os.environ.get("ACMS_PROFILE") or ("local" if configured else "stub")
     if profile not in PROFILES:
         raise ValueError(f"unknown ACMS_PROFILE {profile!r}; expected one of {', '.join(PROFILES)}")
     data_dir = data_dir or os.environ.get("ACMS_DATA_DIR", "data")
