@@ -124,6 +124,16 @@ def _scope_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--resource", action="append", default=[], metavar="ULID")
 
 
+def _budget_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--budget",
+        type=_positive,
+        default=8000,
+        metavar="CHARS",
+        help="the most characters the JSON answer may take (8000)",
+    )
+
+
 def _secret_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--allow-secret-pattern",
@@ -190,6 +200,33 @@ def build_parser() -> argparse.ArgumentParser:
     vector.add_argument("text")
     vector.add_argument("--top-k", type=_positive, default=20, metavar="N")
     _scope_options(vector)
+    hybrid = search.add_parser("hybrid", help="text and vector rankings fused (RRF)")
+    hybrid.add_argument("query")
+    hybrid.add_argument("--max-results", type=_positive, default=10, metavar="N")
+    _budget_option(hybrid)
+    _scope_options(hybrid)
+
+    read = commands.add_parser("read", help="an indexed file or chunk by URI, numbered")
+    read.add_argument("uri")
+    read.add_argument("--lines", metavar="A-B", help="a line range, e.g. 10-40")
+    _budget_option(read)
+    _scope_options(read)
+    context = commands.add_parser("context", help="the best snippets for a task, in a budget")
+    context.add_argument("task")
+    _budget_option(context)
+    _scope_options(context)
+    symbols = commands.add_parser("symbols", help="the definitions of a file")
+    symbols.add_argument("path")
+    _budget_option(symbols)
+    _scope_options(symbols)
+    callers = commands.add_parser("callers", help="who calls NAME (or a symbol URI)")
+    callers.add_argument("target", metavar="NAME|URI")
+    _budget_option(callers)
+    _scope_options(callers)
+    callees = commands.add_parser("callees", help="what NAME (or a symbol URI) calls")
+    callees.add_argument("source", metavar="NAME|URI")
+    _budget_option(callees)
+    _scope_options(callees)
 
     sparql = commands.add_parser("sparql", help="SPARQL over the in-scope graphs")
     sparql.add_argument("query")
@@ -349,17 +386,28 @@ def _snippet(content: str, width: int = 100) -> str:
     return ""
 
 
-def _hits(results: Sequence[TextResult | VectorResult]) -> str:
+def _hits(results: Sequence[TextResult | VectorResult], query: str = "") -> str:
+    """Each hit with the lines that match the query (a line of context each),
+    numbered; the chunk's first line when none does."""
+    from cleveragents.application.services.agent_session import matching_lines, query_terms
+
     if not results:
         return "no results"
+    terms = query_terms(query)
     out = []
     for r in results:
         m = r.metadata
         where = f"{m.get('path', '?')}:{m.get('start_line', '?')}-{m.get('end_line', '?')}"
-        out.append(
-            f"{r.score:.3f}  {printable(where)}  {printable(r.uko_uri)}\n"
-            f"       {_snippet(r.content)}"
-        )
+        out.append(f"{r.score:.3f}  {printable(where)}  {printable(r.uko_uri)}")
+        try:
+            start = int(m.get("start_line", "1"))
+        except ValueError:
+            start = 1
+        shown = matching_lines(r.content, start, terms, max_lines=4) if terms else []
+        if shown:
+            out += [f"  {n['line']:>6}  {printable(n['text'])}" for n in shown]
+        else:
+            out.append(f"         {_snippet(r.content)}")
     return "\n".join(out)
 
 
@@ -398,13 +446,15 @@ def run(args: argparse.Namespace, out: Output) -> int:
                 file=sys.stderr,
             )
         return EXIT_OK
+    if command in _SESSION_COMMANDS or (command == "search" and args.kind == "hybrid"):
+        return _session_command(ops, args, out)
     view = ops.view(ops.scope(args.project, args.resource))
     if command == "search" and args.kind == "text":
         results: Sequence[Any] = view.search(args.query, max_results=args.max_results)
-        out.emit(results, lambda: _hits(results))
+        out.emit(results, lambda: _hits(results, args.query))
     elif command == "search":
         results = view.similarity_search(ops.embed_query(args.text), top_k=args.top_k)
-        out.emit(results, lambda: _hits(results))
+        out.emit(results, lambda: _hits(results, args.text))
     else:
         if command == "sparql":
             graph = view.sparql_query(args.query)
@@ -414,6 +464,69 @@ def run(args: argparse.Namespace, out: Output) -> int:
             graph = view.traverse(args.start, depth=args.depth)
         out.emit(graph, lambda: _graph(graph))
     return EXIT_OK
+
+
+_SESSION_COMMANDS = ("read", "context", "symbols", "callers", "callees")
+
+
+def _session_command(ops: Any, args: argparse.Namespace, out: Output) -> int:  # noqa: ANN401
+    """The commands answered by the agent session: the same answers as the
+    service's tools (``acms serve``), as JSON with ``--json``."""
+    from cleveragents.application.services.agent_session import render
+
+    ops.scope(args.project, args.resource)  # a scope is required, as for every query
+    session = ops.agent_session(args.project, args.resource)
+    command, budget = args.command, args.budget
+    if command == "search":
+        answer = session.search(args.query, max_results=args.max_results, budget=budget)
+    elif command == "read":
+        first = last = None
+        if args.lines:
+            a, _, b = args.lines.partition("-")
+            if not (a.isdigit() and b.isdigit()):
+                raise ValueError("--lines must look like 10-40")
+            first, last = int(a), int(b)
+        answer = session.read(args.uri, start_line=first, end_line=last, budget=budget)
+    elif command == "context":
+        answer = session.context(args.task, budget=budget)
+    elif command == "symbols":
+        answer = session.symbols(args.path, budget=budget)
+    elif command == "callers":
+        answer = session.callers(args.target, budget=budget)
+    else:
+        answer = session.callees(args.source, budget=budget)
+    if out.as_json:
+        # Exactly the service's compact answer, so --budget bounds what is printed.
+        print(render(answer))
+    else:
+        out.emit(answer, lambda: _session_text(answer))
+    return EXIT_OK
+
+
+def _session_text(answer: dict[str, Any]) -> str:
+    tool, rows = answer["tool"], answer["results"]
+    lines: list[str] = []
+    for r in rows:
+        if tool in ("search", "context"):
+            where = f"{r['path']}:{r['start_line']}-{r['end_line']}"
+            lines.append(f"{r['score']:.3f}  {printable(where)}  {printable(r['uri'])}")
+            lines += [f"  {n['line']:>6}  {printable(n['text'])}" for n in r.get("lines", [])]
+        elif tool == "read":
+            lines.append(f"{r['line']:>6}  {printable(r['text'])}")
+        elif tool == "symbols":
+            span = f"{r.get('line', '?')}-{r.get('end_line', '?')}"
+            sig = r.get("signature") or r.get("name", "")
+            lines.append(f"{span:>11}  {r.get('kind', '?'):<11}  {printable(sig)}")
+        elif tool == "callers":
+            at = ",".join(map(str, r["lines"])) or "?"
+            who = r["caller"] or "(module level)"
+            lines.append(f"{printable(r['path'])}:{at}  {printable(who)}")
+        else:
+            defs = ", ".join(printable(d) for d in r["definitions"]) or "(not defined in scope)"
+            lines.append(f"{printable(r['name'])}  ->  {defs}")
+    if answer.get("truncated"):
+        lines.append(f"… {answer['truncated']['more']} more (raise --budget)")
+    return "\n".join(lines) if lines else "no results"
 
 
 def _project(ops: Any, args: argparse.Namespace, out: Output) -> int:  # noqa: ANN401

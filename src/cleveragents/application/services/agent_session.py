@@ -63,6 +63,9 @@ _TERM = re.compile(r"[A-Za-z][a-z]+|[A-Z]+(?![a-z])|\d+|[^\W\d_]+")
 _WORD = re.compile(r"\w+")
 _RANGE = re.compile(r"^L(\d+)-L(\d+)$")
 _MODES = ("hybrid", "text", "vector")
+_JSON_UNSAFE = re.compile(
+    "[\x7f-\x9f\u2028\u2029\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
 _NAME_NODE = name_uri("x")[:-1]
 
 #: Reads a file of a resource: (resource id, relative path, max bytes) -> text,
@@ -71,8 +74,14 @@ FileReader = Callable[[str, str, int], str | None]
 
 
 def render(response: Mapping[str, Any]) -> str:
-    """The compact JSON text of a response: what budgets are measured on."""
-    return json.dumps(response, ensure_ascii=False, separators=(",", ":"))
+    """The compact JSON text of a response: what budgets are measured on.
+
+    DEL, C1 controls, line separators, bidi controls and lone surrogates are
+    written as ``\\uXXXX`` escapes (the same JSON value), so an answer printed
+    on a terminal cannot drive it (C0 controls are escaped by JSON itself).
+    """
+    text = json.dumps(response, ensure_ascii=False, separators=(",", ":"))
+    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def query_terms(query: str) -> set[str]:
@@ -93,19 +102,30 @@ def matching_lines(
     context: int = 1,
     max_lines: int = _MAX_LINES_PER_HIT,
 ) -> list[dict[str, Any]]:
-    """The lines of a chunk that hold a query term, with ``context`` lines
-    around each; the first lines when none match.  Each line at most 200
-    characters; at most ``max_lines`` lines."""
+    """The lines of a chunk that best match the query terms, each with
+    ``context`` lines around it, in line order; the first lines when none
+    matches.  A line holding a query word whole (``aardvark_helper``) ranks
+    above one holding only its parts (``AardvarkEngine``).  At most
+    ``max_lines`` lines of at most 200 characters."""
     lines = content.split("\n")
     wanted = {t.lower() for t in terms}
-    hits = [i for i, line in enumerate(lines) if wanted & query_terms(line)]
-    keep: list[int] = []
-    for i in hits or [0]:
-        for j in range(max(0, i - context), min(len(lines), i + context + 1)):
-            if j not in keep:
-                keep.append(j)
-    keep.sort()
-    return [{"line": start_line + j, "text": lines[j][:_MAX_LINE_CHARS]} for j in keep[:max_lines]]
+    scored: list[tuple[int, int]] = []
+    for i, line in enumerate(lines):
+        parts = wanted & query_terms(line)
+        if parts:
+            whole = wanted & {w.lower() for w in _WORD.findall(line)}
+            scored.append((-(3 * len(whole) + len(parts)), i))
+    scored.sort()
+    keep: set[int] = set()
+    for _, i in scored or [(0, 0)]:
+        around = range(max(0, i - context), min(len(lines), i + context + 1))
+        if keep and len(keep | set(around)) > max_lines:
+            break
+        keep.update(around)
+    return [
+        {"line": start_line + j, "text": lines[j][:_MAX_LINE_CHARS]}
+        for j in sorted(keep)[:max_lines]
+    ]
 
 
 @dataclass(frozen=True, slots=True)

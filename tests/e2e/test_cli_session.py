@@ -1,0 +1,85 @@
+"""The CLI gives the service's answers: ``search hybrid``, ``read``,
+``context``, ``symbols``, ``callers``, ``callees``, within ``--budget``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from cleveragents.domain.models.acms.uko import file_uri
+
+CODE = (
+    "class AardvarkEngine:\n"
+    '    """The aardvark engine."""\n\n'
+    "    def run(self):\n        return aardvark_helper()\n\n\n"
+    "def aardvark_helper():\n    return 'aardvark'\n"
+)
+
+
+def acms(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "cleveragents.acms", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=180,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, str], str]:
+    base = tmp_path_factory.mktemp("clisession")
+    (base / "p" / "pkg").mkdir(parents=True)
+    (base / "p" / "pkg" / "core.py").write_text(CODE)
+    env = {**os.environ, "ACMS_DATA_DIR": str(base / "data")}
+    env.pop("ACMS_PROFILE", None)
+    assert acms(env, "project", "add", "local/a").returncode == 0
+    rid = acms(env, "resource", "add", str(base / "p"), "--project", "local/a").stdout.strip()
+    assert acms(env, "reindex").returncode == 0
+    return env, rid
+
+
+def test_code_graph_commands(world: tuple[dict[str, str], str]) -> None:
+    env, _ = world
+    done = acms(env, "symbols", "pkg/core.py", "--project", "local/a")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "        1-5  class        class AardvarkEngine",
+        "        4-5  method       def run(self)",
+        "        8-9  function     def aardvark_helper()",
+    ]
+    callers = acms(env, "callers", "aardvark_helper", "--project", "local/a")
+    assert callers.stdout.strip() == "pkg/core.py:5  AardvarkEngine.run"
+    callees = json.loads(
+        acms(env, "--json", "callees", "AardvarkEngine.run", "--project", "local/a").stdout
+    )
+    assert [c["name"] for c in callees["results"]] == ["aardvark_helper"]
+
+
+def test_read_and_budgets(world: tuple[dict[str, str], str]) -> None:
+    env, rid = world
+    uri = file_uri(rid, "pkg/core.py")
+    done = acms(env, "read", uri, "--lines", "4-5", "--project", "local/a")
+    assert done.stdout.splitlines() == [
+        "     4      def run(self):",
+        "     5          return aardvark_helper()",
+    ]
+    for budget in (300, 600, 2000):
+        for args in (("context", "run the aardvark"), ("search", "hybrid", "aardvark")):
+            out = acms(env, "--json", *args, "--project", "local/a", "--budget", str(budget))
+            assert out.returncode == 0, out.stderr
+            assert len(out.stdout.rstrip("\n")) <= budget
+            assert json.loads(out.stdout)["results"]
+    bad = acms(env, "read", uri, "--lines", "x-y", "--project", "local/a")
+    assert bad.returncode == 2 and "--lines" in bad.stderr
+
+
+def test_search_shows_the_matching_lines(world: tuple[dict[str, str], str]) -> None:
+    env, _ = world
+    out = acms(env, "search", "text", "aardvark_helper", "--project", "local/a").stdout
+    assert "       5          return aardvark_helper()" in out
