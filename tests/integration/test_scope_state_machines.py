@@ -689,18 +689,37 @@ class GraphScopeMachine(_TwoHandleMachine):
         start=st.integers(0, 3),
         depth=st.integers(0, 3),
         handle=st.integers(0, 1),
+        direction=st.sampled_from(["out", "in", "both"]),
+        predicates=st.none() | st.frozensets(st.sampled_from(PREDICATES), min_size=1, max_size=3),
     )
-    def walk(self, scope: frozenset[str], rid: str, start: int, depth: int, handle: int) -> None:
+    def walk(
+        self,
+        scope: frozenset[str],
+        rid: str,
+        start: int,
+        depth: int,
+        handle: int,
+        direction: str,
+        predicates: frozenset[str] | None,
+    ) -> None:
         backend = self.handles[handle]
         oracle = self._oracle(scope)
         subject = _subject(rid, start)
         got = backend.get_triples(subject, scope=scope)
         assert_triples_in_scope(got.triples, scope)
         assert got.triples == oracle.get_triples(subject, scope=canonical(scope)).triples
-        got = backend.traverse(subject, depth=depth, scope=scope)
+        got = backend.traverse(
+            subject, depth=depth, scope=scope, direction=direction, predicates=predicates
+        )
         assert_triples_in_scope(got.triples, scope)
-        want = oracle.traverse(subject, depth=depth, scope=canonical(scope))
-        assert sorted(got.triples) == sorted(want.triples)
+        want = oracle.traverse(
+            subject,
+            depth=depth,
+            scope=canonical(scope),
+            direction=direction,
+            predicates=predicates,
+        )
+        assert got.triples == want.triples
 
     @rule(handle=st.integers(0, 1))
     def listing_matches_model(self, handle: int) -> None:
