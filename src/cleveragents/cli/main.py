@@ -230,6 +230,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     sparql = commands.add_parser("sparql", help="SPARQL over the in-scope graphs")
     sparql.add_argument("query")
+    sparql.add_argument(
+        "--results",
+        action="store_true",
+        help="answer any SELECT (any variables), ASK or CONSTRUCT as SPARQL 1.1 JSON results",
+    )
     _scope_options(sparql)
     triples = commands.add_parser("triples", help="triples of one subject")
     triples.add_argument("subject")
@@ -411,6 +416,18 @@ def _hits(results: Sequence[TextResult | VectorResult], query: str = "") -> str:
     return "\n".join(out)
 
 
+def _bindings_text(answer: dict[str, Any]) -> str:
+    if "boolean" in answer:
+        return "true" if answer["boolean"] else "false"
+    names = answer["head"]["vars"]
+    rows = answer["results"]["bindings"]
+    lines = ["  ".join(printable(n) for n in names)]
+    lines += [
+        "  ".join(printable(row[n]["value"]) if n in row else "-" for n in names) for row in rows
+    ]
+    return "\n".join(lines) if rows else "no rows"
+
+
 def _graph(result: GraphResult) -> str:
     lines = [f"{printable(s)}  {printable(p)}  {printable(o)}" for s, p, o in result.triples]
     if "boolean" in result.metadata:
@@ -456,6 +473,10 @@ def run(args: argparse.Namespace, out: Output) -> int:
         results = view.similarity_search(ops.embed_query(args.text), top_k=args.top_k)
         out.emit(results, lambda: _hits(results, args.text))
     else:
+        if command == "sparql" and args.results:
+            answer = ops.sparql_results(args.query, view.scope)
+            print(json_text(answer) if out.as_json else _bindings_text(answer))
+            return EXIT_OK
         if command == "sparql":
             graph = view.sparql_query(args.query)
         elif command == "triples":

@@ -312,14 +312,39 @@ class AgentSession:
         projects: Sequence[str] | None = None,
         resources: Sequence[str] | None = None,
     ) -> dict[str, Any]:
-        """A sandboxed SPARQL query over the scope's graphs (triples, or ASK's boolean)."""
+        """A sandboxed SPARQL query over the scope's graphs, answered in the
+        SPARQL 1.1 JSON results form: a SELECT with any variables gives
+        ``vars`` and one binding per row in ``results``; ASK gives ``boolean``;
+        CONSTRUCT/DESCRIBE give ``s``/``p``/``o`` bindings.  Backends without
+        bindings answer triples (``s``/``p``/``o``) for 3-variable SELECTs."""
         chars = _budget(budget)
-        result = self._view(projects, resources).sparql_query(query)
-        items = [{"s": s, "p": p, "o": o} for s, p, o in result.triples]
-        envelope: dict[str, Any] = {"tool": "sparql"}
-        if "boolean" in result.metadata:
-            envelope["boolean"] = result.metadata["boolean"] == "true"
-        return fit(envelope, items, chars)
+        scope = self._scope.narrow(projects, resources)
+        select = getattr(self._graph, "sparql_select", None)
+        if select is None:
+            result = ScopedView(self._text, self._vector, self._graph, scope).sparql_query(query)
+            envelope: dict[str, Any] = {"tool": "sparql", "vars": ["s", "p", "o"]}
+            if "boolean" in result.metadata:
+                envelope["boolean"] = result.metadata["boolean"] == "true"
+            items = [
+                {
+                    k: {"type": "uri" if ":" in v else "literal", "value": v}
+                    for k, v in zip("spo", t, strict=True)
+                }
+                for t in result.triples
+            ]
+            return fit(envelope, items, chars)
+        answer = select(query, scope=scope)
+        if "boolean" in answer:
+            return fit({"tool": "sparql", "boolean": bool(answer["boolean"])}, [], chars)
+        rows = [
+            b
+            for b in answer["results"]["bindings"]
+            if all(
+                (rid := resource_id_of(term.get("value", ""))) is None or rid in scope
+                for term in b.values()
+            )
+        ]
+        return fit({"tool": "sparql", "vars": list(answer["head"]["vars"])}, rows, chars)
 
     def triples(
         self,

@@ -37,7 +37,9 @@ from cleveragents.domain.models.acms.errors import (
     AcmsError,
     ConflictError,
     NotFoundError,
+    QueryError,
     ResourceListingError,
+    ScopeViolationError,
 )
 from cleveragents.domain.models.acms.index_store import MaintainedStore, VerifyProblem
 from cleveragents.domain.models.acms.indexing import IndexStats
@@ -50,6 +52,7 @@ from cleveragents.domain.models.acms.registry import (
 )
 from cleveragents.domain.models.acms.scope import ScopedView
 from cleveragents.domain.models.acms.secret_filter import secret_filter_of
+from cleveragents.domain.models.acms.uko import resource_id_of
 from cleveragents.domain.models.acms.ulids import canonical_ulid
 
 if TYPE_CHECKING:
@@ -359,6 +362,26 @@ class AcmsOperations:
             scope=SessionScope(resources=frozenset(rids), projects=by_project),
             read_file=read,
         )
+
+    def sparql_results(self, query: str, scope: frozenset[str]) -> dict[str, Any]:
+        """A sandboxed query's answer in the SPARQL 1.1 JSON results form (any
+        SELECT, ASK, CONSTRUCT): see ``RdflibGraphBackend.sparql_select``.
+
+        Raises:
+            QueryError: the graph backend cannot answer in that form, or the
+                query is refused.  ScopeViolationError: a row named a
+                resource outside ``scope`` (a bug, never input).
+        """
+        select = getattr(self._graph(), "sparql_select", None)
+        if select is None:
+            raise QueryError("this graph backend answers SPARQL as triples only")
+        answer: dict[str, Any] = select(query, scope=scope)
+        for row in answer.get("results", {}).get("bindings", []):  # last line of defence
+            for term in row.values():
+                rid = resource_id_of(term.get("value", ""))
+                if rid is not None and rid not in scope:
+                    raise ScopeViolationError("a SPARQL answer named a resource out of scope")
+        return answer
 
     def view(self, scope: frozenset[str]) -> ScopedView:
         """The three backends seen through ``scope``.

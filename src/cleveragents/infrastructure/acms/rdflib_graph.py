@@ -35,7 +35,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 import structlog
 from rdflib import Graph, URIRef
@@ -90,6 +90,15 @@ def _in_scope(triple: Triple, scope: frozenset[str]) -> bool:
         if rid is not None and rid not in scope:
             return False
     return True
+
+
+def _json_iri_or_literal(term: str) -> dict[str, str]:
+    """A CONSTRUCT term (a plain string here) as a SPARQL JSON term."""
+    if term.startswith("_:"):
+        return {"type": "bnode", "value": term[2:]}
+    if _IRI_RE.fullmatch(term):
+        return {"type": "uri", "value": term}
+    return {"type": "literal", "value": term}
 
 
 def _result(triples: list[Triple], metadata: dict[str, str]) -> GraphResult:
@@ -323,6 +332,50 @@ class RdflibGraphBackend:
         if len(kept) != len(triples):
             metadata["dropped_out_of_scope"] = str(len(triples) - len(kept))
         return GraphResult(triples=kept, metadata=metadata)
+
+    def sparql_select(self, query: str, *, scope: frozenset[str]) -> dict[str, Any]:
+        """A sandboxed query's answer in the SPARQL 1.1 JSON results form: a
+        SELECT with any variables gives ``{"head": {"vars": [...]}, "results":
+        {"bindings": [...]}}``, ASK ``{"head": {}, "boolean": ...}``, CONSTRUCT
+        and DESCRIBE their triples as ``s``/``p``/``o`` bindings.  The same
+        sandbox, time limit and caps as :meth:`sparql_query`; a row naming a
+        resource outside ``scope`` is dropped.
+
+        Raises:
+            as :meth:`sparql_query`, less the three-variable rule.
+        """
+        validate_non_empty(query, "query")
+        check_query_size(query)
+        canonical = validate_scope(scope)
+        union = self._union(canonical)
+        answer = evaluate(
+            union,
+            query,
+            init_ns=_INIT_NS,
+            timeout=self._query_timeout,
+            max_rows=self._max_rows,
+            bindings=True,
+        )
+        if answer.boolean is not None:
+            return {"head": {}, "boolean": answer.boolean}
+        if answer.bindings is None:  # CONSTRUCT / DESCRIBE
+            names = ["s", "p", "o"]
+            rows = [
+                {n: _json_iri_or_literal(v) for n, v in zip(names, t, strict=True)}
+                for t in answer.triples
+                if _in_scope(t, canonical)
+            ]
+        else:
+            names = answer.variables or []
+            rows = [
+                b
+                for b in answer.bindings
+                if all(
+                    (rid := resource_id_of(term["value"])) is None or rid in canonical
+                    for term in b.values()
+                )
+            ]
+        return {"head": {"vars": names}, "results": {"bindings": rows}}
 
     def get_triples(self, subject: str, *, scope: frozenset[str] | None = None) -> GraphResult:
         """Triples whose subject is ``subject`` from the in-scope graphs, sorted.

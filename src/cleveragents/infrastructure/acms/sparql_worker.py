@@ -59,6 +59,7 @@ from typing import Any, NoReturn
 
 import rdflib.plugins.sparql as rdflib_sparql
 from rdflib import BNode, Graph, Variable
+from rdflib import Literal as RdfLiteral
 from rdflib.plugins.sparql.evaluate import evalQuery
 from rdflib.term import Node
 
@@ -122,6 +123,10 @@ class WorkerAnswer:
 
     triples: list[Triple] = field(default_factory=list)
     boolean: bool | None = None
+    # With bindings=True, a SELECT's variables and rows in the SPARQL 1.1
+    # JSON results form ({"type": "uri"|"literal"|"bnode", "value": ...}).
+    variables: list[str] | None = None
+    bindings: list[dict[str, dict[str, str]]] | None = None
 
 
 def evaluate(
@@ -132,8 +137,12 @@ def evaluate(
     timeout: float,
     max_rows: int,
     max_bytes: int | None = None,
+    bindings: bool = False,
 ) -> WorkerAnswer:
     """Check and evaluate ``query`` against ``graph`` in a child process.
+
+    With ``bindings``, a SELECT may project any variables and its rows come
+    back as SPARQL JSON bindings (:attr:`WorkerAnswer.bindings`); otherwise
 
     The query is parsed and checked (:func:`.sparql_guard.check_query`) in the
     child, inside the time limit.  A SELECT must project exactly three
@@ -165,7 +174,7 @@ def evaluate(
     try:
         pid = _fork()
         if pid == 0:  # the child: never returns
-            _child(read_fd, write_fd, graph, query, dict(init_ns), max_rows, cap)
+            _child(read_fd, write_fd, graph, query, dict(init_ns), max_rows, cap, bindings)
         os.close(write_fd)
         write_fd = -1
         data = _read_all(read_fd, deadline, cap + _ENVELOPE_BYTES)
@@ -293,10 +302,29 @@ def _decode(data: bytearray, status: int, max_rows: int, max_bytes: int) -> Work
         raise QueryError(f"SPARQL evaluation failed: {payload['error']}")
     if "boolean" in payload and isinstance(payload["boolean"], bool):
         return WorkerAnswer(boolean=payload["boolean"])
+    if "bindings" in payload:
+        names, found = payload.get("vars"), payload["bindings"]
+        if (
+            not isinstance(names, list)
+            or not all(isinstance(n, str) for n in names)
+            or not isinstance(found, list)
+            or not all(_is_binding(b) for b in found)
+        ):
+            raise QueryError("SPARQL evaluation failed: the worker process sent garbage")
+        return WorkerAnswer(variables=names, bindings=found)
     rows = payload.get("triples")
     if not isinstance(rows, list) or not all(_is_triple(row) for row in rows):
         raise QueryError("SPARQL evaluation failed: the worker process sent garbage")
     return WorkerAnswer(triples=[(s, p, o) for s, p, o in rows])
+
+
+def _is_binding(row: object) -> bool:
+    return isinstance(row, dict) and all(
+        isinstance(k, str)
+        and isinstance(v, dict)
+        and all(isinstance(a, str) and isinstance(b, str) for a, b in v.items())
+        for k, v in row.items()
+    )
 
 
 def _is_triple(row: object) -> bool:
@@ -320,12 +348,15 @@ def _child(
     init_ns: dict[str, str],
     max_rows: int,
     max_bytes: int,
+    bindings: bool = False,
 ) -> NoReturn:
     code = 0
     try:
         try:
             write_fd = _isolate(read_fd, write_fd)
-            payload = _on_big_stack(lambda: _payload(graph, query, init_ns, max_rows, max_bytes))
+            payload = _on_big_stack(
+                lambda: _payload(graph, query, init_ns, max_rows, max_bytes, bindings)
+            )
         except BaseException as exc:  # everything, KeyboardInterrupt too, becomes an answer
             payload = {"error": _error_text(exc)}
         _write_all(write_fd, json.dumps(payload).encode("ascii"))
@@ -420,13 +451,27 @@ class _ByteCapError(Exception):
 
 
 def _payload(
-    graph: Graph, query: str, init_ns: dict[str, str], max_rows: int, max_bytes: int
+    graph: Graph,
+    query: str,
+    init_ns: dict[str, str],
+    max_rows: int,
+    max_bytes: int,
+    bindings: bool = False,
 ) -> dict[str, Any]:
     """The answer to send back, refusals and limits included."""
     try:
         checked = check_query(query, init_ns=init_ns)
     except QueryError as exc:
         return {"refused": str(exc)[:_MESSAGE_CHARS]}
+    if bindings and checked.form == "SELECT":
+        try:
+            return _select_bindings(graph, checked, max_rows, max_bytes)
+        except _RowCapError:
+            return {"limit": True}
+        except _ByteCapError:
+            return {"bytes": True}
+        except RecursionError:
+            return {"refused": "the SPARQL query nests too deeply to evaluate; flatten it"}
     if checked.form == "SELECT" and len(checked.projection) != 3:
         return {
             "refused": "a SELECT query must project exactly three variables (subject, "
@@ -488,6 +533,45 @@ def _answer(graph: Graph, checked: CheckedQuery, max_rows: int, max_bytes: int) 
             rows.add((_term(s), _term(p), _term(o)))
         rows.rows.sort()
     return {"triples": rows.rows}
+
+
+def _select_bindings(
+    graph: Graph, checked: CheckedQuery, max_rows: int, max_bytes: int
+) -> dict[str, Any]:
+    """A SELECT's rows as SPARQL JSON bindings, under the same caps."""
+    result = evalQuery(graph, checked.prepared, {}, None)
+    names = list(checked.projection)
+    variables = [Variable(name) for name in names]
+    rows: list[dict[str, dict[str, str]]] = []
+    size = 0
+    for row in result["bindings"]:
+        if len(rows) >= max_rows:
+            raise _RowCapError
+        binding = {
+            name: _json_term(node)
+            for name, var in zip(names, variables, strict=True)
+            if (node := row.get(var)) is not None
+        }
+        size += len(json.dumps(binding)) + 2
+        if size > max_bytes:
+            raise _ByteCapError
+        rows.append(binding)
+    if not checked.ordered:
+        rows.sort(key=lambda b: json.dumps(b, sort_keys=True))
+    return {"vars": names, "bindings": rows}
+
+
+def _json_term(node: Node) -> dict[str, str]:
+    if isinstance(node, BNode):
+        return {"type": "bnode", "value": str(node)}
+    if isinstance(node, RdfLiteral):
+        out = {"type": "literal", "value": str(node)}
+        if node.language:
+            out["xml:lang"] = node.language
+        elif node.datatype is not None:
+            out["datatype"] = str(node.datatype)
+        return out
+    return {"type": "uri", "value": str(node)}
 
 
 def _term(node: Node) -> str:
