@@ -44,11 +44,20 @@ import pytest
 
 from cleveragents.application.container import build_container
 from cleveragents.application.services.chunking import chunk_text, detect_language, make_units
-from cleveragents.application.services.code_graph import extract_facts, file_triples, module_index
+from cleveragents.application.services.code_graph import (
+    PathLookup,
+    chunk_starts,
+    code_triples,
+    extract_facts,
+    file_triples,
+    module_index,
+    parser_language,
+)
 from cleveragents.application.services.operations import AcmsOperations
 from cleveragents.application.services.resource_files import decode_text
 from cleveragents.domain.models.acms.uko import UKO, file_uri, path_of, resource_uri
 from cleveragents.infrastructure.acms.fault_injection import ENV_VAR, STEPS
+from cleveragents.infrastructure.acms.tree_sitter_code import TreeSitterCodeParser
 
 REPO = Path(__file__).resolve().parents[2]
 REINDEX = REPO / "scripts" / "reindex.py"
@@ -263,14 +272,23 @@ def change_v3(world: World, template: Template) -> None:
 # ---------------------------------------------------------------- expectations
 
 
+_PARSER = TreeSitterCodeParser()
+
+
 def expected(rid: str, path: str, data: bytes) -> tuple[set[str], set[str]]:
     """The unit URIs and graph subjects the indexer writes for this content."""
     text = decode_text(data)
     language = detect_language(path)
-    chunks = chunk_text(text, language)
+    # As the indexer plans it: chunks and graph from the tree-sitter facts.
+    parsed = _PARSER.parse(text, parser_language(path, language))
+    if parsed is not None:
+        chunks = chunk_text(text, language, starts=chunk_starts(parsed))
+        triples = code_triples(rid, path, language, chunks, parsed, PathLookup([path]))
+    else:
+        chunks = chunk_text(text, language)
+        facts = extract_facts(path, text, language)
+        triples = file_triples(rid, path, language, chunks, facts, module_index([path]))
     units = {u.uko_uri for u in make_units(rid, path, text, language=language, chunks=chunks)}
-    facts = extract_facts(path, text, language)
-    triples = file_triples(rid, path, language, chunks, facts, module_index([path]))
     own = file_uri(rid, path)
     subjects = {t[0] for t in triples if t[0].startswith(own)} | {own}
     return units, subjects

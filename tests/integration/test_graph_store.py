@@ -109,7 +109,8 @@ def test_a_subject_outside_uko_is_looked_up_in_every_in_scope_graph(tmp_path: Pa
         assert [t[2] for t in backend.traverse("urn:shared", scope=frozenset({b})).triples] == [
             "urn:from-b"
         ]
-        assert len(backend.get_triples("urn:shared").triples) == 2  # scope None: all graphs
+        every = frozenset(backend.resource_ids())  # every graph, said explicitly
+        assert len(backend.get_triples("urn:shared", scope=every).triples) == 2
 
 
 # ---------------------------------------------------------------- change detection

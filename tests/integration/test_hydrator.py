@@ -89,6 +89,7 @@ def indexed_paths(c: Any, rid: str) -> set[str]:
 
 
 RID = "01JD0000000000000000000000"
+ONLY = frozenset({RID})
 
 
 def test_exactly_the_right_files_become_fragments_and_units(repo: Path, container: Any) -> None:
@@ -176,8 +177,10 @@ def test_rerun_reads_nothing_and_touching_one_file_reindexes_only_it(
     gone = ix.index_resource(RID, repo)
     assert gone.files_deleted == 1
     assert "notes.txt" not in indexed_paths(container, RID)
-    assert container.graph_backend().get_triples(file_uri(RID, "notes.txt")).triples == []
-    contains = container.graph_backend().get_triples(f"uko://{RID}").triples
+    assert (
+        container.graph_backend().get_triples(file_uri(RID, "notes.txt"), scope=ONLY).triples == []
+    )
+    contains = container.graph_backend().get_triples(f"uko://{RID}", scope=ONLY).triples
     assert (f"uko://{RID}", UKO + "contains", file_uri(RID, "notes.txt")) not in contains
     assert (f"uko://{RID}", UKO + "contains", file_uri(RID, "README.md")) in contains
 
@@ -222,7 +225,7 @@ def test_a_failed_write_never_loses_a_file_and_the_next_run_repairs(
         broken.index_resource(RID, repo)
     # The file is still in every index (old or new version), never missing.
     assert "pkg/util.py" in indexed_paths(container, RID)
-    assert container.graph_backend().get_triples(file_uri(RID, "pkg/util.py")).triples
+    assert container.graph_backend().get_triples(file_uri(RID, "pkg/util.py"), scope=ONLY).triples
     # The catalog still holds the old hash, so the next run redoes the file.
     repaired = ix.index_resource(RID, repo)
     assert repaired.files_indexed == 1

@@ -55,6 +55,7 @@ from cleveragents.domain.models.acms.uko import (
 from cleveragents.infrastructure.acms.faiss_vector import FaissVectorBackend
 from cleveragents.infrastructure.acms.rdflib_graph import RdflibGraphBackend
 from cleveragents.infrastructure.acms.tantivy_text import TantivyTextBackend
+from cleveragents.infrastructure.acms.tree_sitter_code import TreeSitterCodeParser
 from text_oracle import ShardOracle
 
 # A pool of resources that get indexed, and ULIDs that never are.
@@ -451,7 +452,6 @@ class VectorScopeMachine(_TwoHandleMachine):
             return
         doomed = {existing[i % len(existing)] for i in picks}
         self.handles[1].delete(rid, doomed)
-        self.writes.setdefault(rid, []).append(("delete", doomed, None))
         for uri in doomed:
             del self.model[rid][uri]
 
@@ -897,7 +897,7 @@ class IndexerScopeMachine(RuleBasedStateMachine):
             graph = RdflibGraphBackend()
             catalog = SqliteCatalog(":memory:")
             store = ManagedIndexStore.over(text, vector, graph, catalog)
-            ix = Indexer(store, HashingEmbedder(IX_DIM))
+            ix = Indexer(store, HashingEmbedder(IX_DIM), code_parser=TreeSitterCodeParser())
             for rid in sorted(key):
                 for run in self.runs.get(rid, []):
                     if run is None:
