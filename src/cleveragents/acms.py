@@ -17,10 +17,21 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
-from cleveragents.application.services.agent_session import AgentSession
+if TYPE_CHECKING:
+    from cleveragents.application.services.agent_session import AgentSession
 
 __all__ = ["AgentSession", "open_data_dir"]
+
+
+def __getattr__(name: str) -> Any:  # noqa: ANN401 - the lazily exported class
+    # Lazy, so `python -m cleveragents.acms` (the CLI) does not pay for it.
+    if name == "AgentSession":
+        from cleveragents.application.services.agent_session import AgentSession
+
+        return AgentSession
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def open_data_dir(
