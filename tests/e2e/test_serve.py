@@ -302,6 +302,10 @@ def test_http_json_api(http_server: str, world: dict[str, Any]) -> None:
     assert httpx.post(f"{http_server}/api/search", content=b"{not json").status_code == 400
     assert httpx.post(f"{http_server}/api/search", json=[1, 2]).status_code == 400
     assert httpx.post(f"{http_server}/api/search", json={"bogus": 1}).status_code == 400
+    # An oversized body is refused without being buffered whole; the server keeps serving.
+    huge = b'{"query": "' + b"x" * (2 << 20) + b'"}'
+    assert httpx.post(f"{http_server}/api/search", content=huge, timeout=30).status_code == 413
+    assert httpx.post(f"{http_server}/api/search_text", json={"query": "aardvark"}).is_success
 
 
 def test_mcp_over_streamable_http(http_server: str, world: dict[str, Any]) -> None:

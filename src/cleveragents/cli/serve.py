@@ -36,7 +36,17 @@ from starlette.responses import Response
 from cleveragents.application.services.agent_session import AgentSession, render
 from cleveragents.domain.models.acms.errors import AcmsError, ScopeError
 
-__all__ = ["configure_stderr_logging", "main", "make_mcp_server", "tool_functions"]
+__all__ = [
+    "MAX_REQUEST_BYTES",
+    "configure_stderr_logging",
+    "main",
+    "make_mcp_server",
+    "tool_functions",
+]
+
+#: The most bytes a JSON API request body may carry (a SPARQL query is at most
+#: 128 KiB; arguments beyond that are not useful, and the body is buffered).
+MAX_REQUEST_BYTES = 1 << 20
 
 _log = structlog.get_logger("cleveragents.acms.serve")
 
@@ -238,7 +248,11 @@ def _http_app(session: AgentSession, server: Any) -> Any:  # noqa: ANN401 - Star
         fn = tools.get(name)
         if fn is None:
             return _json({"error": f"unknown tool {name!r}"}, 404)
-        body = await request.body()
+        body = bytearray()
+        async for chunk in request.stream():  # read at most the cap, whatever is sent
+            body += chunk
+            if len(body) > MAX_REQUEST_BYTES:
+                return _json({"error": f"request body over {MAX_REQUEST_BYTES} bytes"}, 413)
         try:
             args = json.loads(body) if body.strip() else {}
         except ValueError as exc:
