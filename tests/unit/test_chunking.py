@@ -229,6 +229,22 @@ def test_make_units_names_chunks_and_sets_metadata() -> None:
     assert make_units(RID, "empty.py", "") == []
 
 
+def test_make_units_names_the_definitions_that_start_in_each_chunk() -> None:
+    text = "\n".join(f"line {n}" for n in range(1, 11))
+    chunks = [Chunk(1, 4, "\n".join(text.splitlines()[0:4])), Chunk(5, 10, "x")]
+    units = make_units(
+        RID,
+        "m.py",
+        text,
+        chunks=chunks,
+        # (name, first line); out of order, one repeated, one past the end
+        definitions=[("beta", 5), ("alpha", 1), ("gamma", 4), ("beta", 9), ("late", 11)],
+    )
+    assert [u.metadata.get("symbols") for u in units] == ["alpha gamma", "beta"]
+    plain = make_units(RID, "m.py", text, chunks=chunks)
+    assert all("symbols" not in u.metadata for u in plain)
+
+
 line_text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=30)
 code_line = st.one_of(
     st.sampled_from(

@@ -14,9 +14,10 @@ and ``""`` none.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
@@ -481,30 +482,45 @@ def make_units(
     *,
     language: str | None = None,
     chunks: Sequence[Chunk] | None = None,
+    definitions: Iterable[tuple[str, int]] = (),
 ) -> list[IndexUnit]:
     """One :class:`IndexUnit` per chunk of a file, named ``<file uri>#L<start>-L<end>``.
 
     ``language`` defaults to :func:`detect_language` of ``rel_path``.  Metadata
-    holds exactly ``path``, ``start_line``, ``end_line``, ``language`` and
+    holds ``path``, ``start_line``, ``end_line``, ``language`` and
     ``resource_id`` (canonical upper case), all strings.  Pass ``chunks``
     when the caller already chunked ``text`` (they are used as given).
+
+    ``definitions`` are ``(bare name, start line)`` of what the file defines;
+    a chunk holding the first line of one or more definitions also gets
+    ``symbols``: their names, space-separated, in source order, each once
+    (the text index's symbol field; absent when the chunk defines nothing).
 
     Raises:
         TypeError / ValueError: ``resource_id`` is not a ULID or ``rel_path`` is empty.
     """
     rid = canonical_ulid(resource_id)
     lang = language if language is not None else detect_language(rel_path)
-    return [
-        IndexUnit(
-            uko_uri=unit_uri(rid, rel_path, f"L{chunk.start_line}-L{chunk.end_line}"),
-            content=chunk.text,
-            metadata={
-                "path": rel_path,
-                "start_line": str(chunk.start_line),
-                "end_line": str(chunk.end_line),
-                "language": lang,
-                "resource_id": rid,
-            },
+    defined = sorted((line, order, name) for order, (name, line) in enumerate(definitions))
+    units: list[IndexUnit] = []
+    for chunk in chunks if chunks is not None else chunk_text(text, lang):
+        metadata = {
+            "path": rel_path,
+            "start_line": str(chunk.start_line),
+            "end_line": str(chunk.end_line),
+            "language": lang,
+            "resource_id": rid,
+        }
+        lo = bisect.bisect_left(defined, (chunk.start_line,))
+        hi = bisect.bisect_left(defined, (chunk.end_line + 1,))
+        names = dict.fromkeys(name for _, _, name in defined[lo:hi] if name and not name.isspace())
+        if names:
+            metadata["symbols"] = " ".join(names)
+        units.append(
+            IndexUnit(
+                uko_uri=unit_uri(rid, rel_path, f"L{chunk.start_line}-L{chunk.end_line}"),
+                content=chunk.text,
+                metadata=metadata,
+            )
         )
-        for chunk in (chunks if chunks is not None else chunk_text(text, lang))
-    ]
+    return units

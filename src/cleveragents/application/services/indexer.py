@@ -89,6 +89,8 @@ __all__ = [
 ]
 
 _CODE_GRAPH_VERSION = "code-graph-ts1"
+# Bumped when the units change shape (``symbols`` metadata): a re-index follows.
+_UNITS_VERSION = "units-2"
 DEFAULT_INDEX_FILE_BYTES = 1024 * 1024
 _EMBED_BATCH = 256
 
@@ -131,7 +133,7 @@ class Indexer:
         # What produced the units: a change re-indexes every file.  With a
         # code parser, chunks and graph follow its definitions (code graph v2).
         graph = f"|{_CODE_GRAPH_VERSION}" if code_parser is not None else ""
-        self.identity = f"{embedder.name}:{embedder.dimension}{graph}"
+        self.identity = f"{embedder.name}:{embedder.dimension}{graph}|{_UNITS_VERSION}"
 
     def over(self, store: IndexStore) -> Indexer:
         """The same planner writing to another store (a rebuild's fresh one)."""
@@ -368,14 +370,24 @@ class IndexSession:
         language = detect_language(path)
         parser = self._ix.code_parser
         parsed = parser.parse(text, parser_language(path, language)) if parser else None
+        definitions: list[tuple[str, int]]
         if parsed is not None:
             chunks = chunk_text(text, language, starts=chunk_starts(parsed))
             triples = code_triples(self.resource_id, path, language, chunks, parsed, self._files)
+            definitions = [(s.name, s.start_line) for s in parsed.symbols]
         else:
             chunks = chunk_text(text, language)
             facts = extract_facts(path, text, language)
             triples = file_triples(self.resource_id, path, language, chunks, facts, self._modules)
-        units = make_units(self.resource_id, path, text, language=language, chunks=chunks)
+            definitions = [(name.rsplit(".", 1)[-1], line) for name, _, line in facts.symbols]
+        units = make_units(
+            self.resource_id,
+            path,
+            text,
+            language=language,
+            chunks=chunks,
+            definitions=definitions,
+        )
         own = file_uri(self.resource_id, path)
         # The file and the URIs under it: never the resource node (its one
         # `contains` edge is dropped as an exact triple instead).
