@@ -308,6 +308,26 @@ def test_http_json_api(http_server: str, world: dict[str, Any]) -> None:
     assert httpx.post(f"{http_server}/api/search_text", json={"query": "aardvark"}).is_success
 
 
+def test_http_on_a_port_in_use_is_one_line_and_exit_1(world: dict[str, Any]) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [*SERVE, "--http", f"127.0.0.1:{port}", "--project", "local/alpha"],
+            capture_output=True,
+            text=True,
+            env=world["env"],
+            timeout=60,
+        )
+    assert done.returncode == 1
+    assert done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith(f"acms serve: cannot listen on 127.0.0.1:{port}:")
+    assert "in use" in lines[0].lower()
+
+
 def test_mcp_over_streamable_http(http_server: str, world: dict[str, Any]) -> None:
     async def run() -> dict[str, Any]:
         async with Client(f"{http_server}/mcp", read_timeout_seconds=60) as client:

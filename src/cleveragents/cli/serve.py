@@ -25,6 +25,7 @@ import argparse
 import json
 import logging
 import os
+import socket
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -322,10 +323,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not host or not port.isdigit():
         print("acms serve: --http needs HOST:PORT, e.g. 127.0.0.1:8765", file=sys.stderr)
         return 2
+    try:
+        # Bound here, so a port in use is one line of ours, not uvicorn's.
+        listener = _listen(host, int(port))
+    except OSError as exc:
+        print(f"acms serve: cannot listen on {host}:{port}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
     import uvicorn
 
-    uvicorn.run(_http_app(session, server), host=host, port=int(port), log_level=args.log_level)
+    config = uvicorn.Config(_http_app(session, server), log_level=args.log_level)
+    with listener:
+        uvicorn.Server(config).run(sockets=[listener])
     return 0
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (IPv4 or IPv6, address reuse as uvicorn)."""
+    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((host.strip("[]"), port))
+        listener.listen(2048)
+    except OSError:
+        listener.close()
+        raise
+    listener.set_inheritable(True)
+    return listener
 
 
 if __name__ == "__main__":
