@@ -37,7 +37,9 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import os
 import re
+import threading
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -53,7 +55,35 @@ from rdflib.plugins.sparql.sparql import Query
 
 from cleveragents.domain.models.acms.errors import QueryError
 
-__all__ = ["MAX_QUERY_BYTES", "CheckedQuery", "check_query", "check_query_size"]
+__all__ = [
+    "MAX_QUERY_BYTES",
+    "CheckedQuery",
+    "check_query",
+    "check_query_size",
+    "parser_lock",
+]
+
+# rdflib's SPARQL grammar is pyparsing, which is not thread-safe: each parse
+# action finds its arity on first use by trial calls on shared state, and
+# two threads parsing at once can leave a wrapper with a wrong arity for the
+# rest of the process (every later query then fails "missing 1 required
+# positional argument"); the packrat cache is shared too.  Every parse in a
+# process goes through this lock.  A fork holds it (``parser_lock``) so that
+# no child starts with a grammar caught mid-parse; the child gets a new lock.
+_PARSER_LOCK = threading.Lock()
+
+
+def parser_lock() -> threading.Lock:
+    """The lock every SPARQL parse of this process holds (take it around ``fork``)."""
+    return _PARSER_LOCK
+
+
+def _new_parser_lock() -> None:
+    global _PARSER_LOCK
+    _PARSER_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_parser_lock)
 
 # The longest query text accepted, in UTF-8 bytes.  Every query shape the
 # issue names as legitimate fits (1,000 UNION branches ~47 KB, a 4,000-item
@@ -147,7 +177,8 @@ def check_query(query: str, *, init_ns: Mapping[str, str]) -> CheckedQuery:
     check_query_size(query)
     try:
         with _linear_pattern_order():
-            parsed = parseQuery(query)
+            with _PARSER_LOCK:
+                parsed = parseQuery(query)
             prepared = translateQuery(parsed, None, dict(init_ns))
     except RecursionError as exc:
         raise QueryError(
@@ -194,7 +225,8 @@ def _first_uses(query: str) -> dict[str, int]:
 
 def _is_update(query: str) -> bool:
     try:
-        parseUpdate(query)
+        with _PARSER_LOCK:
+            parseUpdate(query)
     except Exception:
         return False
     return True

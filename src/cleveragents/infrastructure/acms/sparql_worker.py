@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import functools
 import gc
 import json
 import logging
@@ -69,7 +68,7 @@ from cleveragents.domain.models.acms.errors import (
     QueryError,
     QueryLimitError,
 )
-from cleveragents.infrastructure.acms.sparql_guard import CheckedQuery, check_query
+from cleveragents.infrastructure.acms.sparql_guard import CheckedQuery, check_query, parser_lock
 
 __all__ = ["MAX_RESULT_BYTES", "WorkerAnswer", "evaluate"]
 
@@ -214,13 +213,25 @@ _WARM_QUERY = (
 )
 
 
-@functools.cache
+_warmed = False
+_WARM_LOCK = threading.Lock()
+
+
 def _warm_parser() -> None:
-    check_query(_WARM_QUERY, init_ns={})
+    """Parse :data:`_WARM_QUERY` once per process, however many threads ask at once."""
+    global _warmed
+    if _warmed:
+        return
+    with _WARM_LOCK:
+        if not _warmed:
+            check_query(_WARM_QUERY, init_ns={})
+            _warmed = True
 
 
 def _fork() -> int:
-    with _FORK_LOCK:
+    # No other thread may be inside the SPARQL parser while this one forks
+    # (see ``sparql_guard.parser_lock``): the child parses with that grammar.
+    with _FORK_LOCK, parser_lock():
         # The GC stays off in the child from its first instruction: a
         # collection there could finalise parent objects (closing a SQLite
         # connection can checkpoint and delete the parent's WAL).
