@@ -540,7 +540,8 @@ class TantivyTextBackend:
             if not shard.current:
                 raise IndexUnavailableError(
                     f"the text index of {shard.rid} has the schema of an older version; "
-                    "run `acms reindex` (or `scripts/reindex.py --rebuild`)"
+                    "run `scripts/reindex.py --rebuild` (a reindex that rewrites any of "
+                    "the resource's files also upgrades it)"
                 )
         # Tantivy allocates for the limit and panics near 2**63: never ask
         # for more than there are documents.
