@@ -13,8 +13,14 @@
 from __future__ import annotations
 
 import functools
+import os
 import shutil
+import signal
+import subprocess
+import sys
 import sysconfig
+import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -61,8 +67,12 @@ def run(indexer: Indexer, tree: Path, jobs: int, *, full: bool = False) -> Index
         return ix.index_resource(RID, tree, "directory", full=full)
 
 
-def contents(indexer: Indexer) -> dict[str, object]:
-    """Everything the indexes hold for the resource, in comparable form."""
+def contents(indexer: Indexer, *, bm25: bool = True) -> dict[str, object]:
+    """Everything the indexes hold for the resource, in comparable form.
+
+    ``bm25=False``: text hits as a set without scores (Tantivy counts deleted
+    documents in its statistics until segments merge, so after a repair the
+    scores, not the hits, depend on the history)."""
     store = indexer.store
     assert isinstance(store, ManagedIndexStore)
     scope = frozenset({RID})
@@ -71,10 +81,13 @@ def contents(indexer: Indexer) -> dict[str, object]:
     triples = sorted(
         tuple(t) for s in subjects for t in store.graph.get_triples(s, scope=scope).triples
     )
-    text = {
-        q: [(r.uko_uri, r.content, round(r.score, 6)) for r in store.text.search(q, scope=scope)]
-        for q in ("decoder", "alpha beta", "scanstring", "WSGI server headers")
-    }
+    text: dict[str, object] = {}
+    for q in ("decoder", "alpha beta", "scanstring", "WSGI server headers"):
+        hits = store.text.search(q, scope=scope, max_results=10_000)
+        if bm25:
+            text[q] = [(r.uko_uri, r.content, round(r.score, 6)) for r in hits]
+        else:
+            text[q] = sorted((r.uko_uri, r.content) for r in hits)
     probe = HashingEmbedder(DIM)
     vectors = {
         q: [
@@ -185,3 +198,76 @@ def test_workers_import_no_engine(tmp_path: Path) -> None:
         loaded = executor.submit(eval, "sorted(__import__('sys').modules)").result()
     assert "tree_sitter" in loaded  # the parser was built in the worker
     assert not [m for m in loaded if m.split(".")[0] in {"tantivy", "faiss", "rdflib"}]
+
+
+_CHILD = """
+import functools, sys
+from pathlib import Path
+from cleveragents.application.services.indexer import Indexer, PlannerSpec
+from cleveragents.infrastructure.acms.hashing_embedder import HashingEmbedder
+from cleveragents.infrastructure.acms.index_store import ManagedIndexStore
+from cleveragents.infrastructure.acms.tree_sitter_code import TreeSitterCodeParser
+
+if __name__ == "__main__":
+    data, tree, rid, dim, batch = sys.argv[1:6]
+    store = ManagedIndexStore.open(Path(data), dimension=int(dim))
+    spec = PlannerSpec(functools.partial(HashingEmbedder, int(dim)), TreeSitterCodeParser)
+    ix = Indexer(store, HashingEmbedder(int(dim)), code_parser=TreeSitterCodeParser(), spec=spec)
+    with ix.workers(2, batch_bytes=int(batch)) as w:
+        w.index_resource(rid, tree, "directory", full=True)
+"""
+
+
+def _processes_with(marker: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                if marker.encode() in fh.read():
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("step", ["index.text", "index.catalog", "index.clean"])
+def test_a_killed_writer_leaves_no_worker_and_the_next_run_repairs(
+    tmp_path: Path, step: str
+) -> None:
+    tree = make_tree(tmp_path / "tree")
+    reference = indexer_at(tmp_path / "reference")
+    run(reference, tree, 1)
+    data = tmp_path / "data"
+    ix = indexer_at(data)
+    (tree / "pkg" / "bad.py").write_text("def hostile_v1():\n    return 1\n")
+    run(ix, tree, 1)
+    ix.store.close()
+    (tree / "pkg" / "bad.py").write_text("def hostile():\n    return 'planning me fails'\n")
+    script = tmp_path / "child.py"
+    script.write_text(_CHILD)
+    marker = f"ACMS_TEST_MARKER={uuid.uuid4().hex}"
+    key, value = marker.split("=")
+    env = {**os.environ, "ACMS_FAULT_AT": step, key: value}
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+    done = subprocess.run(
+        [sys.executable, str(script), str(data), str(tree), RID, str(DIM), str(SMALL_BATCH)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        timeout=300,
+    )
+    assert done.returncode == -signal.SIGKILL
+    deadline = time.monotonic() + 30
+    while _processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _processes_with(marker) == []  # the workers went with their writer
+    again = indexer_at(data)
+    run(again, tree, 2)
+    assert isinstance(again.store, ManagedIndexStore)
+    assert again.store.verify([RID]) == []
+    assert contents(again, bm25=False) == contents(reference, bm25=False)
+    again.store.close()
+    reference.store.close()

@@ -30,8 +30,11 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
+import select
 import signal
 import tempfile
+import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -190,9 +193,39 @@ class _Worker:
     listing: tuple[str, PathLookup] | None = None
 
 
-def _init_worker(spec: PlannerSpec, fault: tuple[str, str] | None) -> None:
+def _exit_with(writer_pid: int) -> None:
+    """Exit this worker as soon as the writer process is gone.
+
+    A writer killed with SIGKILL (the OOM killer, a crash test) never shuts
+    its pool down; its workers would wait on their queue forever, and hold
+    the fork server open.  The worker's parent is the fork server, not the
+    writer, so ``PR_SET_PDEATHSIG`` cannot tell: a thread waits on the
+    writer's pidfd instead.
+    """
+    try:
+        fd = os.pidfd_open(writer_pid)
+    except (AttributeError, OSError):  # no pidfd: poll
+        fd = None
+
+    def wait() -> None:
+        if fd is not None:
+            select.select([fd], [], [])
+        else:
+            while True:
+                try:
+                    os.kill(writer_pid, 0)
+                except ProcessLookupError:
+                    break
+                time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=wait, name="acms-writer-watch", daemon=True).start()
+
+
+def _init_worker(spec: PlannerSpec, fault: tuple[str, str] | None, writer_pid: int) -> None:
     # The parent handles Ctrl-C; a worker dies with the pool.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _exit_with(writer_pid)
     _Worker.spec = spec
     _Worker.fault = fault
     _Worker.parser = spec.code_parser() if spec.code_parser is not None else None
@@ -283,7 +316,7 @@ class PlannerPool:
                 self.jobs,
                 mp_context=context,
                 initializer=_init_worker,
-                initargs=(self.spec, self._fault),
+                initargs=(self.spec, self._fault, os.getpid()),
             )
             _log.info("indexer.workers_started", jobs=self.jobs, method="forkserver")
         return self._pool
