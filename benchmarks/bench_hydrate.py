@@ -5,7 +5,7 @@ Driven through ``AcmsOperations`` (what ``acms reindex`` runs), never the
 indexer or an engine directly, so it measures the same thing while those
 are rewritten.
 
-    python benchmarks/bench_hydrate.py [PATH] [--json out.json]
+    python benchmarks/bench_hydrate.py [PATH] [--jobs N] [--json out.json]
 
 Prints, in one run: the full pass (wall time, MB/s of source read), the
 no-change re-run next to a bare ``os.walk`` + ``stat`` pass over the same tree
@@ -53,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("path", nargs="?", type=Path, default=Path(sysconfig.get_paths()["stdlib"]))
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--jobs", type=int, default=None, help="default: one per core")
     args = parser.parse_args(argv)
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     with tempfile.TemporaryDirectory() as d:
@@ -65,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
 
         def reindex() -> tuple[float, dict[str, int]]:
             t0 = time.perf_counter()
-            report = ops.reindex(resources=[rid])
+            report = ops.reindex(resources=[rid], jobs=args.jobs)
             return time.perf_counter() - t0, report.as_dict()["total"]
 
         full, total = reindex()

@@ -8,7 +8,9 @@ Every figure is a median over repeated runs with its spread (p10..p90), next
 to a reference measured in the same process on the same data; the ratio is
 the figure to read.  Targets come from issues 6 and 10; a row that misses its
 target says so.  The cold, multi-tenant, after-commit and indexing rows come
-from ``bench_cold.py`` (CLI and ``AcmsOperations`` only).
+from ``bench_cold.py`` (CLI and ``AcmsOperations`` only); the indexing rows
+with jobs from ``bench_index.py`` (fresh processes, today's code checked out
+from its commit).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from ulid import ULID
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_cold
+import bench_index
 from bench_backends import bench_graph, bench_text, bench_vector, raw_add, raw_index, timed
 
 from cleveragents.application.services.chunking import make_units
@@ -178,6 +181,47 @@ def bench_cold_start(tmp: Path, repeats: int) -> list[dict[str, Any]]:
     ]
 
 
+def bench_indexing_jobs(quick: bool) -> list[dict[str, Any]]:
+    """Indexing the stdlib (fresh processes): jobs=2 and jobs=1 against today's
+    code (the pre-change commit, in a temporary worktree), with peak RSS."""
+    r = bench_index.run(quick, 1 if quick else 3, bench_index.BASE_COMMIT)
+    today, one, two = r["today"], r["jobs=1"], r["jobs=2"]
+
+    def ms(x: dict[str, Any], key: str) -> dict[str, float]:
+        return {"p50_ms": x[key] * 1000}
+
+    rss = ", ".join(
+        f"{n} {r[n]['peak_rss_mb']:.0f} MB ({r[n]['rss_over_source']:.1f}x source)"
+        for n in ("today", "jobs=1", "jobs=2")
+    )
+    size = f"{r['source_mb']:.1f} MB of source"
+    return [
+        {
+            "what": "index stdlib, jobs=2 vs today (time; target <= 0.5x)",
+            "ours": ms(two, "full_s"),
+            "reference": f"today's code ({r['base']}), same tree, same run",
+            "ref": ms(today, "full_s"),
+            "ratio_p50": two["full_s"] / today["full_s"],
+            "note": f"{size}; MB/s {two['mb_per_s']:.2f} vs {today['mb_per_s']:.2f}; "
+            f"peak RSS (process tree): {rss}; target RSS <= 4x source",
+        },
+        {
+            "what": "index stdlib, jobs=2 vs jobs=1 (time)",
+            "ours": ms(two, "full_s"),
+            "reference": "jobs=1 (in process), same code",
+            "ref": ms(one, "full_s"),
+            "ratio_p50": two["full_s"] / one["full_s"],
+        },
+        {
+            "what": "no-change reindex vs bare walk+stat (target <= 2x)",
+            "ours": ms(two, "no_change_s"),
+            "reference": "os.walk + lstat of the same tree",
+            "ref": ms(two, "bare_walk_s"),
+            "ratio_p50": two["no_change_vs_walk"],
+        },
+    ]
+
+
 def guarded(name: str, fn: Callable[[], list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """Run one group of rows; a group that breaks becomes one row saying so,
     and the other groups still run."""
@@ -240,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         rows += guarded("cold start", lambda: bench_cold_start(tmp, 3 if q else 7))
         rows += guarded("cold and multi-tenant", lambda: bench_cold.bench_all(tmp / "cold", q))
+        rows += guarded("indexing jobs", lambda: bench_indexing_jobs(q))
     print_table(rows)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2, default=str))

@@ -3,7 +3,7 @@
     python scripts/reindex.py [--data-dir DIR] [--json] [--log-level LEVEL]
                               [--project NAME]... [--resource ULID]... [--full]
                               [--verify | --rebuild] [--lock-timeout SECONDS]
-                              [--profile local|remote]
+                              [--profile local|remote] [--jobs N]
 
 Default: every registered resource, incrementally (and the units of resources
 no longer registered are deleted; a git resource git cannot list, e.g.
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         out = Output(args.json)
         ops = operations(args)
         if args.verify:
-            if args.project or args.resource or args.full:
+            if args.project or args.resource or args.full or args.jobs is not None:
                 raise UsageError("--verify checks every resource; it takes no other options")
             problems = ops.verify()
             out.emit(
@@ -141,7 +141,9 @@ def main(argv: list[str] | None = None) -> int:
             if args.rebuild:
                 if args.project or args.resource:
                     raise UsageError("--rebuild rebuilds every resource; drop --project/--resource")
-                report = ops.rebuild(lock_timeout=args.lock_timeout, progress=progress)
+                report = ops.rebuild(
+                    lock_timeout=args.lock_timeout, progress=progress, jobs=args.jobs
+                )
             else:
                 report = ops.reindex(
                     args.project,
@@ -149,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
                     full=args.full,
                     lock_timeout=args.lock_timeout,
                     progress=progress,
+                    jobs=args.jobs,
                 )
         finally:
             done()

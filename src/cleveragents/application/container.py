@@ -27,8 +27,10 @@ arguments.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -101,8 +103,19 @@ def _minilm_embedder() -> Embedder:
 EMBEDDERS = ("hashing", "minilm")
 
 
-def _indexer(store: ManagedIndexStore, embedder: Embedder) -> Indexer:
-    from cleveragents.application.services.indexer import Indexer
+def _embedder_factory(kind: str, dimension: int) -> Callable[[], Embedder]:
+    """A picklable factory of the configured embedder (what a worker builds)."""
+    if kind == "minilm":
+        from cleveragents.infrastructure.acms.minilm_embedder import MiniLMEmbedder
+
+        return MiniLMEmbedder
+    from cleveragents.infrastructure.acms.hashing_embedder import HashingEmbedder
+
+    return functools.partial(HashingEmbedder, int(dimension))
+
+
+def _indexer(store: ManagedIndexStore, embedder: Embedder, kind: str) -> Indexer:
+    from cleveragents.application.services.indexer import Indexer, PlannerSpec
 
     # An indexer is built to write: open its four stores now, as the indexer
     # of the first round did, so a hydration opens no module or file of
@@ -110,7 +123,9 @@ def _indexer(store: ManagedIndexStore, embedder: Embedder) -> Indexer:
     store.open_all()
     from cleveragents.infrastructure.acms.tree_sitter_code import TreeSitterCodeParser
 
-    return Indexer(store, embedder, code_parser=TreeSitterCodeParser())
+    # Worker processes build their own parser and embedder from the spec.
+    spec = PlannerSpec(_embedder_factory(kind, embedder.dimension), TreeSitterCodeParser)
+    return Indexer(store, embedder, code_parser=TreeSitterCodeParser(), spec=spec)
 
 
 def _context_tier_service() -> ContextTierService:
@@ -211,7 +226,7 @@ def build_container(
             else providers.Singleton(_hashing_embedder, cfg.embedding_dimension)
         )
         container.indexer.override(
-            providers.Singleton(_indexer, container.index_store, container.embedder)
+            providers.Singleton(_indexer, container.index_store, container.embedder, embedder)
         )
     elif profile == "remote":
         from cleveragents.application.remote_profile import wire_remote

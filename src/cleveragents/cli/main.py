@@ -96,6 +96,26 @@ def add_reindex_options(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="how long to wait for another reindex to finish (default: 60)",
     )
+    parser.add_argument(
+        "--jobs",
+        type=_jobs,
+        default=None,
+        metavar="N",
+        help="worker processes that parse, chunk and embed (default: one per core; "
+        "1: in this process)",
+    )
+
+
+def _jobs(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--jobs must be a positive integer, not {raw!r}"
+        ) from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"--jobs must be a positive integer, not {raw!r}")
+    return value
 
 
 def _positive(text: str) -> int:
@@ -467,7 +487,11 @@ def run(args: argparse.Namespace, out: Output) -> int:
         return _resource(ops, args, out)
     if command == "reindex":
         report = ops.reindex(
-            args.project, args.resource, full=args.full, lock_timeout=args.lock_timeout
+            args.project,
+            args.resource,
+            full=args.full,
+            lock_timeout=args.lock_timeout,
+            jobs=args.jobs,
         )
         out.emit(report.as_dict(), lambda: format_report(report))
         return report_failures(_PROG, report)

@@ -37,7 +37,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import Callable, Iterable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -46,20 +48,23 @@ import numpy as np
 import numpy.typing as npt
 import structlog
 
-from cleveragents.application.services.chunking import chunk_text, detect_language, make_units
-from cleveragents.application.services.code_graph import (
-    ModuleLookup,
-    PathLookup,
-    chunk_starts,
-    code_triples,
-    extract_facts,
-    file_triples,
-    parser_language,
+from cleveragents.application.services.code_graph import PathLookup
+from cleveragents.application.services.index_workers import (
+    EMBED_BATCH,
+    FilePlan,
+    Outcome,
+    PlanFailure,
+    PlannerPool,
+    PlannerSpec,
+    default_jobs,
+    embed_texts,
+    fault_from_env,
+    plan_batch,
+    plan_file,
 )
 from cleveragents.application.services.resource_files import (
     ListedFile,
     ReadFile,
-    decode_text,
     is_binary,
     list_resource,
     read_file,
@@ -76,23 +81,31 @@ from cleveragents.domain.models.acms.index_store import (
 )
 from cleveragents.domain.models.acms.indexing import FileRecord, IndexStats
 from cleveragents.domain.models.acms.secret_filter import DEFAULT_SECRET_FILTER, SecretFilter
-from cleveragents.domain.models.acms.uko import file_uri
 from cleveragents.domain.models.acms.ulids import canonical_ulid
 
 __all__ = [
     "DEFAULT_INDEX_FILE_BYTES",
     "NOT_READ",
+    "WORKER_BATCH_BYTES",
     "Catalog",
     "IndexSession",
     "Indexer",
     "NotRead",
+    "PlannerSpec",
+    "default_jobs",
 ]
 
 _CODE_GRAPH_VERSION = "code-graph-ts1"
 # Bumped when the units change shape (``symbols`` metadata): a re-index follows.
 _UNITS_VERSION = "units-2"
 DEFAULT_INDEX_FILE_BYTES = 1024 * 1024
-_EMBED_BATCH = 256
+_EMBED_BATCH = EMBED_BATCH
+# A worker's batch: enough source to amortise the round trip, small enough
+# that the files in flight (2 batches per job) bound the memory.  The window
+# (4 MB of source with 2 jobs) keeps the workers busy while the writer
+# flushes one store batch (about as much).
+WORKER_BATCH_BYTES = 1024 * 1024
+_WORKER_BATCH_FILES = 256
 
 _log = structlog.get_logger("cleveragents.acms.indexer")
 
@@ -101,11 +114,21 @@ _log = structlog.get_logger("cleveragents.acms.indexer")
 class _Planned:
     listed: ListedFile
     sha256: str
-    units: list[IndexUnit]
-    triples: list[WriteTriple]
+    units: list[IndexUnit] | tuple[IndexUnit, ...]
+    triples: list[WriteTriple] | tuple[WriteTriple, ...]
     subjects: tuple[str, ...]
     old: FileRecord | None
     size: int
+
+
+@dataclass(slots=True)
+class _Work:
+    """A changed file on its way to a worker."""
+
+    listed: ListedFile
+    sha256: str
+    old: FileRecord | None
+    data: bytes
 
 
 class Indexer:
@@ -118,7 +141,11 @@ class Indexer:
         *,
         max_file_bytes: int = DEFAULT_INDEX_FILE_BYTES,
         code_parser: CodeParser | None = None,
+        spec: PlannerSpec | None = None,
     ) -> None:
+        """``spec`` is how a worker process builds its own embedder and
+        parser (the same ones as ``embedder`` and ``code_parser``); without
+        it, planning runs in this process whatever ``jobs`` asks."""
         if embedder.dimension != store.dimension:
             raise ValueError(
                 f"embedder dimension {embedder.dimension} does not match the vector index "
@@ -130,6 +157,8 @@ class Indexer:
         self.embedder = embedder
         self.max_file_bytes = max_file_bytes
         self.code_parser = code_parser
+        self.spec = spec
+        self._pool: PlannerPool | None = None
         # What produced the units: a change re-indexes every file.  With a
         # code parser, chunks and graph follow its definitions (code graph v2).
         graph = f"|{_CODE_GRAPH_VERSION}" if code_parser is not None else ""
@@ -142,7 +171,38 @@ class Indexer:
             self.embedder,
             max_file_bytes=self.max_file_bytes,
             code_parser=self.code_parser,
+            spec=self.spec,
         )
+
+    @contextlib.contextmanager
+    def workers(
+        self, jobs: int | None = None, *, batch_bytes: int = WORKER_BATCH_BYTES
+    ) -> Iterator[Indexer]:
+        """Plan files in ``jobs`` worker processes inside the block.
+
+        ``None``: one per core (:func:`default_jobs`).  ``1``, or an indexer
+        built without a :class:`PlannerSpec`: in this process.  The pool
+        lives for the block, so the workers load their parser and embedder
+        once for every resource indexed in it; it starts with the first
+        full batch (``batch_bytes`` of changed files), so a session that
+        changes less plans it here.
+
+        Raises:
+            ValueError: ``jobs`` is not a positive int.
+        """
+        if jobs is None:
+            jobs = default_jobs()
+        if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+            raise ValueError(f"jobs must be a positive int, not {jobs!r}")
+        if jobs == 1 or self.spec is None or self._pool is not None:
+            yield self
+            return
+        with PlannerPool(self.spec, jobs, batch_bytes=batch_bytes) as pool:
+            self._pool = pool
+            try:
+                yield self
+            finally:
+                self._pool = None
 
     @property
     def catalog(self) -> Catalog:
@@ -219,7 +279,17 @@ NOT_READ = NotRead()
 
 
 class IndexSession:
-    """One resource's pass: visit (or read and update) each listed file, then finish."""
+    """One resource's pass: visit (or read and update) each listed file, then finish.
+
+    With a worker pool (:meth:`Indexer.workers`), changed files go to the
+    workers in batches of about :data:`WORKER_BATCH_BYTES`; at most two
+    batches per job are in flight, and their deltas reach the store in the
+    order the files were visited, so the store sees the same sequence of
+    deltas as with one job.  A file whose planning fails, or whose worker
+    dies twice (once in its batch, once alone), is skipped (``parse_failed``
+    or ``worker_failed``): its old units go at finish, and the next session
+    reads it again.
+    """
 
     def __init__(
         self,
@@ -247,11 +317,16 @@ class IndexSession:
             if isinstance(listed_paths, list | tuple | set | frozenset)
             else list(listed_paths)
         )
-        self._module_lookup: ModuleLookup | None = None
         self._path_lookup: PathLookup | None = None
         self._seen: set[str] = set()
         self._to_embed: list[_Planned] = []
         self._to_embed_units = 0
+        self._pool = indexer._pool
+        self._fault = fault_from_env()
+        self._listing_file: str | None = None
+        self._batch: list[_Work] = []
+        self._batch_bytes = 0
+        self._in_flight: deque[tuple[list[_Work], Future[list[Outcome]]]] = deque()
         self._finished = False
 
     def __enter__(self) -> IndexSession:
@@ -266,16 +341,12 @@ class IndexSession:
         if exc_type is None:
             self.finish()
         else:
+            for _, future in self._in_flight:
+                future.cancel()
+            self._in_flight.clear()
             # Nothing more is written: the store keeps the dirty marker, and
             # the resource's next session repairs what this one left.
             self._stack.__exit__(exc_type, exc, tb)
-
-    @property
-    def _modules(self) -> ModuleLookup:
-        """The Python modules of the listing, looked up per name when needed."""
-        if self._module_lookup is None:
-            self._module_lookup = ModuleLookup(self._listed_paths)
-        return self._module_lookup
 
     @property
     def _files(self) -> PathLookup:
@@ -366,43 +437,125 @@ class IndexSession:
             )
             self._tx.apply(FileDelta("touch", path, record=record, old=old))
             return
-        text = decode_text(data)
-        language = detect_language(path)
-        parser = self._ix.code_parser
-        parsed = parser.parse(text, parser_language(path, language)) if parser else None
-        definitions: list[tuple[str, int]]
-        if parsed is not None:
-            chunks = chunk_text(text, language, starts=chunk_starts(parsed))
-            triples = code_triples(self.resource_id, path, language, chunks, parsed, self._files)
-            definitions = [(s.name, s.start_line) for s in parsed.symbols]
-        else:
-            chunks = chunk_text(text, language)
-            facts = extract_facts(path, text, language)
-            triples = file_triples(self.resource_id, path, language, chunks, facts, self._modules)
-            definitions = [(name.rsplit(".", 1)[-1], line) for name, _, line in facts.symbols]
-        units = make_units(
-            self.resource_id,
-            path,
-            text,
-            language=language,
-            chunks=chunks,
-            definitions=definitions,
+        if self._pool is not None:
+            self._batch.append(_Work(listed, sha, old, data))
+            self._batch_bytes += len(data)
+            full = self._batch_bytes >= self._pool.batch_bytes
+            if full or len(self._batch) >= _WORKER_BATCH_FILES:
+                self._submit()
+            return
+        try:
+            plan = plan_file(
+                self.resource_id, path, data, self._ix.code_parser, self._files, self._fault
+            )
+        except Exception as exc:  # the same rule as in a worker
+            self._failed(path, PlanFailure("parse_failed", f"{type(exc).__name__}: {exc}"))
+            return
+        self._to_embed.append(
+            _Planned(listed, sha, plan.units, plan.triples, plan.subjects, old, len(data))
         )
-        own = file_uri(self.resource_id, path)
-        # The file and the URIs under it: never the resource node (its one
-        # `contains` edge is dropped as an exact triple instead).
-        subjects = tuple(sorted({t[0] for t in triples if t[0].startswith(own)} | {own}))
-        self._to_embed.append(_Planned(listed, sha, units, triples, subjects, old, len(data)))
-        self._to_embed_units += len(units)
+        self._to_embed_units += len(plan.units)
         if self._to_embed_units >= _EMBED_BATCH:
             self._embed_pending()
 
+    def _failed(self, path: str, failure: PlanFailure) -> None:
+        # Not seen: the old units go at finish, the catalog forgets the file,
+        # and the next session reads it again.
+        self._seen.discard(path)
+        self.stats.skip(failure.reason)
+        _log.warning(
+            "indexer.file_failed",
+            resource_id=self.resource_id,
+            path=path,
+            reason=failure.reason,
+            detail=failure.detail,
+        )
+
+    # ------------------------------------------------------------ workers
+
+    def _submit(self) -> None:
+        """Send the batch being built to a worker; wait for the oldest when
+        the window (two batches per job) is full."""
+        pool = self._pool
+        if not self._batch or pool is None:
+            return
+        if self._listing_file is None:
+            self._listing_file = pool.listing(self._listed_paths)
+        batch, self._batch, self._batch_bytes = self._batch, [], 0
+        items = [(w.listed.rel_path, w.data) for w in batch]
+        self._in_flight.append((batch, pool.submit(self.resource_id, self._listing_file, items)))
+        while len(self._in_flight) >= 2 * pool.jobs:
+            self._complete_oldest()
+
+    def _complete_oldest(self) -> None:
+        batch, future = self._in_flight.popleft()
+        try:
+            outcomes = future.result()
+        except Exception:  # a dead worker (BrokenProcessPool) or a failed batch
+            outcomes = self._retry_alone(batch)
+        self._apply_outcomes(batch, outcomes)
+
+    def _apply_outcomes(self, batch: list[_Work], outcomes: list[Outcome]) -> None:
+        for work, outcome in zip(batch, outcomes, strict=True):
+            if isinstance(outcome, PlanFailure):
+                self._failed(work.listed.rel_path, outcome)
+                continue
+            plan, rows = outcome
+            self._apply(self._planned(work, plan), rows)
+
+    def _retry_alone(self, batch: list[_Work]) -> list[Outcome]:
+        """Plan each file of a failed batch in a worker of its own, so only
+        the file that kills a worker is lost."""
+        pool = self._pool
+        assert pool is not None and self._listing_file is not None
+        _log.warning("indexer.worker_failed", resource_id=self.resource_id, files=len(batch))
+        out: list[Outcome] = []
+        for work in batch:
+            try:
+                item = [(work.listed.rel_path, work.data)]
+                out.extend(pool.submit(self.resource_id, self._listing_file, item).result())
+            except Exception as exc:  # this file takes its worker down
+                out.append(PlanFailure("worker_failed", f"{type(exc).__name__}: {exc}"))
+        return out
+
+    def _drain(self) -> None:
+        pool = self._pool
+        if pool is not None and not pool.started and self._batch:
+            # Less than one batch changed (a watch event, a small re-run):
+            # planning it here costs less than starting the workers.
+            batch, self._batch, self._batch_bytes = self._batch, [], 0
+            items = [(w.listed.rel_path, w.data) for w in batch]
+            outcomes = plan_batch(
+                self.resource_id,
+                items,
+                parser=self._ix.code_parser,
+                embedder=self._ix.embedder,
+                files=self._files,
+                fault=self._fault,
+            )
+            self._apply_outcomes(batch, outcomes)
+        self._submit()
+        while self._in_flight:
+            self._complete_oldest()
+
     # ------------------------------------------------------------ deltas
+
+    @staticmethod
+    def _planned(work: _Work, plan: FilePlan) -> _Planned:
+        return _Planned(
+            work.listed,
+            work.sha256,
+            plan.units,
+            plan.triples,
+            plan.subjects,
+            work.old,
+            len(work.data),
+        )
 
     def _embed_pending(self) -> None:
         """Embed the planned files' units in one call and hand their deltas on."""
         planned, self._to_embed, self._to_embed_units = self._to_embed, [], 0
-        rows = self._embed([u.content for p in planned for u in p.units])
+        rows = embed_texts(self._ix.embedder, [u.content for p in planned for u in p.units])
         offset = 0
         for p in planned:
             self._apply(p, rows[offset : offset + len(p.units)])
@@ -431,20 +584,11 @@ class IndexSession:
             )
         )
 
-    def _embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
-        dimension = self._ix.embedder.dimension
-        if not texts:
-            return np.zeros((0, dimension), dtype=np.float32)
-        parts = [
-            self._ix.embedder.embed(texts[i : i + _EMBED_BATCH])
-            for i in range(0, len(texts), _EMBED_BATCH)
-        ]
-        return np.ascontiguousarray(np.vstack(parts), dtype=np.float32)
-
     def finish(self) -> IndexStats:
         """Hand on what is planned, delete files no longer present, commit."""
         if self._finished:
             return self.stats
+        self._drain()
         self._embed_pending()
         gone_paths = [path for path in self._catalog_stats if path not in self._seen]
         if gone_paths:

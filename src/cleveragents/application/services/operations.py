@@ -415,8 +415,12 @@ class AcmsOperations:
         full: bool = False,
         lock_timeout: float = 60.0,
         progress: Callable[[str, int, int], None] | None = None,
+        jobs: int | None = None,
     ) -> ReindexReport:
         """Index the named resources (all when none named), incrementally.
+
+        ``jobs`` worker processes parse, chunk and embed (default: one per
+        core; ``1``: all in this process); this process alone writes.
 
         Indexing every resource also deletes the units of resources that are
         no longer registered.  Only one reindex runs per data directory at a
@@ -433,8 +437,10 @@ class AcmsOperations:
         )
         report = ReindexReport()
         t0 = time.perf_counter()
-        with self._store().writing(timeout=lock_timeout) as store:
-            indexer = self._indexer()
+        with (
+            self._store().writing(timeout=lock_timeout) as store,
+            self._indexer().workers(jobs) as indexer,
+        ):
             for rid in targets:
                 resource = self.resources.get(rid)
                 if resource is None:
@@ -472,9 +478,11 @@ class AcmsOperations:
         *,
         lock_timeout: float = 60.0,
         progress: Callable[[str, int, int], None] | None = None,
+        jobs: int | None = None,
     ) -> ReindexReport:
         """Build fresh indexes of every resource beside the live ones, then swap
         each one in with an atomic exchange (see ``MaintainedStore.rebuild``).
+        ``jobs`` as for :meth:`reindex`.
 
         Readers see the old index or the new one, never a half-built one; a
         reader that has an index open picks the new one up on its next query.
@@ -484,8 +492,7 @@ class AcmsOperations:
         t0 = time.perf_counter()
         planner = self._indexer()
         with self._store().writing(timeout=lock_timeout) as live:
-            with live.rebuild() as fresh:
-                indexer = planner.over(fresh)
+            with live.rebuild() as fresh, planner.over(fresh).workers(jobs) as indexer:
                 for resource in self.resources.list():
                     if not os.path.isdir(resource.location):
                         report.missing.append(resource.resource_id)

@@ -1,0 +1,257 @@
+"""Indexing a real source tree: throughput and peak memory, 1 vs 2 jobs vs today's.
+
+Not a test.  The tree is a copy of the running interpreter's standard library
+(``sysconfig.get_paths()["stdlib"]``) without ``site-packages``,
+``__pycache__``, ``config-*`` and ``lib-dynload`` (build files and compiled
+extensions, not source); ``test/`` is kept.  ``--quick`` indexes a few
+packages only (about 4 MB).
+
+Every run is a fresh subprocess that registers the tree in an empty data
+directory and runs ``AcmsOperations.reindex`` (what ``acms reindex`` runs),
+then a no-change re-run and a bare ``os.walk`` + ``stat`` of the tree.  The
+parent samples the RSS of the run's whole process tree (the indexing process
+and its worker processes, summed) from ``/proc`` every 20 ms.
+
+Variants, interleaved (``--repeats`` rounds, medians reported):
+
+- ``today``: the code of the reference commit (``--base``, default the
+  pre-change main ``3498579``), checked out into a temporary worktree;
+- ``jobs=1`` and ``jobs=2``: this tree's code.
+
+    python benchmarks/bench_index.py [--quick] [--repeats N] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+BASE_COMMIT = "3498579"
+SKIP = ("__pycache__", "site-packages", "config-*", "lib-dynload", ".git")
+QUICK_PACKAGES = ("json", "email", "asyncio", "http", "xml", "importlib", "logging", "unittest")
+
+
+def make_tree(target: Path, quick: bool) -> Path:
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    ignore = shutil.ignore_patterns(*SKIP)
+    if not quick:
+        shutil.copytree(stdlib, target, symlinks=True, ignore=ignore)
+        return target
+    target.mkdir(parents=True)
+    for name in QUICK_PACKAGES:
+        shutil.copytree(stdlib / name, target / name, symlinks=True, ignore=ignore)
+    for module in sorted(stdlib.glob("*.py"))[:60]:
+        shutil.copy2(module, target / module.name)
+    return target
+
+
+def tree_bytes(root: Path) -> int:
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+# ---------------------------------------------------------------- the child
+
+
+def bare_walk(root: Path) -> int:
+    n = 0
+    for dirpath, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in (".git", "__pycache__", "node_modules")]
+        for name in files:
+            os.lstat(os.path.join(dirpath, name))
+            n += 1
+    return n
+
+
+def child(tree: Path, data: Path, jobs: int | None) -> dict[str, Any]:
+    """One indexing run in this (fresh) process."""
+    import logging
+
+    import structlog
+
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    from cleveragents.application.container import build_container
+    from cleveragents.application.services.operations import AcmsOperations
+
+    ops = AcmsOperations.from_container(build_container("local", data))
+    ops.add_project("local/bench")
+    rid = ops.add_resource(str(tree), "local/bench", "directory").resource_id
+    kwargs: dict[str, Any] = {} if jobs is None else {"jobs": jobs}
+    t0 = time.perf_counter()
+    report = ops.reindex(resources=[rid], **kwargs)
+    full = time.perf_counter() - t0
+    total = report.as_dict()["total"]
+    reruns, walks = [], []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        bare_walk(tree)
+        walks.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        again = ops.reindex(resources=[rid], **kwargs).as_dict()["total"]
+        reruns.append(time.perf_counter() - t0)
+        assert again["files_indexed"] == 0, again
+    return {
+        "full_s": full,
+        "bytes_read": total["bytes_read"],
+        "files": total["files_seen"],
+        "units": total["units_written"],
+        "no_change_s": statistics.median(reruns),
+        "bare_walk_s": statistics.median(walks),
+    }
+
+
+# ---------------------------------------------------------------- the parent
+
+
+def _tree_pids(root: int) -> list[int]:
+    """``root`` and its descendants (from /proc/*/stat parent links)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry))
+    out, stack = [], [root]
+    while stack:
+        pid = stack.pop()
+        out.append(pid)
+        stack.extend(children.get(pid, []))
+    return out
+
+
+def _rss_kb(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def measure(src: Path, tree: Path, data: Path, jobs: int | None) -> dict[str, Any]:
+    """Run one child on ``src``'s code; its result plus the tree's peak RSS."""
+    shutil.rmtree(data, ignore_errors=True)
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    cmd = [sys.executable, __file__, "--child", str(tree), str(data)]
+    if jobs is not None:
+        cmd += ["--jobs", str(jobs)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True)
+    peak = 0
+    while proc.poll() is None:
+        peak = max(peak, sum(_rss_kb(p) for p in _tree_pids(proc.pid)))
+        time.sleep(0.02)
+    out = proc.stdout.read() if proc.stdout else ""
+    if proc.returncode != 0:
+        raise RuntimeError(f"indexing run failed ({proc.returncode}): {cmd}")
+    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    result["peak_rss_mb"] = peak / 1024
+    return result
+
+
+def base_worktree(commit: str, where: Path) -> Path:
+    subprocess.run(
+        ["git", "-C", str(REPO), "worktree", "add", "--detach", str(where), commit],
+        check=True,
+        capture_output=True,
+    )
+    return where / "src"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--base", default=BASE_COMMIT, help="the 'today' commit")
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--child", nargs=2, type=Path, metavar=("TREE", "DATA"))
+    parser.add_argument("--jobs", type=int)
+    args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(child(args.child[0], args.child[1], args.jobs)))
+        return 0
+    rows = run(args.quick, args.repeats or (1 if args.quick else 3), args.base)
+    print_rows(rows)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+    return 0
+
+
+def run(quick: bool, repeats: int, base: str) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        tree = make_tree(tmp / "tree", quick)
+        source_mb = tree_bytes(tree) / 1e6
+        base_src = base_worktree(base, tmp / "base")
+        try:
+            variants: dict[str, tuple[Path, int | None]] = {
+                "today": (base_src, None),
+                "jobs=1": (REPO / "src", 1),
+                "jobs=2": (REPO / "src", 2),
+            }
+            runs: dict[str, list[dict[str, Any]]] = {name: [] for name in variants}
+            for _ in range(repeats):  # interleaved: the noise hits every variant alike
+                for name, (src, jobs) in variants.items():
+                    runs[name].append(measure(src, tree, tmp / "data", jobs))
+        finally:
+            subprocess.run(
+                ["git", "-C", str(REPO), "worktree", "remove", "--force", str(tmp / "base")],
+                check=False,
+                capture_output=True,
+            )
+    out: dict[str, Any] = {"source_mb": source_mb, "repeats": repeats, "base": base}
+    for name, results in runs.items():
+        med = {k: statistics.median(r[k] for r in results) for k in results[0]}
+        indexed_mb = med["bytes_read"] / 1e6
+        out[name] = {
+            **med,
+            "indexed_mb": indexed_mb,
+            "mb_per_s": indexed_mb / med["full_s"],
+            "rss_over_source": med["peak_rss_mb"] / source_mb,
+            "no_change_vs_walk": med["no_change_s"] / med["bare_walk_s"],
+        }
+    today = out["today"]["mb_per_s"]
+    for name in variants:
+        out[name]["throughput_vs_today"] = out[name]["mb_per_s"] / today
+    out["jobs2_vs_jobs1"] = out["jobs=2"]["mb_per_s"] / out["jobs=1"]["mb_per_s"]
+    return out
+
+
+def print_rows(rows: dict[str, Any]) -> None:
+    print(
+        f"source {rows['source_mb']:.1f} MB, {rows['repeats']} interleaved round(s), "
+        f"today = {rows['base']}"
+    )
+    print(
+        f"{'variant':<8} {'full s':>8} {'MB/s':>6} {'vs today':>8} {'peak RSS MB':>11} "
+        f"{'RSS/src':>7} {'no-change s':>11} {'vs walk':>7}"
+    )
+    for name in ("today", "jobs=1", "jobs=2"):
+        r = rows[name]
+        print(
+            f"{name:<8} {r['full_s']:>8.2f} {r['mb_per_s']:>6.2f} "
+            f"{r['throughput_vs_today']:>7.2f}x {r['peak_rss_mb']:>11.0f} "
+            f"{r['rss_over_source']:>6.1f}x {r['no_change_s']:>11.3f} "
+            f"{r['no_change_vs_walk']:>6.2f}x"
+        )
+    print(f"jobs=2 / jobs=1 throughput: {rows['jobs2_vs_jobs1']:.2f}x")
+    print("targets (issue 10): RSS/src <= 4x; jobs=2 vs today >= 2x; no-change <= 2x walk")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,364 @@
+"""Planning files in worker processes: parse, chunk, triples, units, embeddings.
+
+The indexer's CPU work per changed file (decode, tree-sitter parse, chunking,
+code-graph triples, units, embeddings) is pure: bytes in, a plan out.  It runs
+here, either in the indexing process (``jobs=1``) or in a pool of worker
+processes; the engine writes stay in the one writer, the index store's
+transaction in the parent::
+
+    IndexSession (parent) ── batch of (path, bytes) ──► worker: plan_batch
+          ▲                                               │ parser, embedder
+          └──────── [FilePlan | failure] per file ◄───────┘ (built once per worker)
+
+- Workers start with the ``forkserver`` method, never ``fork``: the parent
+  has threads (Tantivy's searcher and writer threads, logging) whose locks a
+  forked child could inherit held.
+- A worker builds its own code parser and embedder from a picklable
+  :class:`PlannerSpec` (factories, not live objects), once per process, and
+  imports no index engine.
+- A file whose planning raises is reported as a failure (``parse_failed``),
+  never lost silently; the parent decides (the session skips it).
+
+Fault injection for tests: ``ACMS_FAULT_PLAN=kill:<path>`` makes a *worker*
+process SIGKILL itself when it plans ``<path>``; ``raise:<path>`` makes the
+planning of ``<path>`` raise (in any process).  The parent reads the variable
+once per pool and passes it to its workers.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+import select
+import signal
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import structlog
+
+from cleveragents.application.services.chunking import chunk_text, detect_language, make_units
+from cleveragents.application.services.code_graph import (
+    PathLookup,
+    chunk_starts,
+    code_triples,
+    extract_facts,
+    file_triples,
+    parser_language,
+)
+from cleveragents.application.services.resource_files import decode_text
+from cleveragents.domain.models.acms.backends import IndexUnit, WriteTriple
+from cleveragents.domain.models.acms.code_facts import CodeParser
+from cleveragents.domain.models.acms.embedding import Embedder
+from cleveragents.domain.models.acms.uko import file_uri
+
+__all__ = [
+    "EMBED_BATCH",
+    "FAULT_ENV_VAR",
+    "FilePlan",
+    "PlanFailure",
+    "PlannerPool",
+    "PlannerSpec",
+    "default_jobs",
+    "embed_texts",
+    "fault_from_env",
+    "plan_file",
+]
+
+EMBED_BATCH = 256
+_log = structlog.get_logger("cleveragents.acms.indexer")
+FAULT_ENV_VAR = "ACMS_FAULT_PLAN"
+# One worker per core, but never so many that their parsers and embedders
+# (a MiniLM worker holds ~100 MB) crowd out the writer.
+MAX_DEFAULT_JOBS = 8
+
+
+def default_jobs() -> int:
+    """One job per core usable by this process, at most :data:`MAX_DEFAULT_JOBS`."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, MAX_DEFAULT_JOBS))
+
+
+@dataclass(frozen=True, slots=True)
+class PlannerSpec:
+    """What a worker builds its own embedder and code parser from.
+
+    Both are picklable callables (a class, or ``functools.partial`` of one),
+    never live objects: a worker loads its own model once.
+    """
+
+    embedder: Callable[[], Embedder]
+    code_parser: Callable[[], CodeParser] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FilePlan:
+    """A changed file's units, their embeddings and its graph triples."""
+
+    units: tuple[IndexUnit, ...]
+    triples: tuple[WriteTriple, ...]
+    subjects: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PlanFailure:
+    """A file that could not be planned: the session skips it with ``reason``."""
+
+    reason: str
+    detail: str
+
+
+def fault_from_env() -> tuple[str, str] | None:
+    """The planning fault :data:`FAULT_ENV_VAR` asks for (tests only), or None."""
+    return _fault(os.environ.get(FAULT_ENV_VAR))
+
+
+def _fault(raw: str | None) -> tuple[str, str] | None:
+    if not raw:
+        return None
+    kind, _, path = raw.partition(":")
+    if kind not in ("kill", "raise") or not path:
+        raise ValueError(f"{FAULT_ENV_VAR}={raw!r}: expected kill:<path> or raise:<path>")
+    return kind, path
+
+
+def plan_file(
+    resource_id: str,
+    path: str,
+    data: bytes,
+    parser: CodeParser | None,
+    files: PathLookup,
+    fault: tuple[str, str] | None = None,
+) -> FilePlan:
+    """The units and triples of one text file (no embeddings yet)."""
+    if fault is not None and fault[1] == path:
+        if fault[0] == "kill" and multiprocessing.parent_process() is not None:
+            os.kill(os.getpid(), signal.SIGKILL)
+        if fault[0] == "raise":
+            raise RuntimeError(f"fault injected while planning {path}")
+    text = decode_text(data)
+    language = detect_language(path)
+    parsed = parser.parse(text, parser_language(path, language)) if parser else None
+    definitions: list[tuple[str, int]]
+    if parsed is not None:
+        chunks = chunk_text(text, language, starts=chunk_starts(parsed))
+        triples = code_triples(resource_id, path, language, chunks, parsed, files)
+        definitions = [(s.name, s.start_line) for s in parsed.symbols]
+    else:
+        chunks = chunk_text(text, language)
+        facts = extract_facts(path, text, language)
+        triples = file_triples(resource_id, path, language, chunks, facts, files.modules)
+        definitions = [(name.rsplit(".", 1)[-1], line) for name, _, line in facts.symbols]
+    units = make_units(
+        resource_id, path, text, language=language, chunks=chunks, definitions=definitions
+    )
+    own = file_uri(resource_id, path)
+    # The file and the URIs under it: never the resource node (its one
+    # `contains` edge is dropped as an exact triple instead).
+    subjects = tuple(sorted({t[0] for t in triples if t[0].startswith(own)} | {own}))
+    return FilePlan(tuple(units), tuple(triples), subjects)
+
+
+def embed_texts(embedder: Embedder, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+    """Embed ``texts`` in batches of :data:`EMBED_BATCH` (one array back)."""
+    if not texts:
+        return np.zeros((0, embedder.dimension), dtype=np.float32)
+    parts = [embedder.embed(texts[i : i + EMBED_BATCH]) for i in range(0, len(texts), EMBED_BATCH)]
+    return np.ascontiguousarray(np.vstack(parts), dtype=np.float32)
+
+
+# ---------------------------------------------------------------- worker side
+
+Outcome = tuple[FilePlan, "npt.NDArray[np.float32]"] | PlanFailure
+
+
+class _Worker:
+    """Per-process state: built once, by the pool's initializer."""
+
+    spec: PlannerSpec | None = None
+    fault: tuple[str, str] | None = None
+    parser: CodeParser | None = None
+    embedder: Embedder | None = None
+    listing: tuple[str, PathLookup] | None = None
+
+
+def _exit_with(writer_pid: int) -> None:
+    """Exit this worker as soon as the writer process is gone.
+
+    A writer killed with SIGKILL (the OOM killer, a crash test) never shuts
+    its pool down; its workers would wait on their queue forever, and hold
+    the fork server open.  The worker's parent is the fork server, not the
+    writer, so ``PR_SET_PDEATHSIG`` cannot tell: a thread waits on the
+    writer's pidfd instead.
+    """
+    try:
+        fd = os.pidfd_open(writer_pid)
+    except (AttributeError, OSError):  # no pidfd: poll
+        fd = None
+
+    def wait() -> None:
+        if fd is not None:
+            select.select([fd], [], [])
+        else:
+            while True:
+                try:
+                    os.kill(writer_pid, 0)
+                except ProcessLookupError:
+                    break
+                time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=wait, name="acms-writer-watch", daemon=True).start()
+
+
+def _init_worker(spec: PlannerSpec, fault: tuple[str, str] | None, writer_pid: int) -> None:
+    # The parent handles Ctrl-C; a worker dies with the pool.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _exit_with(writer_pid)
+    _Worker.spec = spec
+    _Worker.fault = fault
+    _Worker.parser = spec.code_parser() if spec.code_parser is not None else None
+    _Worker.embedder = spec.embedder()
+
+
+def _lookup(listing_file: str) -> PathLookup:
+    cached = _Worker.listing
+    if cached is None or cached[0] != listing_file:
+        with open(listing_file, "rb") as fh:
+            paths = pickle.load(fh)  # written by our parent, owner-only
+        cached = _Worker.listing = (listing_file, PathLookup(frozenset(paths)))
+    return cached[1]
+
+
+def plan_batch(
+    resource_id: str,
+    items: Sequence[tuple[str, bytes]],
+    *,
+    parser: CodeParser | None,
+    embedder: Embedder,
+    files: PathLookup,
+    fault: tuple[str, str] | None = None,
+) -> list[Outcome]:
+    """Plan and embed a batch of files; a file whose planning raises is a failure."""
+    plans: list[FilePlan | PlanFailure] = []
+    for path, data in items:
+        try:
+            plans.append(plan_file(resource_id, path, data, parser, files, fault))
+        except Exception as exc:  # one hostile file must not stop the run
+            plans.append(PlanFailure("parse_failed", f"{type(exc).__name__}: {exc}"[:200]))
+    texts = [u.content for p in plans if isinstance(p, FilePlan) for u in p.units]
+    rows = embed_texts(embedder, texts)
+    out: list[Outcome] = []
+    offset = 0
+    for p in plans:
+        if isinstance(p, PlanFailure):
+            out.append(p)
+            continue
+        n = len(p.units)
+        out.append((p, rows[offset : offset + n].copy()))
+        offset += n
+    return out
+
+
+def _plan_in_worker(
+    resource_id: str, listing_file: str, items: Sequence[tuple[str, bytes]]
+) -> list[Outcome]:
+    assert _Worker.embedder is not None
+    return plan_batch(
+        resource_id,
+        items,
+        parser=_Worker.parser,
+        embedder=_Worker.embedder,
+        files=_lookup(listing_file),
+        fault=_Worker.fault,
+    )
+
+
+# ---------------------------------------------------------------- parent side
+
+
+class PlannerPool:
+    """``jobs`` worker processes that plan batches of files (see the module doc).
+
+    Use as a context manager; :meth:`restart` replaces a pool a dead worker broke.
+    """
+
+    def __init__(self, spec: PlannerSpec, jobs: int, *, batch_bytes: int = 256 * 1024) -> None:
+        if jobs < 2:
+            raise ValueError("a planner pool has at least 2 jobs (1 means in process)")
+        if batch_bytes < 1:
+            raise ValueError("batch_bytes must be positive")
+        self.spec = spec
+        self.jobs = jobs
+        self.batch_bytes = batch_bytes
+        self._fault = fault_from_env()
+        self._dir = tempfile.mkdtemp(prefix="acms-plan-")
+        self._listings = 0
+        self._pool: ProcessPoolExecutor | None = None
+
+    def _executor(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            context = multiprocessing.get_context("forkserver")
+            # Imported once in the fork server, not once per worker.
+            context.set_forkserver_preload([__name__])
+            self._pool = ProcessPoolExecutor(
+                self.jobs,
+                mp_context=context,
+                initializer=_init_worker,
+                initargs=(self.spec, self._fault, os.getpid()),
+            )
+            _log.info("indexer.workers_started", jobs=self.jobs, method="forkserver")
+        return self._pool
+
+    @property
+    def started(self) -> bool:
+        """True once a batch was submitted (the workers are running)."""
+        return self._pool is not None
+
+    def listing(self, paths: Iterable[str]) -> str:
+        """Hand a session's listing to the workers once (a file they cache)."""
+        self._listings += 1
+        target = Path(self._dir) / f"listing-{self._listings}.pickle"
+        with open(target, "wb") as fh:
+            pickle.dump(sorted(paths), fh, protocol=pickle.HIGHEST_PROTOCOL)
+        return str(target)
+
+    def submit(
+        self, resource_id: str, listing_file: str, items: Sequence[tuple[str, bytes]]
+    ) -> Future[list[Outcome]]:
+        """Plan ``items`` in a worker (a pool a dead worker broke is replaced first)."""
+        try:
+            return self._executor().submit(_plan_in_worker, resource_id, listing_file, list(items))
+        except BrokenProcessPool:
+            self.restart()
+            return self._executor().submit(_plan_in_worker, resource_id, listing_file, list(items))
+
+    def restart(self) -> None:
+        """Drop a pool a dead worker broke; the next submit starts a fresh one."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def close(self) -> None:
+        """Stop the workers and remove the listing files."""
+        self.restart()
+        for name in os.listdir(self._dir):
+            os.unlink(os.path.join(self._dir, name))
+        os.rmdir(self._dir)
+
+    def __enter__(self) -> PlannerPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,273 @@
+"""Indexing with worker processes (``jobs``), against the real engines on disk.
+
+- ``jobs=2`` writes the same index contents as ``jobs=1`` (catalog rows,
+  text units and their search results, graph triples, vectors within float
+  tolerance), with batches small enough that many are in flight at once.
+- A worker that dies (SIGKILL while planning one file) or a file whose
+  planning raises does not lose the run: that one file is skipped with a
+  reason, every other file is indexed, ``verify`` agrees, and the next run
+  indexes the file once it no longer fails.
+- Workers import no index engine.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from structlog.testing import capture_logs
+
+from cleveragents.application.services.index_workers import FAULT_ENV_VAR, PlannerPool
+from cleveragents.application.services.indexer import Indexer, PlannerSpec
+from cleveragents.domain.models.acms.indexing import IndexStats
+from cleveragents.infrastructure.acms.hashing_embedder import HashingEmbedder
+from cleveragents.infrastructure.acms.index_store import ManagedIndexStore
+from cleveragents.infrastructure.acms.tree_sitter_code import TreeSitterCodeParser
+
+DIM = 64
+RID = "01J0000000000000000000WKRS"
+STDLIB = Path(sysconfig.get_paths()["stdlib"])
+SMALL_BATCH = 8 * 1024  # many batches from a small tree: the window fills
+
+
+def make_tree(root: Path) -> Path:
+    for package in ("json", "wsgiref"):
+        shutil.copytree(
+            STDLIB / package, root / package, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    (root / "pkg").mkdir()
+    (root / "pkg" / "__init__.py").write_text("from pkg.core import alpha\n")
+    (root / "pkg" / "core.py").write_text(
+        "import json\n\n\ndef alpha():\n    return json.dumps(beta())\n\n\n"
+        "def beta():\n    return {'k': 1}\n"
+    )
+    (root / "pkg" / "bad.py").write_text("def hostile():\n    return 'planning me fails'\n")
+    (root / "notes.md").write_text("# Notes\n\nThe alpha function dumps beta.\n")
+    (root / "blob.bin").write_bytes(b"\0\1\2" * 100)
+    return root
+
+
+def indexer_at(data: Path) -> Indexer:
+    store = ManagedIndexStore.open(data, dimension=DIM)
+    spec = PlannerSpec(functools.partial(HashingEmbedder, DIM), TreeSitterCodeParser)
+    return Indexer(store, HashingEmbedder(DIM), code_parser=TreeSitterCodeParser(), spec=spec)
+
+
+def run(indexer: Indexer, tree: Path, jobs: int, *, full: bool = False) -> IndexStats:
+    with indexer.workers(jobs, batch_bytes=SMALL_BATCH) as ix:
+        return ix.index_resource(RID, tree, "directory", full=full)
+
+
+def contents(indexer: Indexer, *, bm25: bool = True) -> dict[str, object]:
+    """Everything the indexes hold for the resource, in comparable form.
+
+    ``bm25=False``: text hits as a set without scores (Tantivy counts deleted
+    documents in its statistics until segments merge, so after a repair the
+    scores, not the hits, depend on the history)."""
+    store = indexer.store
+    assert isinstance(store, ManagedIndexStore)
+    scope = frozenset({RID})
+    records = store.catalog.records(RID)
+    subjects = sorted(store.graph.subjects(RID))
+    triples = sorted(
+        tuple(t) for s in subjects for t in store.graph.get_triples(s, scope=scope).triples
+    )
+    text: dict[str, object] = {}
+    for q in ("decoder", "alpha beta", "scanstring", "WSGI server headers"):
+        hits = store.text.search(q, scope=scope, max_results=10_000)
+        if bm25:
+            text[q] = [(r.uko_uri, r.content, round(r.score, 6)) for r in hits]
+        else:
+            text[q] = sorted((r.uko_uri, r.content) for r in hits)
+    probe = HashingEmbedder(DIM)
+    vectors = {
+        q: [
+            (r.uko_uri, r.score)
+            for r in store.vector.similarity_search(
+                probe.embed([q])[0].tolist(), scope=scope, top_k=10_000
+            )
+        ]
+        for q in ("JSONDecoder raw_decode", "def alpha", "make_server")
+    }
+    return {
+        "records": {p: (r.sha256, r.unit_uris, r.graph_subjects) for p, r in records.items()},
+        "text_units": sorted(store.text.unit_uris(RID)),
+        "vector_units": sorted(store.vector.unit_uris(RID)),
+        "triples": triples,
+        "text": text,
+        "vectors": vectors,
+    }
+
+
+def test_two_jobs_write_what_one_job_writes(tmp_path: Path) -> None:
+    tree = make_tree(tmp_path / "tree")
+    one, two = indexer_at(tmp_path / "one"), indexer_at(tmp_path / "two")
+    stats_one = run(one, tree, 1)
+    with capture_logs() as logs:
+        stats_two = run(two, tree, 2)
+    assert any(e["event"] == "indexer.workers_started" for e in logs)  # not planned in process
+    assert stats_two.files_indexed == stats_one.files_indexed > 10
+    assert stats_two.units_written == stats_one.units_written
+    a, b = contents(one), contents(two)
+    assert len(a["records"]) == stats_one.files_indexed  # type: ignore[arg-type]
+    for key in ("records", "text_units", "vector_units", "triples", "text"):
+        assert a[key] == b[key], key
+    va, vb = a["vectors"], b["vectors"]
+    assert isinstance(va, dict) and isinstance(vb, dict)
+    for q in va:
+        assert [u for u, _ in va[q]] == [u for u, _ in vb[q]], q
+        assert [s for _, s in va[q]] == pytest.approx([s for _, s in vb[q]], abs=1e-6), q
+    for ix in (one, two):
+        assert isinstance(ix.store, ManagedIndexStore)
+        assert ix.store.verify([RID]) == []
+        ix.store.close()
+
+
+def test_a_second_run_with_workers_writes_only_the_change(tmp_path: Path) -> None:
+    tree = make_tree(tmp_path / "tree")
+    ix = indexer_at(tmp_path / "data")
+    run(ix, tree, 2)
+    (tree / "pkg" / "core.py").write_text("def gamma():\n    return 3\n")
+    (tree / "notes.md").unlink()
+    again = run(ix, tree, 2)
+    assert (again.files_indexed, again.files_deleted) == (1, 1)
+    assert ix.store.text.search("gamma", scope=frozenset({RID}))
+    units = ix.store.text.unit_uris(RID)
+    assert not [u for u in units if "/notes.md#" in u]
+    assert [u for u in units if "/pkg/core.py#" in u] == [
+        u.uko_uri for u in ix.store.text.search("gamma", scope=frozenset({RID}))
+    ]
+    assert isinstance(ix.store, ManagedIndexStore)
+    assert ix.store.verify([RID]) == []
+    ix.store.close()
+
+
+@pytest.mark.parametrize(
+    ("fault", "jobs", "reason"),
+    [("kill", 2, "worker_failed"), ("raise", 2, "parse_failed"), ("raise", 1, "parse_failed")],
+)
+def test_a_failing_file_is_skipped_and_the_run_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: str, jobs: int, reason: str
+) -> None:
+    tree = make_tree(tmp_path / "tree")
+    reference = indexer_at(tmp_path / "reference")
+    run(reference, tree, 1)
+    ix = indexer_at(tmp_path / "data")
+    # An earlier version of the file was indexed: its units must go.
+    (tree / "pkg" / "bad.py").write_text("def hostile_v1():\n    return 1\n")
+    run(ix, tree, 1)
+    (tree / "pkg" / "bad.py").write_text("def hostile():\n    return 'planning me fails'\n")
+    monkeypatch.setenv(FAULT_ENV_VAR, f"{fault}:pkg/bad.py")
+    with capture_logs() as logs:
+        stats = run(ix, tree, jobs, full=True)  # every file through the workers
+    assert stats.skipped.get(reason) == 1, stats
+    assert [e["path"] for e in logs if e["event"] == "indexer.file_failed"] == ["pkg/bad.py"]
+    store = ix.store
+    assert isinstance(store, ManagedIndexStore)
+    assert store.verify([RID]) == []
+    records = store.catalog.records(RID)
+    want = reference.store.catalog.records(RID)
+    assert set(records) == set(want) - {"pkg/bad.py"}
+    assert {p: r.unit_uris for p, r in records.items()} == {
+        p: r.unit_uris for p, r in want.items() if p != "pkg/bad.py"
+    }
+    assert not store.text.search("hostile_v1", scope=frozenset({RID}))
+
+    monkeypatch.delenv(FAULT_ENV_VAR)
+    again = run(ix, tree, jobs)
+    assert again.files_read == 1 and again.files_indexed == 1
+    assert contents(ix) == contents(reference)
+    store.close()
+    reference.store.close()
+
+
+def test_workers_import_no_engine(tmp_path: Path) -> None:
+    spec = PlannerSpec(functools.partial(HashingEmbedder, DIM), TreeSitterCodeParser)
+    with PlannerPool(spec, 2) as pool:
+        pool.submit(RID, pool.listing(["a.py"]), [("a.py", b"x = 1\n")]).result()
+        executor = pool._executor()
+        loaded = executor.submit(eval, "sorted(__import__('sys').modules)").result()
+    assert "tree_sitter" in loaded  # the parser was built in the worker
+    assert not [m for m in loaded if m.split(".")[0] in {"tantivy", "faiss", "rdflib"}]
+
+
+_CHILD = """
+import functools, sys
+from pathlib import Path
+from cleveragents.application.services.indexer import Indexer, PlannerSpec
+from cleveragents.infrastructure.acms.hashing_embedder import HashingEmbedder
+from cleveragents.infrastructure.acms.index_store import ManagedIndexStore
+from cleveragents.infrastructure.acms.tree_sitter_code import TreeSitterCodeParser
+
+if __name__ == "__main__":
+    data, tree, rid, dim, batch = sys.argv[1:6]
+    store = ManagedIndexStore.open(Path(data), dimension=int(dim))
+    spec = PlannerSpec(functools.partial(HashingEmbedder, int(dim)), TreeSitterCodeParser)
+    ix = Indexer(store, HashingEmbedder(int(dim)), code_parser=TreeSitterCodeParser(), spec=spec)
+    with ix.workers(2, batch_bytes=int(batch)) as w:
+        w.index_resource(rid, tree, "directory", full=True)
+"""
+
+
+def _processes_with(marker: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                if marker.encode() in fh.read():
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("step", ["index.text", "index.catalog", "index.clean"])
+def test_a_killed_writer_leaves_no_worker_and_the_next_run_repairs(
+    tmp_path: Path, step: str
+) -> None:
+    tree = make_tree(tmp_path / "tree")
+    reference = indexer_at(tmp_path / "reference")
+    run(reference, tree, 1)
+    data = tmp_path / "data"
+    ix = indexer_at(data)
+    (tree / "pkg" / "bad.py").write_text("def hostile_v1():\n    return 1\n")
+    run(ix, tree, 1)
+    ix.store.close()
+    (tree / "pkg" / "bad.py").write_text("def hostile():\n    return 'planning me fails'\n")
+    script = tmp_path / "child.py"
+    script.write_text(_CHILD)
+    marker = f"ACMS_TEST_MARKER={uuid.uuid4().hex}"
+    key, value = marker.split("=")
+    env = {**os.environ, "ACMS_FAULT_AT": step, key: value}
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+    done = subprocess.run(
+        [sys.executable, str(script), str(data), str(tree), RID, str(DIM), str(SMALL_BATCH)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        timeout=300,
+    )
+    assert done.returncode == -signal.SIGKILL
+    deadline = time.monotonic() + 30
+    while _processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _processes_with(marker) == []  # the workers went with their writer
+    again = indexer_at(data)
+    run(again, tree, 2)
+    assert isinstance(again.store, ManagedIndexStore)
+    assert again.store.verify([RID]) == []
+    assert contents(again, bm25=False) == contents(reference, bm25=False)
+    again.store.close()
+    reference.store.close()
