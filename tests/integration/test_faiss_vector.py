@@ -834,6 +834,47 @@ def test_a_commit_by_another_process_is_not_even_checked_by_other_scopes(tmp_pat
         assert [(e["resource_id"], e["added"]) for e in events] == [(a, 1)]
 
 
+def test_a_commit_to_another_resource_costs_a_reader_one_lookup(tmp_path: Path) -> None:
+    """Another process commits to A: a reader of B (and of B and C) learns
+    that B did not move from one read of the in-scope generations, with no
+    transaction and no read of B's rows, and keeps B's memory as it was."""
+    (a, b, c), _ = three_resources(tmp_path)
+    with FaissVectorBackend(tmp_path, dimension=8) as reader:
+        reader.similarity_search([1.0] * 8, scope=frozenset({b, c}))
+        res_b, res_c = reader._resources[b], reader._resources[c]
+        statements: list[str] = []
+        assert reader._conn is not None
+        reader._conn.set_trace_callback(statements.append)
+        for scope in (frozenset({b}), frozenset({b, c})):
+            subprocess.run(
+                [sys.executable, "-c", WRITER, str(tmp_path), a],
+                check=True,
+                env={**os.environ, "PYTHONPATH": str(SRC)},
+                timeout=120,
+            )
+            statements.clear()
+            with load_events() as events:
+                reader.similarity_search([1.0] * 8, scope=scope)
+            assert events == []
+            assert not [s for s in statements if s.lstrip().upper().startswith("BEGIN")]
+            assert len([s for s in statements if "FROM resources" in s]) == 1
+            assert not [s for s in statements if "embedding" in s]
+            assert reader._resources[b] is res_b and reader._resources[c] is res_c
+        # A commit to B itself is still seen, through the synced path.
+        subprocess.run(
+            [sys.executable, "-c", WRITER, str(tmp_path), b],
+            check=True,
+            env={**os.environ, "PYTHONPATH": str(SRC)},
+            timeout=120,
+        )
+        probe = [0.0] * 5 + [1.0, 0.0, 0.0]
+        with load_events() as events:
+            (hit,) = reader.similarity_search(probe, scope=frozenset({b}), top_k=1)
+        assert (hit.content, hit.score) == ("from afar", pytest.approx(1.0))
+        assert [(e["resource_id"], e["added"]) for e in events] == [(b, 1)]
+        assert reader._resources[b] is res_b
+
+
 def test_own_writes_update_a_loaded_resource_in_place_and_never_load_one(
     backend: FaissVectorBackend,
 ) -> None:

@@ -26,8 +26,10 @@ Change detection is per resource and cheap.  ``PRAGMA data_version`` (no
 transaction) changes only when another connection commits; each loaded
 resource remembers the version at which it was last known current, so a
 search whose in-scope resources are all current costs one pragma.  Otherwise
-it reads the generations of the in-scope resources only (one indexed query)
-and brings each one that moved up to date from the ids alone: ids are never
+it reads the generations of the in-scope resources only (one indexed query,
+outside any transaction: when another resource moved, that is all it costs)
+and brings each one that moved up to date, in a read transaction, from the
+ids alone: ids are never
 reused and a unit's row never changes under its id, so the rows to drop are
 the ids removed since (from the log; a reader older than the log scans the
 resource's ids instead), and the rows to add are those above the highest
@@ -400,19 +402,58 @@ class FaissVectorBackend:
             )
         ]
         if stale:
-            with self._transaction() as cur:
-                stored = {
-                    row[0]: row[1:]
-                    for row in cur.execute(
-                        "SELECT resource_id, generation, log_from FROM resources"
-                        " WHERE resource_id IN (SELECT value FROM json_each(?))",
-                        (json.dumps(stale),),
-                    )
-                }
-                for rid in stale:
-                    generation, log_from = stored.get(rid, (None, None))
-                    self._sync(cur, rid, generation, log_from, version)
+            # Most often another resource moved: one autocommit read of the
+            # in-scope generations shows that nothing here did, and costs no
+            # transaction.  Only resources that did move are synced, in a
+            # read transaction that reads their generations again.
+            moved = [
+                rid
+                for rid, stored in self._generations(conn, stale).items()
+                if not self._confirm(rid, stored[0], version)
+            ]
+            if moved:
+                with self._transaction() as cur:
+                    stored = self._generations(cur, moved)
+                    for rid in moved:
+                        generation, log_from = stored[rid]
+                        self._sync(cur, rid, generation, log_from, version)
         return conn, [self._resources[rid] for rid in wanted if rid in self._resources]
+
+    @staticmethod
+    def _generations(
+        db: sqlite3.Connection | sqlite3.Cursor, rids: list[str]
+    ) -> dict[str, tuple[int | None, int | None]]:
+        """(generation, log_from) of each of ``rids``; (None, None): no rows."""
+        if len(rids) == 1:  # the common scope: one indexed lookup, no JSON
+            row = db.execute(
+                "SELECT generation, log_from FROM resources WHERE resource_id = ?", rids
+            ).fetchone()
+            return {rids[0]: (None, None) if row is None else (row[0], row[1])}
+        found = {
+            row[0]: (row[1], row[2])
+            for row in db.execute(
+                "SELECT resource_id, generation, log_from FROM resources"
+                " WHERE resource_id IN (SELECT value FROM json_each(?))",
+                (json.dumps(rids),),
+            )
+        }
+        return {rid: found.get(rid, (None, None)) for rid in rids}
+
+    def _confirm(self, rid: str, generation: int | None, version: int) -> bool:
+        """Mark ``rid`` current at ``version`` if its memory already matches
+        the stored ``generation``; False if it must be synced."""
+        res = self._resources.get(rid)
+        if res is not None:
+            if res.generation != generation:
+                return False
+            res.checked = version
+            return True
+        if generation is not None:
+            return False
+        if len(self._absent) >= _ABSENT_LIMIT:
+            self._absent = {}
+        self._absent[rid] = version
+        return True
 
     def _sync(
         self,
