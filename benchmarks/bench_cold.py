@@ -19,8 +19,11 @@ run, the two interleaved so that load drift hits both alike):
   one-file project (target <= 2x);
 - in one process: the first query after a commit to another resource (by
   this process, and by another ``acms reindex``) vs a warm query (target
-  <= 1.5x); after a commit to its own resource, for P and for a resource
-  20x P's size (target: O(change), so the two alike);
+  <= 1.5x), and vs the first query after an idle pause as long as the
+  commit took, without a commit (what the commit itself costs: on a shared
+  machine a pause alone makes the next query slower, see
+  ``bench_after_commit``); after a commit to its own resource, for P and
+  for a resource 20x P's size (target: O(change), so the two alike);
 - indexing as a child process (``acms reindex``): peak RSS vs the bytes of
   source read (target <= 4x), throughput, and 2 jobs vs 1 when the CLI has
   ``--jobs``.
