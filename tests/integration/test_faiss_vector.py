@@ -834,6 +834,47 @@ def test_a_commit_by_another_process_is_not_even_checked_by_other_scopes(tmp_pat
         assert [(e["resource_id"], e["added"]) for e in events] == [(a, 1)]
 
 
+def test_a_commit_to_another_resource_costs_a_reader_one_lookup(tmp_path: Path) -> None:
+    """Another process commits to A: a reader of B (and of B and C) learns
+    that B did not move from one read of the in-scope generations, with no
+    transaction and no read of B's rows, and keeps B's memory as it was."""
+    (a, b, c), _ = three_resources(tmp_path)
+    with FaissVectorBackend(tmp_path, dimension=8) as reader:
+        reader.similarity_search([1.0] * 8, scope=frozenset({b, c}))
+        res_b, res_c = reader._resources[b], reader._resources[c]
+        statements: list[str] = []
+        assert reader._conn is not None
+        reader._conn.set_trace_callback(statements.append)
+        for scope in (frozenset({b}), frozenset({b, c})):
+            subprocess.run(
+                [sys.executable, "-c", WRITER, str(tmp_path), a],
+                check=True,
+                env={**os.environ, "PYTHONPATH": str(SRC)},
+                timeout=120,
+            )
+            statements.clear()
+            with load_events() as events:
+                reader.similarity_search([1.0] * 8, scope=scope)
+            assert events == []
+            assert not [s for s in statements if s.lstrip().upper().startswith("BEGIN")]
+            assert len([s for s in statements if "FROM resources" in s]) == 1
+            assert not [s for s in statements if "embedding" in s]
+            assert reader._resources[b] is res_b and reader._resources[c] is res_c
+        # A commit to B itself is still seen, through the synced path.
+        subprocess.run(
+            [sys.executable, "-c", WRITER, str(tmp_path), b],
+            check=True,
+            env={**os.environ, "PYTHONPATH": str(SRC)},
+            timeout=120,
+        )
+        probe = [0.0] * 5 + [1.0, 0.0, 0.0]
+        with load_events() as events:
+            (hit,) = reader.similarity_search(probe, scope=frozenset({b}), top_k=1)
+        assert (hit.content, hit.score) == ("from afar", pytest.approx(1.0))
+        assert [(e["resource_id"], e["added"]) for e in events] == [(b, 1)]
+        assert reader._resources[b] is res_b
+
+
 def test_own_writes_update_a_loaded_resource_in_place_and_never_load_one(
     backend: FaissVectorBackend,
 ) -> None:
@@ -968,3 +1009,53 @@ def test_readers_behind_an_emptied_removal_log_scan_ids_instead(tmp_path: Path) 
         with load_events() as events:
             assert len(reader.similarity_search([1.0] * 8, scope=scope, top_k=100)) == 45
         assert [(e["removed"], e["via"]) for e in events] == [(1, "log")]
+
+
+def test_loaded_vectors_are_bounded_least_recently_searched_first(tmp_path: Path) -> None:
+    """Past ``cache_bytes`` the least recently searched resources outside the
+    current scope are dropped; answers never change (a dropped resource is
+    read again), and a scope over the budget is still searched whole."""
+    (a, b, c), _ = three_resources(tmp_path, rows=50)
+    one = 50 * (4 * 8 + 8)  # 50 rows of 8 float32 and an int64 id each
+    q = [1.0] + [0.5] * 7
+    with (
+        FaissVectorBackend(tmp_path, dimension=8) as unbounded,
+        FaissVectorBackend(tmp_path, dimension=8, cache_bytes=2 * one + one // 2) as bounded,
+    ):
+
+        def search(*rids: str) -> list[VectorResult]:
+            got = bounded.similarity_search(q, scope=frozenset(rids), top_k=200)
+            assert got == unbounded.similarity_search(q, scope=frozenset(rids), top_k=200)
+            assert len(got) == sum(len(bounded.unit_uris(r)) for r in rids)
+            return got
+
+        search(a)
+        search(b)
+        assert bounded.loaded_resources() == {a, b}
+        assert bounded.loaded_bytes() == 2 * one
+        search(c)  # a is the least recently searched
+        assert bounded.loaded_resources() == {b, c}
+        search(b)
+        with load_events() as events:
+            search(a)  # now c is
+        assert bounded.loaded_resources() == {a, b}
+        assert [(e["resource_id"], e["added"]) for e in events] == [(a, 50)]
+        search(a, b, c)  # over the budget, but all needed now
+        assert bounded.loaded_resources() == {a, b, c}
+        search(c)  # back under the budget: one of a, b goes
+        assert c in bounded.loaded_resources() and len(bounded.loaded_resources()) == 2
+        assert bounded.loaded_bytes() == 2 * one
+        # A write to a loaded resource that outgrows the budget keeps only it.
+        bounded.upsert(c, units_for(c, 60, start=100), np.ones((60, 8)))
+        assert bounded.loaded_resources() == {c}
+        search(c, a)
+        search(a)
+        assert bounded.loaded_resources() == {a}
+
+
+def test_cache_bytes_is_validated(tmp_path: Path) -> None:
+    for bad in (0, -1):
+        with pytest.raises(ValueError):
+            FaissVectorBackend(tmp_path, dimension=8, cache_bytes=bad)
+    with pytest.raises(TypeError):
+        FaissVectorBackend(tmp_path, dimension=8, cache_bytes=1.5)  # type: ignore[arg-type]

@@ -252,6 +252,32 @@ def test_graphs_beyond_the_cache_budget_are_dropped_least_recent_first(
         assert backend.loaded_resource_ids() == {a, b, c}
 
 
+@pytest.mark.parametrize("on_disk", [True, False])
+def test_cached_sparql_unions_count_against_the_budget(tmp_path: Path, on_disk: bool) -> None:
+    """A union is a copy of its members' triples: with many scopes queried,
+    graphs and unions together stay within ``cache_triples`` beyond what the
+    latest query itself holds, and every answer is still whole."""
+    rids = [new_ulid() for _ in range(4)]
+    budget = 30
+    with RdflibGraphBackend(
+        tmp_path if on_disk else None, cache_triples=budget, union_cache_size=8
+    ) as backend:
+        for rid in rids:
+            backend.upsert(rid, _triples(rid, 6))
+        scopes = [rids[:1], rids[:2], rids[:3], rids[1:], rids[2:], rids, rids[:1]]
+        for _ in range(2):
+            for scope in scopes:
+                answer = backend.sparql_query(Q, scope=frozenset(scope))
+                assert len(answer.triples) == 6 * len(scope)
+                graphs, unions = backend.held_triples()
+                own = 6 * len(scope)  # the query's graphs, and its union as many again
+                if on_disk:
+                    assert graphs + unions <= max(budget, 2 * own)
+                else:  # the graphs are the data; only the copies are dropped
+                    assert graphs == 24 and unions <= max(budget - graphs, own)
+                assert backend.loaded_resource_ids() >= set(scope)
+
+
 def test_a_writer_holds_only_the_graphs_it_is_writing_beyond_the_budget(tmp_path: Path) -> None:
     rids = [new_ulid() for _ in range(4)]
     with RdflibGraphBackend(tmp_path, cache_triples=10) as backend:

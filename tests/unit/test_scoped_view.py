@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
 from cleveragents.domain.models.acms.backends import GraphResult, TextResult, VectorResult
-from cleveragents.domain.models.acms.scope import ScopedView
+from cleveragents.domain.models.acms.scope import (
+    ScopedView,
+    _triple_in_scope,
+    _triples_in_scope,
+)
 from cleveragents.domain.models.acms.stubs import (
     InMemoryGraphBackend,
     InMemoryTextBackend,
@@ -118,3 +124,32 @@ def test_view_over_stubs_validates_arguments() -> None:
         view.traverse("urn:x", depth=-1)
     with pytest.raises(TypeError):
         ScopedView(InMemoryTextBackend(), InMemoryVectorBackend(), InMemoryGraphBackend(), set())  # type: ignore[arg-type]
+
+
+# The terms a triple filter meets: uko URIs of in- and out-of-scope resources
+# in any case, with every tail, look-alikes that are not ASCII, other schemes.
+_TERMS = st.one_of(
+    st.builds(
+        lambda scheme, rid, lower, tail: scheme + (rid.lower() if lower else rid) + tail,
+        st.sampled_from(["uko://", "UKO://", "Uko://", "uko:/", "urn:"]),
+        st.sampled_from([IN, OUT, IN[:-1] + "\u017f", "not-a-ulid-at-all-0123456789"]),
+        st.booleans(),
+        st.sampled_from(["", "/", "#", "/a.py", "#L1-L2", "x", "?q"]),
+    ),
+    st.sampled_from(["urn:imports", "https://cleveragents.dev/ns/uko#calls", "lit", ""]),
+    st.text(max_size=40),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(_TERMS, _TERMS, _TERMS), max_size=12),
+    st.sampled_from([frozenset({IN}), frozenset({IN, OUT}), frozenset()]),
+)
+def test_property_the_triple_filter_is_the_per_triple_rule(
+    triples: list[tuple[str, str, str]], scope: frozenset[str]
+) -> None:
+    """The view's filter (decided once per distinct term, with fast paths)
+    keeps exactly the triples the per-triple rule keeps, in order."""
+    expected = [t for t in triples if _triple_in_scope(t, scope)]
+    assert _triples_in_scope(triples, scope) == expected

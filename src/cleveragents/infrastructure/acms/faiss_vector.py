@@ -17,7 +17,9 @@ In memory: one ``IndexFlatIP`` per *loaded* resource holding that resource's
 rows in id order, next to a sorted ``int64`` array of their SQLite ids.
 Loading follows the scope: opening reads no vectors, a search loads (once,
 then keeps) only the in-scope resources it has not loaded yet, and a write
-touches the memory of its own resource only if that resource is loaded.  A
+touches the memory of its own resource only if that resource is loaded.
+Loaded resources are kept up to ``cache_bytes`` (least recently searched
+dropped first, never one the current search needs).  A
 scoped search scans exactly the in-scope rows, one flat scan per in-scope
 resource, and merges the per-resource top-k exactly.  Content and metadata
 stay in SQLite and are read by primary key for the hits only.
@@ -26,8 +28,10 @@ Change detection is per resource and cheap.  ``PRAGMA data_version`` (no
 transaction) changes only when another connection commits; each loaded
 resource remembers the version at which it was last known current, so a
 search whose in-scope resources are all current costs one pragma.  Otherwise
-it reads the generations of the in-scope resources only (one indexed query)
-and brings each one that moved up to date from the ids alone: ids are never
+it reads the generations of the in-scope resources only (one indexed query,
+outside any transaction: when another resource moved, that is all it costs)
+and brings each one that moved up to date, in a read transaction, from the
+ids alone: ids are never
 reused and a unit's row never changes under its id, so the rows to drop are
 the ids removed since (from the log; a reader older than the log scans the
 resource's ids instead), and the rows to add are those above the highest
@@ -51,6 +55,7 @@ import math
 import os
 import sqlite3
 import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -75,6 +80,10 @@ from cleveragents.domain.models.acms.ulids import canonical_ulid, validate_scope
 __all__ = ["FaissVectorBackend"]
 
 DB_FILENAME = "vectors.sqlite3"
+
+# The default budget of loaded vectors: a long-lived host serving many
+# projects keeps this much, not every resource it ever searched.
+DEFAULT_CACHE_BYTES = 512 * 1024 * 1024
 
 # Resources looked up and found empty are remembered (so a scope naming them
 # costs no query) up to this many; past it the memory of them is dropped.
@@ -202,19 +211,33 @@ class FaissVectorBackend:
             or None for an index that lives in memory only.
         dimension: embedding dimension; reopening an index with another
             dimension raises ``ValueError``.
+        cache_bytes: how many bytes of loaded vectors (and their ids) to
+            keep: past it, the least recently searched resources outside the
+            current search's scope are dropped (a later search reloads them).
+            A scope larger than this is still searched whole.
 
     Raises:
-        TypeError / ValueError: invalid dimension, or a dimension mismatch.
+        TypeError / ValueError: invalid dimension or ``cache_bytes``, or a
+            dimension mismatch.
         IndexUnavailableError: the directory or database cannot be opened.
     """
 
-    def __init__(self, index_path: str | os.PathLike[str] | None = None, *, dimension: int) -> None:
+    def __init__(
+        self,
+        index_path: str | os.PathLike[str] | None = None,
+        *,
+        dimension: int,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+    ) -> None:
         self._dimension = validate_positive_int(dimension, "dimension")
+        self._cache_bytes = validate_positive_int(cache_bytes, "cache_bytes")
         self._lock = threading.RLock()
-        # Loaded resources (each with rows), and the resources found without
-        # rows, with the ``data_version`` at which they were found so.
-        self._resources: dict[str, _Resource] = {}
+        # Loaded resources (each with rows), least recently searched first,
+        # and the resources found without rows, with the ``data_version`` at
+        # which they were found so.
+        self._resources: OrderedDict[str, _Resource] = OrderedDict()
         self._absent: dict[str, int] = {}
+        self._over_budget = False
         self._conn: sqlite3.Connection | None = None
         self._db_path: Path | None = None
         self._db_identity: tuple[int, int] | None = None
@@ -268,8 +291,30 @@ class FaissVectorBackend:
         with self._lock:
             return frozenset(self._resources)
 
+    def loaded_bytes(self) -> int:
+        """Bytes of the loaded resources' vectors and ids (what ``cache_bytes`` bounds)."""
+        with self._lock:
+            return sum(self._bytes(res) for res in self._resources.values())
+
+    def _bytes(self, res: _Resource) -> int:
+        return int(res.ids.size) * (4 * self._dimension + 8)
+
+    def _trim(self, keep: Iterable[str]) -> None:
+        """Drop least recently searched resources outside ``keep`` while the
+        loaded bytes exceed the budget."""
+        held = sum(self._bytes(res) for res in self._resources.values())
+        if held > self._cache_bytes:
+            kept = set(keep)
+            for rid in list(self._resources):
+                if held <= self._cache_bytes:
+                    break
+                if rid not in kept:
+                    held -= self._bytes(self._resources.pop(rid))
+                    _log.debug("faiss_vector.evicted", resource_id=rid, loaded_bytes=held)
+        self._over_budget = held > self._cache_bytes
+
     def _forget(self) -> None:
-        self._resources = {}
+        self._resources = OrderedDict()
         self._absent = {}
 
     def __enter__(self) -> FaissVectorBackend:
@@ -400,19 +445,67 @@ class FaissVectorBackend:
             )
         ]
         if stale:
-            with self._transaction() as cur:
-                stored = {
-                    row[0]: row[1:]
-                    for row in cur.execute(
-                        "SELECT resource_id, generation, log_from FROM resources"
-                        " WHERE resource_id IN (SELECT value FROM json_each(?))",
-                        (json.dumps(stale),),
-                    )
-                }
-                for rid in stale:
-                    generation, log_from = stored.get(rid, (None, None))
-                    self._sync(cur, rid, generation, log_from, version)
-        return conn, [self._resources[rid] for rid in wanted if rid in self._resources]
+            # Most often another resource moved: one autocommit read of the
+            # in-scope generations shows that nothing here did, and costs no
+            # transaction.  Only resources that did move are synced, in a
+            # read transaction that reads their generations again.
+            moved = [
+                rid
+                for rid, stored in self._generations(conn, stale).items()
+                if not self._confirm(rid, stored[0], version)
+            ]
+            if moved:
+                with self._transaction() as cur:
+                    stored = self._generations(cur, moved)
+                    for rid in moved:
+                        generation, log_from = stored[rid]
+                        self._sync(cur, rid, generation, log_from, version)
+                self._trim(wanted)
+        if self._over_budget:  # a larger scope held more than the budget
+            self._trim(wanted)
+        present = []
+        for rid in wanted:
+            res = self._resources.get(rid)
+            if res is not None:
+                self._resources.move_to_end(rid)
+                present.append(res)
+        return conn, present
+
+    @staticmethod
+    def _generations(
+        db: sqlite3.Connection | sqlite3.Cursor, rids: list[str]
+    ) -> dict[str, tuple[int | None, int | None]]:
+        """(generation, log_from) of each of ``rids``; (None, None): no rows."""
+        if len(rids) == 1:  # the common scope: one indexed lookup, no JSON
+            row = db.execute(
+                "SELECT generation, log_from FROM resources WHERE resource_id = ?", rids
+            ).fetchone()
+            return {rids[0]: (None, None) if row is None else (row[0], row[1])}
+        found = {
+            row[0]: (row[1], row[2])
+            for row in db.execute(
+                "SELECT resource_id, generation, log_from FROM resources"
+                " WHERE resource_id IN (SELECT value FROM json_each(?))",
+                (json.dumps(rids),),
+            )
+        }
+        return {rid: found.get(rid, (None, None)) for rid in rids}
+
+    def _confirm(self, rid: str, generation: int | None, version: int) -> bool:
+        """Mark ``rid`` current at ``version`` if its memory already matches
+        the stored ``generation``; False if it must be synced."""
+        res = self._resources.get(rid)
+        if res is not None:
+            if res.generation != generation:
+                return False
+            res.checked = version
+            return True
+        if generation is not None:
+            return False
+        if len(self._absent) >= _ABSENT_LIMIT:
+            self._absent = {}
+        self._absent[rid] = version
+        return True
 
     def _sync(
         self,
@@ -916,3 +1009,4 @@ class FaissVectorBackend:
             return
         res.generation = generation
         self._resources[rid] = res
+        self._trim({rid})

@@ -7,8 +7,9 @@ its in-scope resources on first use and keeps them; before each use a held
 graph is checked against its file (one ``stat`` when nothing changed) and
 follows another process's appends by reading only them.  A commit to one
 resource therefore never reloads another resource's graph, nor drops a
-union that does not include it.  Graphs not used by the latest operation
-are dropped least recently used first once the held graphs exceed
+union that does not include it.  Cached unions, then graphs, not used by
+the latest operation are dropped least recently used first once the held
+graphs and unions (a union counted as its members' triples) exceed
 ``cache_triples``, so a process's memory follows the resources it works on,
 not the store.
 
@@ -228,9 +229,10 @@ class RdflibGraphBackend:
             evaluation runs in a forked child process that is killed then.
         max_rows: the most triples a SPARQL answer may hold; more is a
             :class:`QueryLimitError`, never a silent truncation.
-        cache_triples: how many triples of loaded graphs to keep beyond those
-            the latest operation used (on disk only; in memory every graph
-            is kept).
+        cache_triples: how many triples to keep beyond those the latest
+            operation used: of loaded graphs (on disk only; in memory every
+            graph is kept) and of cached SPARQL unions (copies of their
+            members' triples, dropped first).
 
     Raises:
         TypeError / ValueError: an invalid ``union_cache_size``,
@@ -627,25 +629,48 @@ class RdflibGraphBackend:
     def _union(self, scope: frozenset[str]) -> Graph:
         with self._lock:
             graphs = self._load(sorted(scope))
-            self._trim(set(graphs))
             present = frozenset(graphs)
             union = self._unions.get(present)
             if union is not None:
                 self._unions.move_to_end(present)
-                return union
-            union = _rdf_graph(graphs[rid] for rid in sorted(present))
-            self._unions[present] = union
-            while len(self._unions) > self._union_cache_size:
-                self._unions.popitem(last=False)
+            else:
+                union = _rdf_graph(graphs[rid] for rid in sorted(present))
+                self._unions[present] = union
+                while len(self._unions) > self._union_cache_size:
+                    self._unions.popitem(last=False)
+            self._trim(set(graphs), present)
             return union
 
-    def _trim(self, keep: set[str]) -> None:
-        """Drop least recently used graphs outside ``keep`` beyond the budget."""
+    def held_triples(self) -> tuple[int, int]:
+        """Triples held in memory: of loaded graphs, and of the cached SPARQL
+        unions (each counted as the sum of its members); what
+        ``cache_triples`` bounds, beyond the latest operation's own."""
+        with self._lock:
+            return (
+                sum(res.size for res in self._graphs.values()),
+                sum(self._union_triples(key) for key in self._unions),
+            )
+
+    def _union_triples(self, key: frozenset[str]) -> int:
+        # Every member of a cached union is held (dropping one drops the union).
+        return sum(self._graphs[rid].size for rid in key if rid in self._graphs)
+
+    def _trim(self, keep: set[str], union: frozenset[str] | None = None) -> None:
+        """Beyond the budget, drop the least recently used unions other than
+        ``union``, then (on disk) the least recently used graphs outside
+        ``keep``.  A union is a copy of its members' triples, so it counts."""
+        held = sum(res.size for res in self._graphs.values())
+        copies = sum(self._union_triples(key) for key in self._unions)
+        for key in list(self._unions):
+            if held + copies <= self._cache_triples:
+                break
+            if key != union:
+                copies -= self._union_triples(key)
+                del self._unions[key]
         if self._store is None:
             return
-        held = sum(res.size for res in self._graphs.values())
         for rid in list(self._graphs):
-            if held <= self._cache_triples:
+            if held + copies <= self._cache_triples:
                 break
             if rid not in keep:
                 held -= self._graphs[rid].size

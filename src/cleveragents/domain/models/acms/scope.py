@@ -24,7 +24,7 @@ from cleveragents.domain.models.acms.backends import (
     VectorBackend,
     VectorResult,
 )
-from cleveragents.domain.models.acms.uko import resource_id_of
+from cleveragents.domain.models.acms.uko import SCHEME, resource_id_of
 from cleveragents.domain.models.acms.ulids import validate_scope
 
 __all__ = ["ScopedView", "make_resource_filter"]
@@ -52,6 +52,40 @@ def _triple_in_scope(triple: Triple, scope: frozenset[str]) -> bool:
         if rid is not None and rid not in scope:
             return False
     return True
+
+
+_ENDS = ("", "/", "#")
+
+
+def _term_admitted(term: str, scope: frozenset[str]) -> bool:
+    """:func:`_triple_in_scope`'s rule for one term, with fast paths of the
+    same verdict: a term outside the uko scheme names no resource; a uko://
+    term whose authority, upper-cased, is a scope member names that member
+    (or, not ASCII, no resource at all)."""
+    head = term[:6]
+    if head != SCHEME and head.lower() != SCHEME:
+        return True
+    if term[6:32].upper() in scope and term[32:33] in _ENDS:
+        return True
+    rid = resource_id_of(term)
+    return rid is None or rid in scope
+
+
+def _triples_in_scope(triples: list[Triple], scope: frozenset[str]) -> list[Triple]:
+    """The triples every term of which :func:`_triple_in_scope` admits.
+
+    The same rule, decided once per distinct term: the terms of a walk's
+    answer repeat (a subject has many edges), and parsing each occurrence
+    was most of a warm ``traverse``.
+    """
+    refused = {
+        term
+        for term in {t for triple in triples for t in triple}
+        if not _term_admitted(term, scope)
+    }
+    if not refused:
+        return triples
+    return [triple for triple in triples if refused.isdisjoint(triple)]
 
 
 class ScopedView:
@@ -146,7 +180,7 @@ class ScopedView:
         return kept
 
     def _keep_triples(self, result: GraphResult) -> GraphResult:
-        kept = [t for t in result.triples if _triple_in_scope(t, self._scope)]
+        kept = _triples_in_scope(result.triples, self._scope)
         if len(kept) == len(result.triples):
             return result
         _log.error(
