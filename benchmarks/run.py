@@ -203,6 +203,8 @@ def bench_indexing_jobs(quick: bool) -> list[dict[str, Any]]:
             "ref": ms(today, "full_s"),
             "ratio_p50": two["full_s"] / today["full_s"],
             "note": f"{size}; MB/s {two['mb_per_s']:.2f} vs {today['mb_per_s']:.2f}; "
+            f"bound on 2 idle cores (CPU) {two['mb_per_s_2_idle_cores']:.2f} vs "
+            f"{today['mb_per_s_2_idle_cores']:.2f}; "
             f"peak RSS (process tree): {rss}; target RSS <= 4x source",
         },
         {

@@ -51,7 +51,7 @@ def test_a_bad_jobs_value_exits_2_with_one_line(tmp_path: Path, bad: str) -> Non
 
 def test_two_jobs_index_a_tree_the_script_then_verifies(tmp_path: Path) -> None:
     tree = tmp_path / "tree"
-    for package in ("json", "email"):  # more than one worker batch
+    for package in ("json", "email", "asyncio", "xml"):  # over one worker batch (1 MB)
         shutil.copytree(
             STDLIB / package, tree / package, ignore=shutil.ignore_patterns("__pycache__")
         )

@@ -114,7 +114,7 @@ def _embedder_factory(kind: str, dimension: int) -> Callable[[], Embedder]:
     return functools.partial(HashingEmbedder, int(dimension))
 
 
-def _indexer(store: ManagedIndexStore, embedder: Embedder, kind: str) -> Indexer:
+def _indexer(store: ManagedIndexStore, embedder: Embedder, kind: str = "hashing") -> Indexer:
     from cleveragents.application.services.indexer import Indexer, PlannerSpec
 
     # An indexer is built to write: open its four stores now, as the indexer

@@ -31,6 +31,13 @@ Design::
 The planner makes no engine call: it reads the catalog through the store's
 transaction and hands it :class:`FileDelta` values (see
 :mod:`cleveragents.domain.models.acms.index_store`).
+
+Inside :meth:`Indexer.workers` (``acms reindex --jobs N``), the CPU work of a
+changed file (parse, chunk, triples, units, embeddings) runs in worker
+processes (:mod:`.index_workers`); this process lists, reads, hashes and
+writes, and hands the deltas on in listing order.  Less than one batch of
+changed files (a watch event, a small re-run) is planned here without
+starting a worker.
 """
 
 from __future__ import annotations
