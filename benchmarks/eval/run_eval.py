@@ -57,7 +57,78 @@ from cleveragents.application.services.operations import AcmsOperations  # noqa:
 from cleveragents.domain.models.acms.errors import AcmsError  # noqa: E402
 from cleveragents.domain.models.acms.uko import path_of, resource_id_of  # noqa: E402
 
-KINDS = ("identifier", "docstring", "calls", "paraphrase")
+KINDS = ("identifier", "docstring", "code-line", "calls", "paraphrase")
+BASELINES = ("bm25-50-lines", "grep-files")
+
+
+def beats(a: float, b: float, *, overall: bool = False) -> bool:
+    """Whether an MRR@10 of ``a`` beats ``b`` (both rounded to 3 decimals).
+
+    A strict win, except that a tie at 1.000 on one question kind counts: a
+    perfect score cannot be bettered.  Overall (all kinds together) the win
+    must be strict.
+    """
+    if a > b:
+        return True
+    return not overall and a == b == 1.0
+
+
+def verdicts(result: dict) -> list[dict]:
+    """The claims of issue 12 checked on this run, one row each."""
+    sysm = result["systems"]
+
+    def mrr(system: str, kind: str) -> float | None:
+        data = sysm.get(system, {}).get("by_kind", {}).get(kind, {"n": 0})
+        return data["mrr10"] if data["n"] else None
+
+    rows = []
+
+    def claim(label: str, a: str, b: str, kinds: tuple[str, ...]) -> None:
+        if a not in sysm or b not in sysm:
+            return
+        cells, ok = {}, True
+        for kind in kinds:
+            x, y = mrr(a, kind), mrr(b, kind)
+            if x is None or y is None:
+                continue
+            won = beats(x, y, overall=kind == "all")
+            ok &= won
+            cells[kind] = (x, y, won)
+        rows.append({"claim": label, "a": a, "b": b, "cells": cells, "holds": ok})
+
+    every = (*KINDS, "all")
+    for base in BASELINES:
+        claim(f"text beats {base} on every kind", "text", base, every)
+    for name in ("hashing", "minilm"):
+        claim(f"hybrid-{name} beats text overall", f"hybrid-{name}", "text", ("all",))
+    claim("MiniLM beats text on paraphrase", "vector-minilm", "text", ("paraphrase",))
+    claim("MiniLM beats hashing on paraphrase", "vector-minilm", "vector-hashing", ("paraphrase",))
+    return rows
+
+
+def verdict_markdown(rows: list[dict]) -> list[str]:
+    lines = [
+        "## Verdicts (MRR@10, A vs B)",
+        "",
+        '"Beats" = a strictly higher MRR@10 (3 decimals) on each kind listed, except',
+        "that a tie at 1.000 on one kind counts (a perfect score cannot be bettered);",
+        "over all questions the win must be strict.",
+        "",
+        "| claim | " + " | ".join((*KINDS, "all")) + " | holds |",
+        "|" + "---|" * (len(KINDS) + 3),
+    ]
+    for row in rows:
+        cells = []
+        for kind in (*KINDS, "all"):
+            cell = row["cells"].get(kind)
+            if cell is None:
+                cells.append("")
+            else:
+                x, y, won = cell
+                cells.append(f"{x:.3f} vs {y:.3f} {'yes' if won else '**no**'}")
+        holds = "**yes**" if row["holds"] else "**NO**"
+        lines.append(f"| {row['claim']} | " + " | ".join(cells) + f" | {holds} |")
+    return lines
 
 
 class CompactEmbedder:
@@ -219,6 +290,12 @@ def markdown(result: dict) -> str:
             f"| {system} | " + " | ".join(cells) + f" | {refused} | {data['p50_ms']:.1f} |"
         )
     lines += ["", "Questions per kind: " + ", ".join(f"{k} {v}" for k, v in result["n"].items())]
+    lines += ["", *verdict_markdown(result["verdicts"])]
+    lines += ["", "Refused queries per kind (answered with an error):", ""]
+    lines += ["| system | " + " | ".join(KINDS) + " |", "|" + "---|" * (len(KINDS) + 1)]
+    for system, data in result["systems"].items():
+        cells = [str(data["by_kind"][k].get("refused", 0)) for k in KINDS]
+        lines.append(f"| {system} | " + " | ".join(cells) + " |")
     lines += ["", "Line hit@1 (the first unit overlaps the definition):", ""]
     lines += ["| system | " + " | ".join(KINDS) + " |", "|" + "---|" * (len(KINDS) + 1)]
     for system, data in result["systems"].items():
@@ -392,6 +469,7 @@ def main(argv: list[str] | None = None) -> int:
                 "p50_ms": round(statistics.median(times), 2),
             }
             print(f"{system}: {by_kind['all']}", file=sys.stderr)
+        result["verdicts"] = verdicts(result)
         if args.sweep:
             result["sweep"] = sweep(indexes, qs)
         result["question_set"] = [q.as_dict() for q in qs]
