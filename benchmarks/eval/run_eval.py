@@ -321,10 +321,10 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-SWEEP_K = (10, 30, 60)
-SWEEP_TEXT = (1.0, 1.5, 2.0)
-SWEEP_VECTOR = (0.5, 1.0)
-SWEEP_GRAPH = (0.5, 1.0, 2.0)
+SWEEP_K = (5, 10, 20, 30, 60)
+SWEEP_TEXT = (1.0, 1.5, 2.0, 3.0, 4.0)
+SWEEP_VECTOR = (0.25, 0.5, 1.0)
+SWEEP_GRAPH = (0.0, 0.5, 1.0, 2.0)
 
 
 def source_rankings(view, embedder, query: str) -> dict[str, list[str]]:
@@ -367,12 +367,11 @@ def sweep_markdown(result: dict) -> str:
     default = {"k": DEFAULT_K, "weights": dict(DEFAULT_WEIGHTS)}
     lines.append(f"Defaults: k={default['k']}, weights={default['weights']}.")
     for name, rows in result.get("sweep", {}).items():
-        lines += ["", f"hybrid-{name}: best five and the default", ""]
+        lines += ["", f"hybrid-{name}: best five, best without graph, the default", ""]
         lines += ["| k | text | vector | graph | " + " | ".join(KINDS) + " | all |"]
         lines += ["|" + "---|" * (len(KINDS) + 5)]
-        picked = rows[:5] + [
-            r for r in rows if r["k"] == default["k"] and r["weights"] == default["weights"]
-        ]
+        picked = rows[:5] + [r for r in rows if r["weights"]["graph"] == 0][:1]
+        picked += [r for r in rows if r["k"] == default["k"] and r["weights"] == default["weights"]]
         for r in picked:
             w = r["weights"]
             cells = [f"{r['by_kind'][kd].get('mrr10', 0):.3f}" for kd in (*KINDS, "all")]
@@ -467,6 +466,10 @@ def main(argv: list[str] | None = None) -> int:
                 "by_kind": by_kind,
                 "by_corpus_kind": by_corpus_kind,
                 "p50_ms": round(statistics.median(times), 2),
+                # Per question (in question_set order): the answer file's rank
+                # (0: not in the first ten), and whether the first unit hit its lines.
+                "ranks": [round(1 / r["rr"]) if r["rr"] else 0 for r in rows],
+                "line1": [int(r["line1"]) for r in rows],
             }
             print(f"{system}: {by_kind['all']}", file=sys.stderr)
         result["verdicts"] = verdicts(result)
