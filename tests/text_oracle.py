@@ -7,7 +7,8 @@ cache or fan-out code: every write is replayed on the resource's own index
 (one writer and one commit per call, as the backend does, so the segment
 layout and hence the BM25 statistics match), and a search runs the query on
 each in-scope index, takes every hit and merges by (score desc, URI).
-Documents, analysis and query building are the backend's own.
+Documents, analysis, query building (both syntaxes, the filters) and the
+``match_lines`` computation are the backend's own.
 """
 
 from __future__ import annotations
@@ -18,15 +19,20 @@ import tantivy
 
 from cleveragents.domain.models.acms.backends import IndexUnit, TextResult
 from cleveragents.domain.models.acms.errors import QueryError
+from cleveragents.domain.models.acms.text_query import glob_regex, match_lines, text_options
 from cleveragents.infrastructure.acms.tantivy_query import (
-    ANALYZER_NAME,
+    PlainQueryBuilder,
     QueryBuilder,
+    analysable,
     code_analyzer,
+    filter_query,
+    query_terms,
 )
 from cleveragents.infrastructure.acms.tantivy_text import (
     _document,
     _normalise,
     _read_stored,
+    _register,
     _schema,
 )
 
@@ -41,11 +47,12 @@ class ShardOracle:
         self._indexes: dict[str, tantivy.Index] = {}
         self._parser = self._fresh()
         self._builder = QueryBuilder()
+        self._plain = PlainQueryBuilder()
+        self._analyzer = code_analyzer()
 
     def _fresh(self) -> tantivy.Index:
         index = tantivy.Index(self._schema)
-        index.register_tokenizer(ANALYZER_NAME, code_analyzer())
-        index.config_reader(reload_policy="manual")
+        _register(index)
         return index
 
     def _commit(self, rid: str, deletes: Iterable[tuple[str, str]], adds: list[IndexUnit]) -> None:
@@ -84,10 +91,28 @@ class ShardOracle:
             self._commit(rid, [("uko_uri", uri) for uri in removed], [])
 
     def search(
-        self, query: str, *, scope: frozenset[str], max_results: int = 20
+        self,
+        query: str,
+        *,
+        scope: frozenset[str],
+        max_results: int = 20,
+        syntax: str = "plain",
+        path: str | None = None,
+        lang: str | None = None,
     ) -> list[TextResult]:
         """Raises QueryError exactly when the backend's query builder does."""
-        built = self._builder.build(self._parser, query)
+        options = text_options(syntax, path, lang)
+        built: tantivy.Query | None
+        if syntax == "tantivy":
+            built = self._builder.build(self._parser, query)
+        else:
+            built = self._plain.build(self._schema, query)
+        if built is None:
+            return []
+        if options.filtered:
+            regex = None if options.path is None else glob_regex(options.path)
+            built = filter_query(self._schema, built, path_regex=regex, lang=options.lang)
+        terms = query_terms(self._analyzer, query, syntax=syntax)
         hits: list[tuple[float, str, str, tantivy.Document]] = []
         for rid in {r.upper() for r in scope}:
             index = self._indexes.get(rid)
@@ -105,12 +130,18 @@ class ShardOracle:
         out = []
         for score, _, rid, doc in hits[:max_results]:
             stored = _read_stored(doc)
+            lines = match_lines(
+                stored.content,
+                stored.metadata.get("start_line"),
+                terms,
+                lambda line: self._analyzer.analyze(analysable(line)),
+            )
             out.append(
                 TextResult(
                     uko_uri=stored.uri,
                     content=stored.content,
                     score=_normalise(score),
-                    metadata={**stored.metadata, "resource_id": rid},
+                    metadata={**stored.metadata, "resource_id": rid, "match_lines": lines},
                 )
             )
         return out

@@ -99,6 +99,9 @@ def test_parts_do_not_match_unrelated_words(backend: TantivyTextBackend) -> None
     rid = new_ulid()
     backend.upsert(rid, [unit(rid, "a.py", "def parseJsonV2(): pass")])
     for query in ("pars", "jsonv", "parsejsonv2", "xml"):
+        assert backend.search(query, scope=frozenset({rid}), syntax="tantivy") == [], query
+    # Plain mode ORs the parts: only the whole-word misses stay empty.
+    for query in ("pars", "jsonv", "xml"):
         assert backend.search(query, scope=frozenset({rid})) == [], query
 
 
@@ -119,7 +122,12 @@ def test_non_ascii_and_surrogates_round_trip(backend: TantivyTextBackend) -> Non
     for query in ("über", "CAFÉ", "日本語", "broken"):
         (hit,) = backend.search(query, scope=frozenset({rid}))
         assert hit.content == content
-        assert hit.metadata == {"path": "docs/é.md", "note": "ünï\udcfe", "resource_id": rid}
+        assert hit.metadata == {
+            "path": "docs/é.md",
+            "note": "ünï\udcfe",
+            "resource_id": rid,
+            "match_lines": "1",
+        }
 
 
 # ---------------------------------------------------------------- scope exactness
@@ -290,12 +298,16 @@ def test_field_queries_cannot_reach_other_resources(
         "secret OR shared OR *",
         "resource_id:*",
         "resource_id:[0 TO Z]",
+        "path_raw:o.py OR shared",
+        "symbol_exact:* OR shared",
     ):
-        try:
-            results = backend.search(query, scope=scope, max_results=50)
-        except QueryError:
-            continue  # internal fields and a bare '*' are refused outright
-        assert all(resource_id_of(r.uko_uri) == mine for r in results), query
+        for syntax in ("plain", "tantivy"):
+            try:
+                results = backend.search(query, scope=scope, max_results=50, syntax=syntax)
+            except QueryError:
+                assert syntax == "tantivy", query  # plain mode never refuses
+                continue  # internal fields and a bare '*' are refused outright
+            assert all(resource_id_of(r.uko_uri) == mine for r in results), query
 
 
 @pytest.mark.parametrize(
@@ -306,9 +318,11 @@ def test_bad_queries_raise_query_error(
     backend: TantivyTextBackend, two_resources: tuple[str, str], query: str
 ) -> None:
     with pytest.raises(QueryError) as caught:
-        backend.search(query, scope=frozenset(two_resources))
+        backend.search(query, scope=frozenset(two_resources), syntax="tantivy")
     assert isinstance(caught.value, ValueError)
     assert str(caught.value)
+    # The same text is a valid plain query.
+    assert isinstance(backend.search(query, scope=frozenset(two_resources)), list)
 
 
 class _EnginePanic(BaseException):
@@ -332,7 +346,7 @@ def test_engine_panic_becomes_query_error(
 ) -> None:
     monkeypatch.setattr(backend, "_index", _PanickingIndex(backend._index, _EnginePanic("boom")))
     with pytest.raises(QueryError, match="boom"):
-        backend.search("x", scope=frozenset({new_ulid()}))
+        backend.search("x", scope=frozenset({new_ulid()}), syntax="tantivy")
 
 
 def test_keyboard_interrupt_is_not_swallowed(
@@ -340,7 +354,7 @@ def test_keyboard_interrupt_is_not_swallowed(
 ) -> None:
     monkeypatch.setattr(backend, "_index", _PanickingIndex(backend._index, KeyboardInterrupt()))
     with pytest.raises(KeyboardInterrupt):
-        backend.search("x", scope=frozenset({new_ulid()}))
+        backend.search("x", scope=frozenset({new_ulid()}), syntax="tantivy")
 
 
 def test_huge_boost_keeps_scores_in_range(
@@ -380,7 +394,7 @@ def test_upsert_replace_delete_and_listing(backend: TantivyTextBackend) -> None:
 
     # Read-after-write: the replacement is visible as soon as upsert returns.
     backend.upsert(a, [IndexUnit(a1.uko_uri, "alpha v2", {"path": "a0.py"})])
-    (hit,) = backend.search("v2", scope=frozenset({a}))
+    (hit,) = backend.search("v2", scope=frozenset({a}), syntax="tantivy")  # the phrase "v 2"
     assert (hit.uko_uri, hit.content) == (a1.uko_uri, "alpha v2")
     assert len(backend.search("alpha", scope=frozenset({a}))) == 3
 
@@ -482,7 +496,12 @@ def test_reopen_sees_committed_data(tmp_path: Path) -> None:
     assert again.resource_ids() == {rid}
     assert again.unit_uris(rid) == {u.uko_uri}
     (hit,) = again.search("json", scope=frozenset({rid}))  # analyzer registered again
-    assert hit.metadata == {"path": "src/parserCore.py", "owner": "me", "resource_id": rid}
+    assert hit.metadata == {
+        "path": "src/parserCore.py",
+        "owner": "me",
+        "resource_id": rid,
+        "match_lines": "1",
+    }
     assert again.search("parser", scope=frozenset({rid}))
     again.close()
 
@@ -584,7 +603,8 @@ def test_cached_query_and_scope_keep_every_refusal(backend: TantivyTextBackend) 
         assert uris(backend.search("needle", scope=scope)) == [unit_uri(rid, "a.py", "L1-L5")]
         for refused in ("resource_id:" + rid, "*", "(" * 40 + "needle" + ")" * 40):
             with pytest.raises(QueryError):
-                backend.search(refused, scope=scope)
+                backend.search(refused, scope=scope, syntax="tantivy")
+            assert isinstance(backend.search(refused, scope=scope), list)  # plain: valid
         with pytest.raises(ValueError):
             backend.search("needle", scope=frozenset({rid, "not-a-ulid"}))
         with pytest.raises(TypeError):

@@ -125,15 +125,28 @@ def test_explosive_shapes_are_refused_naming_the_limit(
 ) -> None:
     started = time.monotonic()
     with pytest.raises(QueryError, match=f"{words}.*the limit is") as info:
-        dense.search(query, scope=SCOPE)
+        dense.search(query, scope=SCOPE, syntax="tantivy")
     assert not isinstance(info.value, QueryLimitError)  # static, not the deadline
     assert time.monotonic() - started < 0.5
+
+
+@pytest.mark.parametrize(("query", "words"), FINDING_1.values(), ids=FINDING_1.keys())
+def test_explosive_shapes_are_plain_text_in_the_default_syntax(
+    dense: TantivyTextBackend, query: str, words: str
+) -> None:
+    """The default syntax reads them as words: answered, never refused, and
+    bounded by the plain mode's term cap rather than by the deadline."""
+    started = time.monotonic()
+    results = dense.search(query, scope=SCOPE)
+    # Every shape but the prefix one ("sel") holds a corpus word (self, json, x).
+    assert bool(results) == ("sel*" not in query)
+    assert time.monotonic() - started < TIMEOUT / 2
 
 
 def test_regular_expressions_are_refused(dense: TantivyTextBackend) -> None:
     for query in ("/se.*/", "content:/(a+)+$/", "self OR path:/x.*/"):
         with pytest.raises(QueryError, match="regular-expression"):
-            dense.search(query, scope=SCOPE)
+            dense.search(query, scope=SCOPE, syntax="tantivy")
 
 
 BOUNDED = [
@@ -151,7 +164,7 @@ def test_shapes_within_the_limits_are_answered_quickly(
     dense: TantivyTextBackend, query: str
 ) -> None:
     started = time.monotonic()
-    dense.search(query, scope=SCOPE)
+    dense.search(query, scope=SCOPE, syntax="tantivy")
     assert time.monotonic() - started < TIMEOUT / 2
 
 
@@ -187,19 +200,35 @@ def test_generated_explosive_queries_are_answered_or_refused_within_the_limit(
     """Each is answered or statically refused within the limit + 1 s (never
     stopped by the deadline: the static limits must already bound it), while
     another thread's plain query keeps being answered."""
-    with PlainQueries(dense) as plain:
+    for syntax in ("tantivy", "plain"):
+        with PlainQueries(dense) as plain:
+            started = time.monotonic()
+            try:
+                dense.search(query, scope=SCOPE, syntax=syntax)
+            except QueryLimitError as exc:
+                raise AssertionError(f"only the deadline stopped {query!r}") from exc
+            except QueryError:
+                assert syntax == "tantivy", query  # the plain syntax refuses nothing
+            elapsed = time.monotonic() - started
+            time.sleep(0.02)
+        assert elapsed < TIMEOUT + SLACK, (query, elapsed)
+        assert plain.answered
+        assert plain.slowest() < SLACK
+
+
+def test_long_plain_queries_are_capped_and_answered(dense: TantivyTextBackend) -> None:
+    """Pasted code of the maximum length, every vocabulary word in every
+    order, thousands of distinct identifiers: answered within the limit."""
+    rng = random.Random(2)
+    pasted = " ".join(rng.choice(VOCAB) + "(" for _ in range(4_000))
+    distinct = " ".join(f"{a}_{b}{i}" for i in range(300) for a in VOCAB[:2] for b in VOCAB)
+    for query in (pasted, distinct, pasted * 20):
         started = time.monotonic()
         try:
-            dense.search(query, scope=SCOPE)
+            assert dense.search(query, scope=SCOPE)
         except QueryLimitError as exc:
-            raise AssertionError(f"only the deadline stopped {query!r}") from exc
-        except QueryError:
-            pass
-        elapsed = time.monotonic() - started
-        time.sleep(0.02)
-    assert elapsed < TIMEOUT + SLACK, (query, elapsed)
-    assert plain.answered
-    assert plain.slowest() < SLACK
+            raise AssertionError("only the deadline stopped a plain query") from exc
+        assert time.monotonic() - started < TIMEOUT + SLACK
 
 
 # ---------------------------------------------------------------- the deadline
@@ -226,7 +255,7 @@ def test_deadline_stops_a_slow_query_and_others_are_answered_meanwhile(
         with PlainQueries(backend) as plain:
             started = time.monotonic()
             with pytest.raises(QueryLimitError, match=r"time limit of 0\.25 s") as info:
-                backend.search(SLOW, scope=SCOPE)
+                backend.search(SLOW, scope=SCOPE, syntax="tantivy")
             stopped = time.monotonic()
         assert isinstance(info.value, QueryError)
         assert stopped - started < 0.25 + SLACK

@@ -4,22 +4,55 @@ Also the code-aware analyzer that indexing and querying share: identifiers are
 split (``parseJsonV2`` -> parse, json, v, 2; ``HTTPServer`` -> http, server;
 ``snake_case`` -> snake, case) and lower-cased.
 
-:class:`QueryBuilder` takes Tantivy's query syntax (fields, phrases,
-``AND``/``OR``/``NOT``, prefixes); another syntax (a plain-text mode) would be
-another builder with the same ``build(parser, text)``.
+Two syntaxes (``syntax=`` of the search):
+
+- ``"plain"`` (:class:`PlainQueryBuilder`, the default): any string is a
+  query.  Its first :data:`MAX_QUERY_CHARS` characters are analysed into
+  terms (the first ``MAX_PLAIN_TERMS`` = 64 distinct ones are kept, so no
+  plain query can be slow) and the query is
+  built programmatically, never parsed, so punctuation is never an error.
+  A string without an analysable term matches nothing.  Scoring, a sum
+  (OR: partial matches still rank) of BM25 clauses:
+
+  ========================================  ======
+  clause (per distinct analysed term)       weight
+  ========================================  ======
+  ``content:t``                             1.0
+  ``path:t`` (path and file name, split)    :data:`W_PATH`
+  ``symbol:t`` (names defined in the unit)  :data:`W_SYMBOL`
+  ``symbol_exact:w`` per whole identifier   :data:`W_EXACT`
+  ``"a b"`` phrase on content, per pair of  :data:`W_PHRASE`
+  adjacent query terms (proximity)
+  ========================================  ======
+
+  ``symbol_exact`` holds each defined name whole and lower-cased
+  (``create_connection``), so a query that is or contains an identifier
+  ranks the unit that *defines* it above units that only use it.  The
+  weights were set by measuring (``benchmarks/eval/run_eval.py --quick
+  --no-minilm``, see the branch report), not guessed.
+- ``"tantivy"`` (:class:`QueryBuilder`): Tantivy's query syntax (fields,
+  phrases, ``AND``/``OR``/``NOT``, prefixes) with every limit below; the
+  user-facing fields ``content:``, ``path:``, ``symbol:`` and ``lang:`` may
+  be named, the internal ones are refused.
+
+Filters (both syntaxes) are required clauses scored 0 (:func:`filter_query`),
+so they restrict the matches without changing a score.
 """
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections import Counter
 
 import tantivy
 
 from cleveragents.domain.models.acms.errors import QueryError
+from cleveragents.domain.models.acms.text_query import MAX_PLAIN_TERMS
 
 __all__ = [
     "ANALYZER_NAME",
+    "KEYWORD_ANALYZER_NAME",
     "MAX_FUZZY_DISTANCE",
     "MAX_PHRASE_REPEATS",
     "MAX_PHRASE_SLOP",
@@ -30,13 +63,32 @@ __all__ = [
     "MAX_SLOPPY_PHRASE_TERMS",
     "MAX_WILDCARD_TERMS",
     "SEARCH_FIELDS",
+    "W_EXACT",
+    "W_PATH",
+    "W_PHRASE",
+    "W_SYMBOL",
+    "PlainQueryBuilder",
     "QueryBuilder",
     "analysable",
     "code_analyzer",
+    "filter_query",
+    "keyword_analyzer",
+    "query_terms",
     "reraise_fatal",
 ]
 
 ANALYZER_NAME = "cleveragents_code"
+# Whole value, lower-cased: ``symbol_exact`` (one value per defined name) and ``lang``.
+KEYWORD_ANALYZER_NAME = "cleveragents_keyword"
+
+# Plain-mode weights (see the module docstring; measured, not guessed).
+W_PATH = 1.5
+W_SYMBOL = 2.0
+W_EXACT = 4.0
+W_PHRASE = 1.0
+# Whole identifiers of a plain query looked up in ``symbol_exact``.
+MAX_PLAIN_IDENTIFIERS = 16
+_IDENTIFIER = re.compile(r"[^\W\d]\w*")
 # Rust regex (no look-around): a capitalised or lower-case word, an upper-case
 # run, a number, or any other run of letters.  Acronyms followed by a word
 # ("HTTPServer") are split before analysis by _ACRONYM_BOUNDARY.
@@ -69,7 +121,9 @@ MAX_SLOPPY_PHRASES = 4  # sloppy phrases in one query
 MAX_FUZZY_DISTANCE = 2
 MAX_WILDCARD_TERMS = 16
 _QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"')
-_INTERNAL_FIELD = re.compile(r"(?<![\w.])(resource_id|uko_uri|body|metadata)\s*:")
+_INTERNAL_FIELD = re.compile(
+    r"(?<![\w.])(resource_id|uko_uri|body|metadata|symbol_exact|path_raw)\s*:"
+)
 _BARE_STAR = re.compile(r"(?<![\w*:\\])\*(?![\w*])")
 _REGEX = re.compile(r"(?:^|[\s(:+-])/(?:[^/\\]|\\.)+/")
 _FUZZY = re.compile(r"(?<=[^\s~])~(\d+)")
@@ -82,6 +136,14 @@ def code_analyzer() -> tantivy.TextAnalyzer:
     return (
         tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.regex(_TOKEN_PATTERN))
         .filter(tantivy.Filter.remove_long(_MAX_TOKEN_CHARS))
+        .filter(tantivy.Filter.lowercase())
+        .build()
+    )
+
+
+def keyword_analyzer() -> tantivy.TextAnalyzer:
+    return (
+        tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.raw())
         .filter(tantivy.Filter.lowercase())
         .build()
     )
@@ -190,7 +252,8 @@ class QueryBuilder:
         if field is not None:
             # The scope already selects resources; these fields are bookkeeping.
             raise QueryError(
-                f"the field {field.group(1)!r} cannot be searched; search content or path"
+                f"the field {field.group(1)!r} cannot be searched; "
+                "search content, path, symbol or lang"
             )
         if _REGEX.search(unquoted):
             # Tantivy's parser refuses them too; a regex's automaton is unbounded.
@@ -262,3 +325,91 @@ class QueryBuilder:
         except BaseException as exc:  # PyO3 PanicException derives from BaseException
             reraise_fatal(exc)
             raise QueryError(f"the query engine failed on this query: {exc}") from exc
+
+
+# ---------------------------------------------------------------- plain syntax
+
+
+def query_terms(analyzer: tantivy.TextAnalyzer, query: str, *, syntax: str) -> list[str]:
+    """The distinct analysed terms of ``query`` in order (for ``match_lines``).
+
+    Tantivy syntax: field prefixes and operators are left out first.
+    """
+    query = query[:MAX_QUERY_CHARS]
+    if syntax == "tantivy":
+        query = _OPERATORS.sub(" ", _FIELD_PREFIX.sub(" ", query))
+    terms = analyzer.analyze(analysable(query))
+    return list(dict.fromkeys(terms))[:MAX_PLAIN_TERMS]
+
+
+_FIELD_PREFIX = re.compile(r"(?<![\w.])\w+\s*:")
+
+
+class PlainQueryBuilder:
+    """Any text -> a ``tantivy.Query`` built from its terms (see the module doc)."""
+
+    def __init__(self) -> None:
+        self._analyzer = code_analyzer()
+
+    def terms(self, query: str) -> list[str]:
+        return query_terms(self._analyzer, query, syntax="plain")
+
+    def build(self, schema: tantivy.Schema, query: str) -> tantivy.Query | None:
+        """The scoring query of ``query``; ``None`` when it has no analysable term.
+
+        Never raises :class:`QueryError` for the text: every string is valid.
+        """
+        terms = self.terms(query)
+        if not terms:
+            return None
+        should = tantivy.Occur.Should
+        clauses: list[tuple[tantivy.Occur, tantivy.Query]] = []
+        term = tantivy.Query.term_query
+        boost = tantivy.Query.boost_query
+        for t in terms:
+            clauses.append((should, term(schema, "content", t)))
+            clauses.append((should, boost(term(schema, "path", t), W_PATH)))
+            clauses.append((should, boost(term(schema, "symbol", t), W_SYMBOL)))
+        identifiers = dict.fromkeys(
+            word.lower()
+            for word in _IDENTIFIER.findall(query[:MAX_QUERY_CHARS])
+            if len(word) <= _MAX_TOKEN_CHARS
+        )
+        for word in list(identifiers)[:MAX_PLAIN_IDENTIFIERS]:
+            clauses.append((should, boost(term(schema, "symbol_exact", word), W_EXACT)))
+        # Adjacent pairs in the query's own order (before de-duplication).
+        sequence = self._analyzer.analyze(analysable(query[:MAX_QUERY_CHARS]))
+        pairs = dict.fromkeys((a, b) for a, b in itertools.pairwise(sequence) if a != b)
+        for a, b in list(pairs)[: MAX_PLAIN_TERMS - 1]:
+            phrase = tantivy.Query.phrase_query(schema, "content", [a, b])
+            clauses.append((should, boost(phrase, W_PHRASE)))
+        return tantivy.Query.boolean_query(clauses)
+
+
+def filter_query(
+    schema: tantivy.Schema,
+    scoring: tantivy.Query,
+    *,
+    path_regex: str | None,
+    lang: str | None,
+) -> tantivy.Query:
+    """``scoring`` restricted to a path regex and/or a language, scores unchanged.
+
+    Each filter is a required clause with a constant score of 0, evaluated by
+    the engine itself, so the top k stay exact.
+
+    Raises:
+        QueryError: the engine refuses the path pattern.
+    """
+    must = tantivy.Occur.Must
+    clauses: list[tuple[tantivy.Occur, tantivy.Query]] = [(must, scoring)]
+    if lang is not None:
+        lang_term = tantivy.Query.term_query(schema, "lang", lang)
+        clauses.append((must, tantivy.Query.const_score_query(lang_term, 0.0)))
+    if path_regex is not None:
+        try:
+            glob = tantivy.Query.regex_query(schema, "path_raw", path_regex)
+        except ValueError as exc:
+            raise QueryError(f"the path glob cannot be used: {exc}") from exc
+        clauses.append((must, tantivy.Query.const_score_query(glob, 0.0)))
+    return tantivy.Query.boolean_query(clauses)

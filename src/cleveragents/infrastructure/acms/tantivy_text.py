@@ -57,13 +57,24 @@ from cleveragents.domain.models.acms.errors import (
     QueryError,
     QueryLimitError,
 )
+from cleveragents.domain.models.acms.text_query import (
+    TextOptions,
+    glob_regex,
+    match_lines,
+    text_options,
+)
 from cleveragents.domain.models.acms.uko import resource_id_of
 from cleveragents.domain.models.acms.ulids import canonical_ulid, is_ulid, validate_scope
 from cleveragents.infrastructure.acms.tantivy_query import (
     ANALYZER_NAME,
+    KEYWORD_ANALYZER_NAME,
+    PlainQueryBuilder,
     QueryBuilder,
     analysable,
     code_analyzer,
+    filter_query,
+    keyword_analyzer,
+    query_terms,
     reraise_fatal,
 )
 
@@ -87,6 +98,7 @@ _SCOPE_CACHE_SIZE = 64  # validated scopes kept
 _LOCK_BACKOFF_START = 0.01
 _LOCK_BACKOFF_MAX = 0.5
 _META = "meta.json"
+_MISSING = object()
 _TRASH_PREFIX = ".trash-"
 
 
@@ -94,13 +106,38 @@ def _schema() -> tantivy.Schema:
     builder = tantivy.SchemaBuilder()
     builder.add_text_field("uko_uri", stored=True, tokenizer_name="raw")
     builder.add_text_field("resource_id", stored=True, tokenizer_name="raw")
-    # ``content`` and ``path`` index an analysis-ready copy of the text; the
-    # original content is kept byte-exact in ``body``.
+    # ``content``, ``path`` and ``symbol`` index an analysis-ready copy of the
+    # text; the original content is kept byte-exact in ``body``.
     builder.add_text_field("content", tokenizer_name=ANALYZER_NAME)
     builder.add_text_field("path", tokenizer_name=ANALYZER_NAME)
+    # Names defined in the unit (``metadata["symbols"]``): split like content,
+    # and each one whole and lower-cased (the exact-identifier boost).
+    builder.add_text_field("symbol", tokenizer_name=ANALYZER_NAME)
+    builder.add_text_field("symbol_exact", tokenizer_name=KEYWORD_ANALYZER_NAME)
+    # Filters: the path as is (glob -> regex over the term dictionary) and
+    # the language, lower-cased.
+    builder.add_text_field("path_raw", tokenizer_name="raw")
+    builder.add_text_field("lang", tokenizer_name=KEYWORD_ANALYZER_NAME)
     builder.add_bytes_field("body", stored=True, indexed=False)
     builder.add_bytes_field("metadata", stored=True, indexed=False)
     return builder.build()
+
+
+# The fields of the current schema: a shard without them has an older one.
+_SCHEMA_FIELDS = frozenset(
+    {
+        "uko_uri",
+        "resource_id",
+        "content",
+        "path",
+        "symbol",
+        "symbol_exact",
+        "path_raw",
+        "lang",
+        "body",
+        "metadata",
+    }
+)
 
 
 def _document(uri: str, rid: str, content: str, metadata: Mapping[str, str]) -> tantivy.Document:
@@ -111,6 +148,15 @@ def _document(uri: str, rid: str, content: str, metadata: Mapping[str, str]) -> 
     path = metadata.get("path")
     if path:
         doc.add_text("path", analysable(path))
+        doc.add_text("path_raw", path)
+    symbols = metadata.get("symbols", "").split()
+    if symbols:
+        doc.add_text("symbol", analysable(" ".join(symbols)))
+        for name in dict.fromkeys(symbols):
+            doc.add_text("symbol_exact", name)
+    language = metadata.get("language")
+    if language:
+        doc.add_text("lang", language)
     doc.add_bytes("body", content.encode("utf-8", "surrogatepass"))
     doc.add_bytes("metadata", json.dumps(dict(metadata), sort_keys=True).encode("ascii"))
     return doc
@@ -122,6 +168,23 @@ class _Stored:
     rid: str
     content: str
     metadata: dict[str, str]
+
+
+def _register(index: tantivy.Index) -> None:
+    """Analyzers by name (they are not stored in the index) and the reload policy."""
+    index.register_tokenizer(ANALYZER_NAME, code_analyzer())
+    index.register_tokenizer(KEYWORD_ANALYZER_NAME, keyword_analyzer())
+    index.config_reader(reload_policy="manual")
+
+
+def _schema_is_current(path: str) -> bool:
+    """Whether the shard at ``path`` has every field of :func:`_schema`."""
+    try:
+        with open(os.path.join(path, _META), encoding="utf-8") as meta:
+            fields = {entry.get("name") for entry in json.load(meta).get("schema", [])}
+    except (OSError, ValueError, AttributeError):
+        return True  # unreadable here: opening it reports the real problem
+    return fields >= _SCHEMA_FIELDS
 
 
 def _read_stored(doc: tantivy.Document) -> _Stored:
@@ -203,6 +266,10 @@ class _Shard:
     searcher: tantivy.Searcher
     generation: object
     num_docs: int
+    # False for a shard written with an older schema (before the symbol,
+    # path_raw and lang fields): searches refuse it, the next write migrates it.
+    current: bool = True
+    directory: object = None  # identity of the shard's directory
 
 
 # (raw score, URI, stored document, resource) of one hit.
@@ -255,6 +322,8 @@ class TantivyTextBackend:
         self._legacy = False
         self._schema = _schema()
         self._builder = QueryBuilder()
+        self._plain = PlainQueryBuilder()
+        self._analyzer = code_analyzer()
         # Guards the caches below; never held while the engine searches.
         self._lock = threading.RLock()
         self._write_lock = threading.Lock()
@@ -263,7 +332,7 @@ class TantivyTextBackend:
         self._commits: dict[str, int] = {}
         # Built queries of the parser ``_parsed_for`` (a query that passed the
         # limits and parsed once builds the same way again).
-        self._parsed: OrderedDict[str, tantivy.Query] = OrderedDict()
+        self._parsed: OrderedDict[tuple[str | None, ...], tantivy.Query | None] = OrderedDict()
         self._parsed_for: tantivy.Index | None = None
         self._scopes: dict[frozenset[str], frozenset[str]] = {}
         if self._path is not None:
@@ -287,16 +356,14 @@ class TantivyTextBackend:
                 index = tantivy.Index(self._schema)
             else:
                 index = tantivy.Index(self._schema, path=path, reuse=True)
-            index.register_tokenizer(ANALYZER_NAME, code_analyzer())
-            index.config_reader(reload_policy="manual")
+            _register(index)
         except (OSError, ValueError) as exc:
             raise IndexUnavailableError(f"cannot open the text index at {path!r}: {exc}") from exc
         return index
 
     def _open_existing(self, path: str) -> tantivy.Index:
         index = tantivy.Index.open(path)
-        index.register_tokenizer(ANALYZER_NAME, code_analyzer())
-        index.config_reader(reload_policy="manual")
+        _register(index)
         return index
 
     def close(self) -> None:
@@ -369,21 +436,30 @@ class TantivyTextBackend:
             self._shards.pop(rid, None)
             return None
         started = time.perf_counter()
+        current, directory = True, None
         try:
+            if self._path is not None:
+                path = os.path.join(self._resolved, rid)
+                st = os.stat(path)
+                directory = (st.st_dev, st.st_ino)
+                if cached is not None and cached.directory != directory:
+                    cached = None  # migrated by another process: a new directory
             if cached is not None:
                 index = cached.index
                 index.reload()
+                current = cached.current
             elif self._path is None:
                 index = self._ram[rid]
             else:
-                index = self._open_existing(os.path.join(self._resolved, rid))
+                current = _schema_is_current(path)
+                index = self._open_existing(path)
             searcher = index.searcher()
         except (OSError, ValueError) as exc:
             if self._generation(rid) is None:  # removed meanwhile
                 self._shards.pop(rid, None)
                 return None
             raise IndexUnavailableError(f"cannot read the text index of {rid}: {exc}") from exc
-        shard = _Shard(rid, index, searcher, generation, searcher.num_docs)
+        shard = _Shard(rid, index, searcher, generation, searcher.num_docs, current, directory)
         self._shards[rid] = shard
         _log.debug(
             "acms.tantivy_text.shard_loaded",
@@ -407,12 +483,27 @@ class TantivyTextBackend:
     # ------------------------------------------------------------ read side
 
     def search(
-        self, query: str, *, scope: frozenset[str], max_results: int = 20
+        self,
+        query: str,
+        *,
+        scope: frozenset[str],
+        max_results: int = 20,
+        syntax: str = "plain",
+        path: str | None = None,
+        lang: str | None = None,
     ) -> list[TextResult]:
         """Search the units of the resources in ``scope`` (see :class:`TextBackend`).
 
         ``max_results`` may be any positive int; it is clamped to the number of
-        in-scope units.  The limits (in ``tantivy_query``): a query may be at
+        in-scope units.  ``syntax="plain"`` (default) accepts any string (see
+        ``tantivy_query``); ``path`` (a glob, see ``text_query``) and ``lang``
+        restrict the matches inside the engine (a regex over the exact path
+        terms and a language term, both required clauses scored 0), so the
+        top k of the filtered matches are exact and scores are unchanged.
+        Each result's ``metadata["match_lines"]`` lists the file's line
+        numbers of the chunk lines holding a query term (at most 20).
+
+        With ``syntax="tantivy"``, the limits (in ``tantivy_query``): a query may be at
         most :data:`MAX_QUERY_CHARS` characters long, nest parentheses and
         ``NOT`` at most
         :data:`MAX_QUERY_DEPTH` deep and hold at most :data:`MAX_QUERY_TERMS`
@@ -428,21 +519,29 @@ class TantivyTextBackend:
         Raises:
             TypeError: an argument has the wrong type.
             ValueError: empty query, non-positive ``max_results``, an invalid
-                scope member, a query over a limit or one the parser rejects
-                (:class:`QueryError`).
+                scope member, a bad option, or (tantivy syntax) a query over a
+                limit or one the parser rejects (:class:`QueryError`).
             QueryLimitError: the search ran past ``query_timeout``.
-            IndexUnavailableError: the index cannot be read.
+            IndexUnavailableError: the index cannot be read, or a shard has
+                the schema of an older version (run a reindex).
         """
         validate_non_empty(query, "query")
         wanted = self._canonical_scope(scope)
         limit = validate_positive_int(max_results, "max_results")
+        options = text_options(syntax, path, lang)
         started = time.monotonic()
-        built = self._build(query)
-        if not wanted:
+        built = self._build(query, options)
+        if not wanted or built is None:
             return []
         shards = [s for s in map(self._shard, sorted(wanted)) if s is not None and s.num_docs]
         if not shards:
             return []
+        for shard in shards:
+            if not shard.current:
+                raise IndexUnavailableError(
+                    f"the text index of {shard.rid} has the schema of an older version; "
+                    "run `acms reindex` (or `scripts/reindex.py --rebuild`)"
+                )
         # Tantivy allocates for the limit and panics near 2**63: never ask
         # for more than there are documents.
         limit = min(limit, sum(s.num_docs for s in shards))
@@ -458,30 +557,47 @@ class TantivyTextBackend:
             raise QueryLimitError(
                 f"the text query ran past its time limit of {self._timeout:g} s"
             ) from None
+        terms = query_terms(self._analyzer, query, syntax=options.syntax)
         results: list[TextResult] = []
         for raw, _, doc, rid in hits:
             stored = _read_stored(doc)
+            lines = match_lines(
+                stored.content, stored.metadata.get("start_line"), terms, self._line_terms
+            )
             results.append(
                 TextResult(
                     uko_uri=stored.uri,
                     content=stored.content,
                     score=_normalise(raw),
-                    metadata={**stored.metadata, "resource_id": rid},
+                    metadata={**stored.metadata, "resource_id": rid, "match_lines": lines},
                 )
             )
         return results
 
-    def _build(self, query: str) -> tantivy.Query:
+    def _line_terms(self, line: str) -> list[str]:
+        return self._analyzer.analyze(analysable(line))
+
+    def _build(self, query: str, options: TextOptions) -> tantivy.Query | None:
+        """The engine query of ``query`` with ``options``; ``None`` matches nothing."""
         parser = self._parser()
-        built = self._parsed.get(query) if parser is self._parsed_for else None
-        if built is not None:
-            return built
-        built = self._builder.build(parser, query)
+        key = (query, *options.key())
+        if parser is self._parsed_for:
+            cached = self._parsed.get(key, _MISSING)
+            if cached is not _MISSING:
+                return cached  # type: ignore[return-value]
+        built: tantivy.Query | None
+        if options.syntax == "tantivy":
+            built = self._builder.build(parser, query)
+        else:
+            built = self._plain.build(self._schema, query)
+        if built is not None and options.filtered:
+            regex = None if options.path is None else glob_regex(options.path)
+            built = filter_query(self._schema, built, path_regex=regex, lang=options.lang)
         with self._lock:
             if self._parsed_for is not parser:
                 self._parsed_for = parser
                 self._parsed.clear()
-            self._parsed[query] = built
+            self._parsed[key] = built
             while len(self._parsed) > _PARSED_CACHE_SIZE:
                 self._parsed.popitem(last=False)
         return built
@@ -683,6 +799,8 @@ class TantivyTextBackend:
         if self._follow():
             self._parser()
         shard = self._shard(rid)
+        if shard is not None and not shard.current:
+            return self._migrate(shard)
         if shard is not None:
             return shard.index
         if not create:
@@ -694,6 +812,60 @@ class TantivyTextBackend:
             raise IndexUnavailableError(f"cannot create the text index {path!r}: {exc}") from exc
         return self._new_index(path)
 
+    def _directory(self, rid: str) -> object:
+        if self._path is None:
+            return None
+        try:
+            st = os.stat(os.path.join(self._resolved, rid))
+        except OSError:
+            return None
+        return (st.st_dev, st.st_ino)
+
+    def _migrate(self, shard: _Shard) -> tantivy.Index:
+        """Rewrite a shard of an older schema with the current one; its new index.
+
+        Every field is derived from what the shard stores (URI, resource,
+        body, metadata), so the migration loses nothing.  The new shard is
+        built aside, under the old shard's writer lock, then swapped in with
+        two renames; between them a reader sees the resource without units
+        (only during this one-time upgrade).
+        """
+        assert self._path is not None
+        rid, root = shard.rid, self._resolved
+        final = os.path.join(root, rid)
+        aside = os.path.join(root, f"{_TRASH_PREFIX}{rid}-new-{os.getpid()}-{time.time_ns()}")
+        old_writer = self._acquire_writer(shard.index)
+        try:
+            searcher = shard.searcher
+            hits = searcher.search(tantivy.Query.all_query(), max(1, shard.num_docs)).hits
+            stored = [_read_stored(searcher.doc(addr)) for _, addr in hits]
+            os.makedirs(aside)
+            fresh = self._new_index(aside)
+            writer = fresh.writer(heap_size=_WRITER_HEAP, num_threads=1)
+            for unit in stored:
+                writer.add_document(_document(unit.uri, rid, unit.content, unit.metadata))
+            writer.commit()
+            writer.wait_merging_threads()
+            del writer, fresh
+            trash = os.path.join(root, f"{_TRASH_PREFIX}{rid}-{os.getpid()}-{time.time_ns()}")
+            os.rename(final, trash)
+            os.rename(aside, final)
+        except (OSError, ValueError) as exc:
+            raise IndexUnavailableError(
+                f"cannot migrate the text index of {rid} to the current schema: {exc}"
+            ) from exc
+        finally:
+            with contextlib.suppress(OSError, ValueError):
+                old_writer.rollback()
+            del old_writer
+        import shutil
+
+        shutil.rmtree(trash, ignore_errors=True)
+        with self._lock:
+            self._shards.pop(rid, None)
+        _log.info("acms.tantivy_text.shard_migrated", resource_id=rid, units=len(stored))
+        return self._new_index(final)
+
     def _write(
         self, rid: str, change: Callable[[tantivy.IndexWriter], None], *, create: bool
     ) -> None:
@@ -701,6 +873,7 @@ class TantivyTextBackend:
             index = self._writable(rid, create=create)
             if index is None:
                 return
+            directory = self._directory(rid)
             writer = self._acquire_writer(index)
             try:
                 change(writer)
@@ -716,7 +889,9 @@ class TantivyTextBackend:
                     self._remove(rid)
                 else:
                     # Only this resource's shard moves; every other one stays as loaded.
-                    shard = _Shard(rid, index, searcher, generation, searcher.num_docs)
+                    shard = _Shard(
+                        rid, index, searcher, generation, searcher.num_docs, True, directory
+                    )
                     with self._lock:
                         self._shards[rid] = shard
             except BaseException as exc:

@@ -1,0 +1,191 @@
+"""The text search controls every text backend shares: syntax, path glob, language.
+
+Pure Python (no engine), so the Tantivy adapter, the in-memory reference,
+the Milvus adapter and the stub read the options the same way.
+
+- ``syntax``: ``"plain"`` (default: any non-empty string is a valid query,
+  analysed into terms; punctuation is never an error) or ``"tantivy"`` (the
+  engine's query language, with its limits).
+- ``path``: a glob matched against the whole relative path of a unit's file
+  (``metadata["path"]``, ``/``-separated).  ``*`` matches any run of
+  characters within one segment (never ``/``), ``?`` one character within a
+  segment, ``**`` any run across segments: ``pkg/**/*.py`` matches
+  ``pkg/a.py`` and ``pkg/x/y/a.py``; ``rdflib/plugins/*`` matches the files
+  directly in ``rdflib/plugins``.  A pattern ending in ``/`` means everything
+  below that directory (``rdflib/plugins/`` is ``rdflib/plugins/**``).  Every
+  other character is literal (no ``[...]`` classes, no braces); matching is
+  case-sensitive.  A leading ``./`` or ``/`` is ignored.
+- ``lang``: a language name as the chunker detects it (``python``, ``go``,
+  ``markdown``...; ``metadata["language"]``), case-insensitive.
+
+:func:`match_lines` computes ``TextResult.metadata["match_lines"]``: the
+1-based line numbers within the file (the unit's ``start_line`` plus the
+offset in the chunk) of the chunk's lines that hold a query term after
+analysis, comma separated, at most :data:`MAX_MATCH_LINES`.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable, Iterable
+
+from cleveragents.domain.models.acms.errors import QueryError
+
+__all__ = [
+    "MAX_GLOB_CHARS",
+    "MAX_MATCH_LINES",
+    "MAX_PLAIN_TERMS",
+    "SYNTAXES",
+    "TextOptions",
+    "glob_regex",
+    "match_lines",
+    "path_matches",
+    "text_options",
+]
+
+SYNTAXES = ("plain", "tantivy")
+#: Distinct analysed terms a plain query keeps (the first ones, in query order):
+#: a pasted page of code is still a bounded query.
+MAX_PLAIN_TERMS = 64
+MAX_MATCH_LINES = 20
+MAX_GLOB_CHARS = 512
+_MAX_LANG_CHARS = 64
+_LANG = re.compile(r"[a-z0-9][a-z0-9_+#.-]*")
+
+
+class TextOptions:
+    """Validated ``syntax``/``path``/``lang`` of one search."""
+
+    __slots__ = ("lang", "path", "syntax")
+
+    def __init__(self, syntax: str, path: str | None, lang: str | None) -> None:
+        self.syntax = syntax
+        self.path = path
+        self.lang = lang
+
+    @property
+    def filtered(self) -> bool:
+        return self.path is not None or self.lang is not None
+
+    def key(self) -> tuple[str, str | None, str | None]:
+        return (self.syntax, self.path, self.lang)
+
+
+def text_options(syntax: object = "plain", path: object = None, lang: object = None) -> TextOptions:
+    """Validate and normalise the keyword-only search controls.
+
+    Raises:
+        TypeError: an option has the wrong type.
+        QueryError: an unknown syntax, an empty or over-long glob, a
+            malformed language name.
+    """
+    if not isinstance(syntax, str):
+        raise TypeError("syntax must be a string")
+    if syntax not in SYNTAXES:
+        raise QueryError(f"syntax must be one of {', '.join(SYNTAXES)}, not {syntax[:40]!r}")
+    glob: str | None = None
+    if path is not None:
+        if not isinstance(path, str):
+            raise TypeError("path must be a glob string or None")
+        glob = _normal_glob(path)
+    language: str | None = None
+    if lang is not None:
+        if not isinstance(lang, str):
+            raise TypeError("lang must be a string or None")
+        language = lang.strip().lower()
+        if len(language) > _MAX_LANG_CHARS or not _LANG.fullmatch(language):
+            raise QueryError(f"not a language name: {lang[:40]!r}")
+    return TextOptions(syntax, glob, language)
+
+
+def _normal_glob(path: str) -> str:
+    glob = path.strip()
+    while glob.startswith("./"):
+        glob = glob[2:]
+    glob = glob.lstrip("/")
+    if glob.endswith("/"):
+        glob += "**"
+    if not glob:
+        raise QueryError("the path glob is empty")
+    if len(glob) > MAX_GLOB_CHARS:
+        raise QueryError(f"the path glob is {len(glob)} characters; the limit is {MAX_GLOB_CHARS}")
+    if "\x00" in glob:
+        raise QueryError("the path glob holds a NUL character")
+    return glob
+
+
+def glob_regex(glob: str) -> str:
+    """The regular expression (to match the whole path) of a normalised glob.
+
+    Written in the subset that Python's ``re`` and Rust's ``regex`` (Tantivy's
+    regex query) read the same way: ASCII punctuation as ``\\xNN`` escapes,
+    ``(?s)``, ``[^/]``, ``.``, ``(?:...)?`` and ``*``.
+    """
+    out: list[str] = []
+    i, n = 0, len(glob)
+    while i < n:
+        char = glob[i]
+        if glob.startswith("**", i):
+            while glob.startswith("*", i):
+                i += 1
+            if i < n and glob[i] == "/":
+                out.append("(?:.*/)?")  # zero or more whole segments
+                i += 1
+            elif i == n and out and out[-1] == "\\x2f":
+                out[-1] = "(?:/.*)?"  # ``dir/**``: dir itself and all below
+            else:
+                out.append(".*")
+            continue
+        if char == "*":
+            out.append("[^/]*")
+        elif char == "?":
+            out.append("[^/]")
+        elif char.isascii() and not char.isalnum():
+            out.append(f"\\x{ord(char):02x}")
+        else:
+            out.append(char)
+        i += 1
+    return "(?s)" + "".join(out)
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled(glob: str) -> re.Pattern[str]:
+    return re.compile(glob_regex(glob))
+
+
+def path_matches(glob: str, path: str) -> bool:
+    """Whether ``path`` matches the normalised ``glob`` (see the module doc)."""
+    return _compiled(glob).fullmatch(path) is not None
+
+
+def match_lines(
+    content: str,
+    start_line: str | None,
+    terms: Iterable[str],
+    analyse: Callable[[str], Iterable[str]],
+) -> str:
+    """Comma-separated absolute line numbers of the lines holding a term.
+
+    ``terms`` are analysed (lower-case) terms; ``analyse`` is the backend's
+    analyzer.  A line is analysed only if it holds some term as a
+    lower-case substring (a necessary condition, since analysis only splits
+    and lower-cases), so the cost stays near a substring scan.
+    """
+    wanted = {t for t in terms if t}
+    if not wanted:
+        return ""
+    try:
+        first = int(start_line) if start_line is not None else 1
+    except ValueError:
+        first = 1
+    found: list[str] = []
+    for offset, line in enumerate(content.split("\n")):
+        lower = line.lower()
+        if not any(t in lower for t in wanted):
+            continue
+        if wanted.intersection(analyse(line)):
+            found.append(str(first + offset))
+            if len(found) >= MAX_MATCH_LINES:
+                break
+    return ",".join(found)
