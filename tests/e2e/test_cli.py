@@ -132,7 +132,10 @@ def test_human_output_shows_uri_lines_score_and_snippet(world: dict[str, Any]) -
     [
         (("search", "text", "x", "--resource", "not-a-ulid"), "not a valid ULID"),
         (("search", "text", "x", "--project", "local/nope"), "no project named 'local/nope'"),
-        (("search", "text", "foo(", "--project", "local/alpha"), "invalid query"),
+        (
+            ("search", "text", "foo(", "--syntax", "tantivy", "--project", "local/alpha"),
+            "invalid query",
+        ),
         (("sparql", "SELECT ?s WHERE {", "--project", "local/alpha"), "SPARQL"),
         (
             (

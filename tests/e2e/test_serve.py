@@ -306,6 +306,21 @@ def test_http_json_api(http_server: str, world: dict[str, Any]) -> None:
     huge = b'{"query": "' + b"x" * (2 << 20) + b'"}'
     assert httpx.post(f"{http_server}/api/search", content=huge, timeout=30).status_code == 413
     assert httpx.post(f"{http_server}/api/search_text", json={"query": "aardvark"}).is_success
+    # The text search's options: pasted code, filters, the tantivy syntax.
+    api = f"{http_server}/api/search_text"
+    r = httpx.post(api, json={"query": "self.aardvark_helper(", "path": "pkg/c*.py"}, timeout=30)
+    assert r.status_code == 200
+    assert {hit["path"] for hit in r.json()["results"]} == {"pkg/core.py"}
+    r = httpx.post(api, json={"query": "aardvark", "path": "pkg/h*.py"}, timeout=30)
+    assert r.status_code == 200 and r.json()["results"] == []
+    r = httpx.post(api, json={"query": "aardvark", "lang": "markdown"}, timeout=30)
+    assert r.status_code == 200 and r.json()["results"] == []
+    r = httpx.post(api, json={"query": "path:core AND aardvark", "syntax": "tantivy"}, timeout=30)
+    assert [hit["path"] for hit in r.json()["results"]] == ["pkg/core.py"]
+    r = httpx.post(api, json={"query": "foo(", "syntax": "tantivy"}, timeout=30)
+    assert r.status_code == 400 and "invalid query" in r.text
+    r = httpx.post(api, json={"query": "x", "syntax": "lucene"}, timeout=30)
+    assert r.status_code == 400
 
 
 def test_mcp_over_streamable_http(http_server: str, world: dict[str, Any]) -> None:

@@ -49,6 +49,40 @@ class TestMilvusTextContract(TextIndexContract):
         yield b
         emptied(b)
 
+    _NO_FILTERS = "Milvus text has no path/lang filters (it raises QueryError, tested below)"
+
+    def test_lang_filter_keeps_one_language(self) -> None:
+        pytest.skip(self._NO_FILTERS)
+
+    def test_path_glob_filter(self) -> None:
+        pytest.skip(self._NO_FILTERS)
+
+    def test_filters_restrict_without_changing_scores_or_order(self) -> None:
+        pytest.skip(self._NO_FILTERS)
+
+    def test_match_lines_are_file_line_numbers_of_matching_lines(self) -> None:
+        pytest.skip(self._NO_FILTERS + "; match_lines without a filter: test below")
+
+    def test_the_definition_ranks_first_for_its_name(self) -> None:
+        pytest.skip("Milvus text has no symbol field: BM25 over content only")
+
+
+def test_milvus_refuses_filters_and_reports_match_lines(
+    text_backend: MilvusTextBackend,
+) -> None:
+    rid = A
+    u = IndexUnit(
+        unit_uri(rid, "a.py", "L5-L7"),
+        "one\nsocket two\nthree socket",
+        {"path": "a.py", "start_line": "5"},
+    )
+    text_backend.upsert(rid, [u])
+    (hit,) = text_backend.search("socket(", scope=frozenset({rid}))
+    assert hit.metadata["match_lines"] == "6,7"
+    for options in ({"path": "*.py"}, {"lang": "python"}):
+        with pytest.raises(QueryError, match="filters"):
+            text_backend.search("socket", scope=frozenset({rid}), **options)
+
 
 class TestMilvusVectorContract(VectorIndexContract):
     @pytest.fixture
@@ -167,7 +201,9 @@ def test_code_aware_terms_find_identifier_parts(text_backend: MilvusTextBackend)
 )
 def test_what_bm25_cannot_honour_is_refused(text_backend: MilvusTextBackend, query: str) -> None:
     with pytest.raises(QueryError):
-        text_backend.search(query, scope=frozenset({A}))
+        text_backend.search(query, scope=frozenset({A}), syntax="tantivy")
+    # The plain syntax reads the same text as words.
+    assert isinstance(text_backend.search(query, scope=frozenset({A})), list)
 
 
 def test_bm25_statistics_are_not_scope_local(milvus_server: ServerProcess) -> None:

@@ -167,8 +167,22 @@ TEXT_WORDS = ("alpha", "beta", "gamma", "parseJson", "json", "HTTPServer", "snak
 TEXT_PATHS = ("a.py", "pkg/b.py", "pkg/c.md", "docs/d.txt")
 
 
+_LANGS = {"py": "python", "md": "markdown", "txt": "text"}
+
+
 def text_unit(rid: str, path: str, line: int, words: list[str]) -> IndexUnit:
-    return IndexUnit(unit_uri(rid, path, f"L{line}-L{line + 4}"), " ".join(words), {"path": path})
+    """A unit with the chunker's metadata; its first word is the name it defines."""
+    metadata = {"path": path, "start_line": str(line), "language": _LANGS[path.rsplit(".")[-1]]}
+    if words:
+        metadata["symbols"] = words[0]
+    text = "\n".join(" ".join(words[i : i + 2]) for i in range(0, len(words), 2))
+    return IndexUnit(unit_uri(rid, path, f"L{line}-L{line + 4}"), text, metadata)
+
+
+# The search controls the text rules draw: both syntaxes, the filters.
+text_syntaxes = st.sampled_from(["plain", "tantivy"])
+text_paths = st.sampled_from([None, None, "pkg/*", "**/*.py", "docs/", "a.py", "*/b.py"])
+text_langs = st.sampled_from([None, None, "python", "markdown", "Text"])
 
 
 text_units = st.lists(
@@ -217,6 +231,14 @@ def _text_queries() -> st.SearchStrategy[str]:
                 "alpha:",
                 "path:pkg AND json",
                 "content:json OR path:docs",
+                "lang:python AND alpha",
+                "symbol:alpha OR beta",
+                "symbol_exact:alpha",
+                "path_raw:a.py",
+                "parseJson(",
+                "snake_case() -> HTTPServer.get(k,d)",
+                "Where is parse_json defined? (json, omega)",
+                "!?()[]{}",
             ]
         ),
     )
@@ -360,16 +382,30 @@ class TextScopeMachine(_TwoHandleMachine):
         query=text_queries,
         limit=st.integers(1, 12),
         handle=st.integers(0, 1),
+        syntax=text_syntaxes,
+        path=text_paths,
+        lang=text_langs,
     )
-    def search(self, scope: frozenset[str], query: str, limit: int, handle: int) -> None:
+    def search(
+        self,
+        scope: frozenset[str],
+        query: str,
+        limit: int,
+        handle: int,
+        syntax: str,
+        path: str | None,
+        lang: str | None,
+    ) -> None:
         oracle = self._oracle(scope)
+        options = {"syntax": syntax, "path": path, "lang": lang}
         try:
-            want = oracle.search(query, scope=canonical(scope), max_results=limit)
+            want = oracle.search(query, scope=canonical(scope), max_results=limit, **options)
         except QueryError:
+            assert syntax == "tantivy", query  # the plain syntax refuses nothing
             with pytest.raises(QueryError):
-                self.handles[handle].search(query, scope=scope, max_results=limit)
+                self.handles[handle].search(query, scope=scope, max_results=limit, **options)
             return
-        got = self.handles[handle].search(query, scope=scope, max_results=limit)
+        got = self.handles[handle].search(query, scope=scope, max_results=limit, **options)
         assert_uris_in_scope((r.uko_uri for r in got), scope)
         assert_text_equal(got, want)
 
@@ -922,16 +958,28 @@ class IndexerScopeMachine(RuleBasedStateMachine):
         query=st.sampled_from(IX_QUERIES),
         other=st.sampled_from(POOL + NEVER),
         limit=st.integers(1, 10),
+        syntax=text_syntaxes,
+        path=st.sampled_from([None, "**/*.py", "pkg/"]),
     )
-    def search(self, scope: frozenset[str], query: str, other: str, limit: int) -> None:
+    def search(
+        self,
+        scope: frozenset[str],
+        query: str,
+        other: str,
+        limit: int,
+        syntax: str,
+        path: str | None,
+    ) -> None:
         query = query.replace("{R}", other)
+        options = {"syntax": syntax, "path": path}
         try:
-            want = self._oracle(scope).search(query, max_results=limit)
+            want = self._oracle(scope).search(query, max_results=limit, **options)
         except QueryError:  # refused queries are refused through the view too
+            assert syntax == "tantivy", query
             with pytest.raises(QueryError):
-                self._view(scope).search(query, max_results=limit)
+                self._view(scope).search(query, max_results=limit, **options)
             return
-        got = self._view(scope).search(query, max_results=limit)
+        got = self._view(scope).search(query, max_results=limit, **options)
         assert_uris_in_scope((r.uko_uri for r in got), scope)
         assert_text_equal(got, want)
 

@@ -124,6 +124,23 @@ def _scope_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--resource", action="append", default=[], metavar="ULID")
 
 
+def _text_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--syntax",
+        choices=("plain", "tantivy"),
+        default="plain",
+        help="plain (default): any text, read as words; tantivy: the query language "
+        "(fields content:, path:, symbol:, lang:, phrases, AND/OR/NOT)",
+    )
+    parser.add_argument(
+        "--path",
+        metavar="GLOB",
+        help="only files matching GLOB ('*' within a path segment, '**' across: "
+        "'pkg/**/*.py'; a trailing '/' means everything below)",
+    )
+    parser.add_argument("--lang", metavar="NAME", help="only units of a language (python)")
+
+
 def _budget_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--budget",
@@ -195,6 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
     text = search.add_parser("text", help="BM25 full-text search")
     text.add_argument("query")
     text.add_argument("--max-results", type=_positive, default=20, metavar="N")
+    _text_options(text)
     _scope_options(text)
     vector = search.add_parser("vector", help="similarity search (embeds TEXT)")
     vector.add_argument("text")
@@ -203,6 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
     hybrid = search.add_parser("hybrid", help="text and vector rankings fused (RRF)")
     hybrid.add_argument("query")
     hybrid.add_argument("--max-results", type=_positive, default=10, metavar="N")
+    _text_options(hybrid)
     _budget_option(hybrid)
     _scope_options(hybrid)
 
@@ -467,7 +486,13 @@ def run(args: argparse.Namespace, out: Output) -> int:
         return _session_command(ops, args, out)
     view = ops.view(ops.scope(args.project, args.resource))
     if command == "search" and args.kind == "text":
-        results: Sequence[Any] = view.search(args.query, max_results=args.max_results)
+        results: Sequence[Any] = view.search(
+            args.query,
+            max_results=args.max_results,
+            syntax=args.syntax,
+            path=args.path,
+            lang=args.lang,
+        )
         out.emit(results, lambda: _hits(results, args.query))
     elif command == "search":
         results = view.similarity_search(ops.embed_query(args.text), top_k=args.top_k)
@@ -499,7 +524,14 @@ def _session_command(ops: Any, args: argparse.Namespace, out: Output) -> int:  #
     session = ops.agent_session(args.project, args.resource)
     command, budget = args.command, args.budget
     if command == "search":
-        answer = session.search(args.query, max_results=args.max_results, budget=budget)
+        answer = session.search(
+            args.query,
+            max_results=args.max_results,
+            budget=budget,
+            syntax=args.syntax,
+            path=args.path,
+            lang=args.lang,
+        )
     elif command == "read":
         first = last = None
         if args.lines:

@@ -73,8 +73,16 @@ def tool_functions(session: AgentSession) -> dict[str, Callable[..., dict[str, A
         budget: int = 8000,
         projects: list[str] | None = None,
         resources: list[str] | None = None,
+        syntax: str = "plain",
+        path: str | None = None,
+        lang: str | None = None,
     ) -> dict[str, Any]:
-        """Full-text (BM25) search: hits with path, line range and matching lines."""
+        """Full-text (BM25) search: hits with path, line range and matching lines.
+
+        ``syntax``: "plain" (default, any text) or "tantivy" (fields content:,
+        path:, symbol:, lang:, phrases, AND/OR/NOT).  ``path``: a glob
+        ("pkg/**/*.py"; "*" within a path segment, "**" across).  ``lang``: a
+        language name ("python")."""
         return session.search(
             query,
             mode="text",
@@ -82,6 +90,9 @@ def tool_functions(session: AgentSession) -> dict[str, Callable[..., dict[str, A
             budget=budget,
             projects=projects,
             resources=resources,
+            syntax=syntax,
+            path=path,
+            lang=lang,
         )
 
     def search_vector(

@@ -29,6 +29,7 @@ loosens an assertion.
 from __future__ import annotations
 
 import math
+import string
 from collections.abc import Sequence
 from typing import Any
 
@@ -102,6 +103,31 @@ def _unit(rid: str, path: str, n: int, content: str) -> IndexUnit:
     )
 
 
+# What agents paste (issue 12): each was an "invalid query" before the plain syntax.
+PASTED_QUERIES = [
+    "A wrapper for create_connection() returning a (reader, writer) pair.",
+    "Debug a statement executed via the exec() function.",
+    "D. (k[,d]) -> D.get(k,d)",
+    "foo(",
+    "self.transitive_objects(",
+    string.punctuation,
+    '"unbalanced OR (',
+    "resource_id:* OR uko_uri:x",
+    "NOT NOT AND OR",
+    "a^-1 content:* /re.*/ x~99",
+    "(" * 200 + "needle",
+]
+
+
+def _code_unit(
+    rid: str, path: str, n: int, content: str, *, language: str = "python", symbols: str = ""
+) -> IndexUnit:
+    metadata = {"path": path, "start_line": str(n), "end_line": str(n + 9), "language": language}
+    if symbols:
+        metadata["symbols"] = symbols
+    return IndexUnit(unit_uri(rid, path, f"L{n}-L{n + 9}"), content, metadata)
+
+
 def _assert_ordered_scores(results: Sequence[TextResult | VectorResult]) -> None:
     scores = [r.score for r in results]
     assert scores == sorted(scores, reverse=True)
@@ -159,6 +185,33 @@ class TextBackendContract:
 
     def test_lower_case_ulid_is_a_valid_scope(self, backend: Any) -> None:
         assert backend.search("x", scope=frozenset({new_ulid().lower()})) == []
+
+    @pytest.mark.parametrize("query", PASTED_QUERIES)
+    def test_plain_syntax_accepts_pasted_text(self, backend: Any, query: str) -> None:
+        assert backend.search(query, scope=frozenset({new_ulid()})) == []
+
+    @pytest.mark.parametrize("syntax", ["", "lucene", "PLAIN", "regex"])
+    def test_rejects_unknown_syntax(self, backend: Any, syntax: str) -> None:
+        with pytest.raises(QueryError, match="syntax"):
+            backend.search("x", scope=frozenset({new_ulid()}), syntax=syntax)
+
+    @pytest.mark.parametrize(
+        ("option", "value"),
+        [("syntax", None), ("syntax", 1), ("path", b"a/*"), ("path", 3), ("lang", ["python"])],
+    )
+    def test_rejects_options_of_the_wrong_type(
+        self, backend: Any, option: str, value: object
+    ) -> None:
+        with pytest.raises(TypeError):
+            backend.search("x", scope=frozenset({new_ulid()}), **{option: value})
+
+    @pytest.mark.parametrize(
+        ("option", "value"),
+        [("path", ""), ("path", "   "), ("path", "x" * 600), ("lang", "py thon")],
+    )
+    def test_rejects_bad_filters(self, backend: Any, option: str, value: str) -> None:
+        with pytest.raises(QueryError):
+            backend.search("x", scope=frozenset({new_ulid()}), **{option: value})
 
 
 class TextIndexContract(TextBackendContract):
@@ -247,17 +300,143 @@ class TextIndexContract(TextBackendContract):
     ) -> None:
         a, b, loud = corpus
         for query in (f"resource_id:{b} OR alpha", f"resource_id:{loud}", "bravo OR alpha"):
-            try:
-                results = backend.search(query, scope=frozenset({a}), max_results=100)
-            except QueryError:
-                continue
-            assert all(_in_scope(r.uko_uri, frozenset({a})) for r in results), query
+            for syntax in ("plain", "tantivy"):
+                try:
+                    results = backend.search(
+                        query, scope=frozenset({a}), max_results=100, syntax=syntax
+                    )
+                except QueryError:
+                    assert syntax == "tantivy", query
+                    continue
+                assert all(_in_scope(r.uko_uri, frozenset({a})) for r in results), query
 
     def test_bad_syntax_is_a_value_error(
         self, backend: Any, corpus: dict[str, list[IndexUnit]]
     ) -> None:
         with pytest.raises(ValueError):
-            backend.search('"unbalanced OR (', scope=frozenset(corpus))
+            backend.search('"unbalanced OR (', scope=frozenset(corpus), syntax="tantivy")
+
+    @pytest.mark.parametrize("query", PASTED_QUERIES)
+    def test_plain_syntax_never_refuses(
+        self, backend: Any, corpus: dict[str, list[IndexUnit]], query: str
+    ) -> None:
+        a, b, _ = corpus
+        results = backend.search(query, scope=frozenset({a, b}), max_results=50)
+        assert all(_in_scope(r.uko_uri, frozenset({a, b})) for r in results)
+
+    def test_punctuation_alone_finds_nothing(
+        self, backend: Any, corpus: dict[str, list[IndexUnit]]
+    ) -> None:
+        for query in ("()!?", string.punctuation, "-> ::"):
+            assert backend.search(query, scope=frozenset(corpus)) == [], query
+
+    def test_plain_words_partially_matching_still_rank(
+        self, backend: Any, corpus: dict[str, list[IndexUnit]]
+    ) -> None:
+        a, _, _ = corpus
+        # "alpha" is in every unit of a; the other words are nowhere.
+        results = backend.search("where is alpha(x) defined?", scope=frozenset({a}))
+        assert {r.uko_uri for r in results} == {u.uko_uri for u in corpus[a]}
+
+    @pytest.fixture
+    def code(self, backend: Any) -> tuple[str, list[IndexUnit]]:
+        """One resource: a definition, its uses, and files of two languages."""
+        rid = new_ulid()
+        units = [
+            _code_unit(
+                rid,
+                "net/conn.py",
+                40,
+                "def create_connection(host, port):\n    sock = socket(host)\n    return sock\n",
+                symbols="create_connection",
+            ),
+            *(
+                _code_unit(
+                    rid,
+                    f"app/use{i}.py",
+                    1,
+                    f"reader, writer = create_connection(h, p)  # create_connection {i}\n"
+                    f"conn = create_connection(h{i}, p)\n",
+                )
+                for i in range(6)
+            ),
+            _code_unit(
+                rid,
+                "docs/conn.md",
+                1,
+                "Call create_connection to open a connection.\n",
+                language="markdown",
+            ),
+            _code_unit(rid, "net/deep/x/util.py", 1, "def helper():\n    return connection\n"),
+        ]
+        backend.upsert(rid, units)
+        return rid, units
+
+    def test_the_definition_ranks_first_for_its_name(
+        self, backend: Any, code: tuple[str, list[IndexUnit]]
+    ) -> None:
+        rid, units = code
+        for query in ("create_connection", "where is create_connection defined?"):
+            results = backend.search(query, scope=frozenset({rid}))
+            assert results[0].uko_uri == units[0].uko_uri, query
+
+    def test_lang_filter_keeps_one_language(
+        self, backend: Any, code: tuple[str, list[IndexUnit]]
+    ) -> None:
+        rid, units = code
+        results = backend.search("connection", scope=frozenset({rid}), lang="Markdown")
+        assert [r.uko_uri for r in results] == [units[7].uko_uri]
+        python = backend.search("connection", scope=frozenset({rid}), lang="python", max_results=50)
+        assert {r.uko_uri for r in python} == {u.uko_uri for u in units if u is not units[7]}
+        assert backend.search("connection", scope=frozenset({rid}), lang="go") == []
+
+    @pytest.mark.parametrize(
+        ("glob", "paths"),
+        [
+            ("net/*", {"net/conn.py"}),
+            ("net/**/*.py", {"net/conn.py", "net/deep/x/util.py"}),
+            ("net/", {"net/conn.py", "net/deep/x/util.py"}),
+            ("**/*.md", {"docs/conn.md"}),
+            ("app/use?.py", {f"app/use{i}.py" for i in range(6)}),
+            ("*.py", set()),
+            ("./docs/conn.md", {"docs/conn.md"}),
+        ],
+    )
+    def test_path_glob_filter(
+        self, backend: Any, code: tuple[str, list[IndexUnit]], glob: str, paths: set[str]
+    ) -> None:
+        rid, _ = code
+        results = backend.search("connection", scope=frozenset({rid}), path=glob, max_results=50)
+        assert {r.metadata["path"] for r in results} == paths
+
+    def test_filters_restrict_without_changing_scores_or_order(
+        self, backend: Any, code: tuple[str, list[IndexUnit]]
+    ) -> None:
+        rid, _ = code
+        scope = frozenset({rid})
+        full = backend.search("create_connection socket", scope=scope, max_results=50)
+        for options in ({"lang": "python"}, {"path": "app/**"}, {"path": "**", "lang": "python"}):
+            got = backend.search("create_connection socket", scope=scope, max_results=50, **options)
+            kept = [
+                (r.uko_uri, r.score)
+                for r in full
+                if (options.get("lang") is None or r.metadata["language"] == options["lang"])
+                and (options.get("path") != "app/**" or r.metadata["path"].startswith("app/"))
+            ]
+            assert [(r.uko_uri, r.score) for r in got] == kept, options
+            # The exact top k of the filtered matches, not a filtered top k.
+            top = backend.search("create_connection socket", scope=scope, max_results=2, **options)
+            assert [r.uko_uri for r in top] == [uri for uri, _ in kept[:2]]
+
+    def test_match_lines_are_file_line_numbers_of_matching_lines(
+        self, backend: Any, code: tuple[str, list[IndexUnit]]
+    ) -> None:
+        rid, units = code
+        results = backend.search("socket", scope=frozenset({rid}))
+        assert [r.uko_uri for r in results] == [units[0].uko_uri]
+        assert results[0].metadata["match_lines"] == "41"  # the chunk starts at line 40
+        (hit,) = backend.search("return helper", scope=frozenset({rid}), path="net/deep/**")
+        assert hit.metadata["match_lines"] == "1,2"
 
     def test_result_carries_content_and_metadata(
         self, backend: Any, corpus: dict[str, list[IndexUnit]]

@@ -30,8 +30,9 @@ from cleveragents.domain.models.acms.backends import (
     VectorBackend,
 )
 from cleveragents.domain.models.acms.embedding import Embedder
-from cleveragents.domain.models.acms.errors import ScopeError
+from cleveragents.domain.models.acms.errors import QueryError, ScopeError
 from cleveragents.domain.models.acms.scope import ScopedView
+from cleveragents.domain.models.acms.text_query import text_options
 from cleveragents.domain.models.acms.uko import (
     UKO,
     file_uri,
@@ -271,17 +272,30 @@ class AgentSession:
         budget: int | None = None,
         projects: Sequence[str] | None = None,
         resources: Sequence[str] | None = None,
+        syntax: str = "plain",
+        path: str | None = None,
+        lang: str | None = None,
     ) -> dict[str, Any]:
         """Hits for ``query``: ``hybrid`` (text and vector fused), ``text`` or ``vector``.
 
         Each hit: ``uri``, ``path``, ``start_line``/``end_line`` (ints),
         ``score``, ``lines`` (the matching lines with context), and for
-        hybrid the ``ranks`` per source.
+        hybrid the ``ranks`` per source.  ``syntax`` (``plain``/``tantivy``),
+        ``path`` (a glob) and ``lang`` are the text search's options (see
+        ``TextBackend.search``); only ``mode="text"`` takes values other than
+        the defaults for now: hybrid search does not forward them yet, and
+        vectors have no syntax (a :class:`QueryError` says so rather than
+        silently ignoring them).
         """
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {', '.join(_MODES)}")
         if not isinstance(query, str) or not query.strip():
             raise ValueError("query must be a non-empty string")
+        options = text_options(syntax, path, lang)
+        if mode != "text" and (options.syntax != "plain" or options.filtered):
+            raise QueryError(
+                f"syntax, path and lang apply to text search only (mode='text'), not {mode!r}"
+            )
         limit = _count(max_results, "max_results", 100)
         chars = _budget(budget)
         view = self._view(projects, resources)
@@ -294,7 +308,13 @@ class AgentSession:
                     | {"ranks": dict(hit.ranks)}
                 )
         elif mode == "text":
-            for t in view.search(query, max_results=limit):
+            for t in view.search(
+                query,
+                max_results=limit,
+                syntax=options.syntax,
+                path=options.path,
+                lang=options.lang,
+            ):
                 items.append(_hit(t.uko_uri, t.content, t.metadata, t.score, terms))
         else:
             embedding = self._embedder.embed([query])[0].tolist()

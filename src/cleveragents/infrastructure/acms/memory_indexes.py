@@ -6,7 +6,13 @@ Brute force and small, for tests and the planner's unit tests (haystack's
 
 - :class:`MemoryTextIndex`: a code-aware tokenizer (identifier parts,
   lower case) and BM25 computed over the in-scope documents only, scored
-  ``bm25 / (bm25 + 8)`` as the Tantivy adapter does; ties by URI.
+  ``bm25 / (bm25 + 8)`` as the Tantivy adapter does; ties by URI.  The
+  plain syntax (default) reads any string as its words; a unit that defines
+  a whole identifier of the query (``metadata["symbols"]``) gets a bonus, so
+  definitions rank above uses; ``path``/``lang`` filters restrict matches
+  without changing the statistics (as Tantivy's zero-scored filter clauses).
+  ``syntax="tantivy"`` is a subset here: words, phrases read as words and
+  ``OR``; any ``field:`` is refused.
 - :class:`MemoryVectorIndex`: exact cosine over L2-normalised rows (numpy).
 - :class:`MemoryGraphIndex`: one rdflib ``Graph`` per resource; SPARQL through
   the same sandbox (:mod:`.sparql_guard`) over the union of the in-scope graphs,
@@ -47,6 +53,12 @@ from cleveragents.domain.models.acms.backends import (
 )
 from cleveragents.domain.models.acms.errors import IndexUnavailableError, QueryError
 from cleveragents.domain.models.acms.indexing import FileRecord
+from cleveragents.domain.models.acms.text_query import (
+    MAX_PLAIN_TERMS,
+    match_lines,
+    path_matches,
+    text_options,
+)
 from cleveragents.domain.models.acms.uko import UKO, resource_id_of
 from cleveragents.domain.models.acms.ulids import canonical_ulid, validate_scope
 from cleveragents.infrastructure.acms.sparql_guard import check_query
@@ -57,6 +69,7 @@ _K1, _B = 1.2, 0.75
 _WORD = re.compile(r"[A-Za-z0-9_]+")
 _PART = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
 _FIELD = re.compile(r"(?<![\w\"])[A-Za-z_][\w.]*:")
+_EXACT_BONUS = 4.0  # times the IDF of "defines this name" (Tantivy's W_EXACT)
 
 
 def tokens(text: str) -> list[str]:
@@ -105,18 +118,30 @@ class MemoryTextIndex(_Closable):
         self._docs: dict[str, dict[str, tuple[IndexUnit, Counter[str], int]]] = {}
 
     def search(
-        self, query: str, *, scope: frozenset[str], max_results: int = 20
+        self,
+        query: str,
+        *,
+        scope: frozenset[str],
+        max_results: int = 20,
+        syntax: str = "plain",
+        path: str | None = None,
+        lang: str | None = None,
     ) -> list[TextResult]:
         """BM25 search restricted to ``scope`` (statistics from in-scope documents only).
 
         Raises:
-            TypeError / ValueError: bad arguments.  QueryError: unbalanced
-            quotes or parentheses, a field (``name:``) or a bare ``*``.
+            TypeError / ValueError: bad arguments or options.  QueryError
+            (tantivy syntax only): unbalanced quotes or parentheses, a field
+            (``name:``) or a bare ``*``.
         """
         validate_non_empty(query, "query")
         validate_positive_int(max_results, "max_results")
         canonical = validate_scope(scope)
-        terms = self._parse(query)
+        options = text_options(syntax, path, lang)
+        if options.syntax == "tantivy":
+            terms = self._parse(query)
+        else:
+            terms = set(list(dict.fromkeys(tokens(query)))[:MAX_PLAIN_TERMS])
         self._check_open()
         with self._lock:
             docs = [d for rid in sorted(canonical) for d in self._docs.get(rid, {}).values()]
@@ -124,8 +149,17 @@ class MemoryTextIndex(_Closable):
             return []
         avg = sum(n for _, _, n in docs) / len(docs)
         df = Counter(t for _, counts, _ in docs for t in set(counts) if t in terms)
+        names = {w.lower() for w in _WORD.findall(query)} if options.syntax == "plain" else set()
+        defined = [set(u.metadata.get("symbols", "").lower().split()) & names for u, _, _ in docs]
+        defines = Counter(n for found in defined for n in found)
         scored: list[tuple[float, str, IndexUnit]] = []
-        for unit, counts, length in docs:
+        for (unit, counts, length), found in zip(docs, defined, strict=True):
+            if options.lang is not None and unit.metadata.get("language", "") != options.lang:
+                continue
+            if options.path is not None and not path_matches(
+                options.path, unit.metadata.get("path", "")
+            ):
+                continue
             score = 0.0
             for term in terms:
                 tf = counts.get(term, 0)
@@ -134,12 +168,17 @@ class MemoryTextIndex(_Closable):
                 idf = math.log(1 + (len(docs) - df[term] + 0.5) / (df[term] + 0.5))
                 score += idf * tf * (_K1 + 1) / (tf + _K1 * (1 - _B + _B * length / avg))
             if score > 0:
+                for name in found:
+                    n = defines[name]
+                    score += _EXACT_BONUS * math.log(1 + (len(docs) - n + 0.5) / (n + 0.5))
                 scored.append((score, unit.uko_uri, unit))
         scored.sort(key=lambda item: (-item[0], item[1]))
-        return [
-            TextResult(uri, unit.content, s / (s + 8.0), dict(unit.metadata))
-            for s, uri, unit in scored[:max_results]
-        ]
+        out = []
+        for s, uri, unit in scored[:max_results]:
+            lines = match_lines(unit.content, unit.metadata.get("start_line"), terms, tokens)
+            metadata = {**unit.metadata, "match_lines": lines}
+            out.append(TextResult(uri, unit.content, s / (s + 8.0), metadata))
+        return out
 
     @staticmethod
     def _parse(query: str) -> set[str]:

@@ -17,9 +17,14 @@ Tantivy adapter splits them (``parseJsonV2`` -> ``parse json v2``,
 ``HTTPServer`` -> ``http server``), and the server's standard analyser then
 splits on non-word characters and lower-cases.
 
-Query language: BM25 is a bag of words, so a query is words (and quoted
+Query language: BM25 is a bag of words.  The plain syntax (default) reads
+any string as its words (the first 64 distinct terms; punctuation is never an
+error).  With ``syntax="tantivy"`` a query is words (and quoted
 phrases, read as their words) joined by an optional ``OR``; a unit matches if
-it holds any of them.  What the engine cannot honour is refused with a
+it holds any of them.  There is no symbol field here (no definition boost),
+and the ``path``/``lang`` filters are not supported: asking for one raises
+:class:`QueryError` rather than silently searching everything.  With the
+tantivy syntax, what the engine cannot honour is refused with a
 :class:`QueryError` rather than silently widened: ``AND``, ``NOT``, ``+``/``-``
 prefixes, wildcards, fuzzy and boost suffixes, ranges, and the internal
 fields ``resource_id:`` / ``uko_uri:``; unbalanced quotes or parentheses are
@@ -48,6 +53,7 @@ from cleveragents.domain.models.acms.backends import (
     validate_positive_int,
 )
 from cleveragents.domain.models.acms.errors import QueryError
+from cleveragents.domain.models.acms.text_query import MAX_PLAIN_TERMS, match_lines, text_options
 from cleveragents.domain.models.acms.ulids import canonical_ulid, validate_scope
 from cleveragents.infrastructure.acms.milvus_common import (
     MilvusCollection,
@@ -211,7 +217,14 @@ class MilvusTextBackend:
         self._coll.close()
 
     def search(
-        self, query: str, *, scope: frozenset[str], max_results: int = 20
+        self,
+        query: str,
+        *,
+        scope: frozenset[str],
+        max_results: int = 20,
+        syntax: str = "plain",
+        path: str | None = None,
+        lang: str | None = None,
     ) -> list[TextResult]:
         """BM25 search of the in-scope units (any query word matches).
 
@@ -220,13 +233,21 @@ class MilvusTextBackend:
 
         Raises:
             TypeError / ValueError: as the Protocol says; :class:`QueryError`
-                for syntax the engine cannot honour.
+                for a ``path``/``lang`` filter (unsupported here) and, with
+                ``syntax="tantivy"``, syntax the engine cannot honour.
             IndexUnavailableError: the server failed or did not answer in time.
         """
         validate_non_empty(query, "query")
         validate_positive_int(max_results, "max_results")
         canonical = validate_scope(scope)
-        words = parse_query(query)
+        options = text_options(syntax, path, lang)
+        if options.filtered:
+            raise QueryError("the Milvus text backend does not support the path and lang filters")
+        if options.syntax == "tantivy":
+            words = parse_query(query)
+        else:
+            words = list(dict.fromkeys(code_terms(query[:MAX_QUERY_CHARS]).split()))
+            words = words[:MAX_PLAIN_TERMS]
         if not canonical or not words:
             return []
         hits = self._coll.search(
@@ -237,7 +258,18 @@ class MilvusTextBackend:
             metric="BM25",
             output_fields=_OUTPUT,
         )
-        results = [_result(hit) for hit in hits]
+        wanted = set(words)
+        results = []
+        for hit in hits:
+            found = _result(hit)
+            lines = match_lines(
+                found.content,
+                found.metadata.get("start_line"),
+                wanted,
+                lambda line: code_terms(line).split(),
+            )
+            metadata = {**found.metadata, "match_lines": lines}
+            results.append(TextResult(found.uko_uri, found.content, found.score, metadata))
         results.sort(key=lambda r: (-r.score, r.uko_uri))
         return results
 

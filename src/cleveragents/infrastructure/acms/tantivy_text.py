@@ -65,6 +65,7 @@ from cleveragents.domain.models.acms.text_query import (
 )
 from cleveragents.domain.models.acms.uko import resource_id_of
 from cleveragents.domain.models.acms.ulids import canonical_ulid, is_ulid, validate_scope
+from cleveragents.infrastructure.acms.fs_swap import exchange_paths
 from cleveragents.infrastructure.acms.tantivy_query import (
     ANALYZER_NAME,
     KEYWORD_ANALYZER_NAME,
@@ -540,7 +541,8 @@ class TantivyTextBackend:
             if not shard.current:
                 raise IndexUnavailableError(
                     f"the text index of {shard.rid} has the schema of an older version; "
-                    "run `acms reindex` (or `scripts/reindex.py --rebuild`)"
+                    "run `scripts/reindex.py --rebuild` (a reindex that rewrites any of "
+                    "the resource's files also upgrades it)"
                 )
         # Tantivy allocates for the limit and panics near 2**63: never ask
         # for more than there are documents.
@@ -827,8 +829,8 @@ class TantivyTextBackend:
         Every field is derived from what the shard stores (URI, resource,
         body, metadata), so the migration loses nothing.  The new shard is
         built aside, under the old shard's writer lock, then swapped in with
-        two renames; between them a reader sees the resource without units
-        (only during this one-time upgrade).
+        one atomic exchange (``renameat2``; where it is missing, two renames,
+        between which a reader sees the resource without units).
         """
         assert self._path is not None
         rid, root = shard.rid, self._resolved
@@ -847,9 +849,13 @@ class TantivyTextBackend:
             writer.commit()
             writer.wait_merging_threads()
             del writer, fresh
-            trash = os.path.join(root, f"{_TRASH_PREFIX}{rid}-{os.getpid()}-{time.time_ns()}")
-            os.rename(final, trash)
-            os.rename(aside, final)
+            try:
+                exchange_paths(aside, final)  # one step: readers never miss the shard
+                trash = aside
+            except OSError:
+                trash = os.path.join(root, f"{_TRASH_PREFIX}{rid}-{os.getpid()}-{time.time_ns()}")
+                os.rename(final, trash)
+                os.rename(aside, final)
         except (OSError, ValueError) as exc:
             raise IndexUnavailableError(
                 f"cannot migrate the text index of {rid} to the current schema: {exc}"

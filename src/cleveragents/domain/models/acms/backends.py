@@ -224,23 +224,42 @@ class TextBackend(Protocol):
     """Full-text search over indexed resource content."""
 
     def search(
-        self, query: str, *, scope: frozenset[str], max_results: int = 20
+        self,
+        query: str,
+        *,
+        scope: frozenset[str],
+        max_results: int = 20,
+        syntax: str = "plain",
+        path: str | None = None,
+        lang: str | None = None,
     ) -> list[TextResult]:
         """Search units of the resources in ``scope``.
 
         Args:
-            query: non-empty query text (engine query syntax).
+            query: non-empty query text.  With ``syntax="plain"`` (default)
+                any string is valid: it is analysed into terms and never
+                parsed, so punctuation is never an error (a string without
+                an analysable term finds nothing).  ``syntax="tantivy"``:
+                the engine's query language, with its limits.
             scope: frozenset of resource ULIDs; empty selects nothing.
             max_results: positive cap on the number of results.
+            syntax: ``"plain"`` or ``"tantivy"`` (see
+                :mod:`~cleveragents.domain.models.acms.text_query`).
+            path: a glob over the unit's file path (``pkg/**/*.py``): only
+                matching units are searched.
+            lang: a language name (``python``): only units of that language.
 
         Returns:
-            Results by descending ``score``, each of a resource in ``scope``.
+            Results by descending ``score``, each of a resource in ``scope``
+            (and matching ``path``/``lang``); ``metadata["match_lines"]`` holds
+            the comma-separated file line numbers of the chunk lines holding
+            a query term (empty when none, at most 20).
 
         Raises:
             TypeError: an argument has the wrong type (``scope`` not a frozenset).
             ValueError: empty query, non-positive ``max_results``, a scope member
-                that is not a ULID, or a query the engine cannot parse
-                (:class:`QueryError`).
+                that is not a ULID, an unknown syntax or a bad filter, or (tantivy
+                syntax) a query the engine cannot parse (:class:`QueryError`).
             IndexUnavailableError: the index cannot be read.
         """
         ...

@@ -77,9 +77,32 @@ class ScopedView:
         """The canonical scope of this view."""
         return self._scope
 
-    def search(self, query: str, *, max_results: int = 20) -> list[TextResult]:
-        """Full-text search restricted to the view's scope."""
-        results = self._text.search(query, scope=self._scope, max_results=max_results)
+    def search(
+        self,
+        query: str,
+        *,
+        max_results: int = 20,
+        syntax: str = "plain",
+        path: str | None = None,
+        lang: str | None = None,
+    ) -> list[TextResult]:
+        """Full-text search restricted to the view's scope.
+
+        The seed's call (``query``, ``max_results``) reaches any backend
+        unchanged; the options are passed only when one differs from its
+        default (see ``TextBackend.search``).
+        """
+        if syntax == "plain" and path is None and lang is None:
+            results = self._text.search(query, scope=self._scope, max_results=max_results)
+        else:
+            results = self._text.search(
+                query,
+                scope=self._scope,
+                max_results=max_results,
+                syntax=syntax,
+                path=path,
+                lang=lang,
+            )
         return self._keep(results, "text")
 
     def similarity_search(self, embedding: list[float], *, top_k: int = 20) -> list[VectorResult]:

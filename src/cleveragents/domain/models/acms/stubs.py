@@ -16,6 +16,7 @@ from cleveragents.domain.models.acms.backends import (
     validate_positive_int,
     validate_traversal,
 )
+from cleveragents.domain.models.acms.text_query import text_options
 from cleveragents.domain.models.acms.ulids import validate_scope
 
 __all__ = ["InMemoryGraphBackend", "InMemoryTextBackend", "InMemoryVectorBackend"]
@@ -27,15 +28,28 @@ def _optional_scope(scope: object) -> None:
 
 
 class InMemoryTextBackend:
-    """:class:`TextBackend` stub: returns an empty list; validates args."""
+    """:class:`TextBackend` stub: returns an empty list; validates args.
+
+    It holds no documents, so the ``syntax``/``path``/``lang`` options are
+    validated (an unknown syntax or a bad filter raises as in every backend)
+    and have nothing to apply to.
+    """
 
     def search(
-        self, query: str, *, scope: frozenset[str], max_results: int = 20
+        self,
+        query: str,
+        *,
+        scope: frozenset[str],
+        max_results: int = 20,
+        syntax: str = "plain",
+        path: str | None = None,
+        lang: str | None = None,
     ) -> list[TextResult]:
         """Validate the arguments and return no results."""
         validate_non_empty(query, "query")
         validate_positive_int(max_results, "max_results")
         validate_scope(scope)
+        text_options(syntax, path, lang)
         return []
 
 
