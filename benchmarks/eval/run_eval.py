@@ -321,10 +321,12 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-SWEEP_K = (5, 10, 20, 30, 60)
-SWEEP_TEXT = (1.0, 1.5, 2.0, 3.0, 4.0)
-SWEEP_VECTOR = (0.25, 0.5, 1.0)
-SWEEP_GRAPH = (0.0, 0.5, 1.0, 2.0)
+# Only the ratios of the weights matter (scaling all of them scales every
+# score), so the text weight stays 1.0 and the others vary around it.
+SWEEP_K = (1, 2, 5, 10, 30, 60)
+SWEEP_TEXT = (1.0,)
+SWEEP_VECTOR = (0.1, 0.25, 0.5, 1.0)
+SWEEP_GRAPH = (0.0, 0.25, 0.5)
 
 
 def source_rankings(view, embedder, query: str) -> dict[str, list[str]]:
