@@ -198,6 +198,11 @@ def systems(indexes, bm25: Bm25Windows, grep: GrepFiles) -> dict[str, Callable[[
         return [h for h in (_unit_hit(u, corpus_of) for u in uris) if h is not None]
 
     out["text"] = lambda q: hits(r.uko_uri for r in view.search(q, max_results=50))
+    # The same index through the query language (the default before the plain
+    # mode): the reference for the plain mode's latency, measured in this run.
+    out["text-syntax-tantivy"] = lambda q: hits(
+        r.uko_uri for r in view.search(q, max_results=50, syntax="tantivy")
+    )
     for name, (ops_e, emb_e, scope_e, corpus_e, *_rest) in indexes.items():
         view_e = ops_e.view(scope_e)
 
@@ -291,6 +296,17 @@ def markdown(result: dict) -> str:
         )
     lines += ["", "Questions per kind: " + ", ".join(f"{k} {v}" for k, v in result["n"].items())]
     lines += ["", *verdict_markdown(result["verdicts"])]
+    p50 = {name: data["p50_ms"] for name, data in result["systems"].items()}
+    if "text" in p50 and p50.get("text-syntax-tantivy"):
+        ratio = p50["text"] / p50["text-syntax-tantivy"]
+        lines += [
+            "",
+            f"Latency, p50 in this run: text (plain mode) {p50['text']:.1f} ms, the same "
+            f"index through the query language {p50['text-syntax-tantivy']:.1f} ms "
+            f"(ratio {ratio:.2f}); "
+            + ", ".join(f"{n} {v:.1f} ms" for n, v in p50.items() if n.startswith("hybrid"))
+            + ".",
+        ]
     lines += ["", "Refused queries per kind (answered with an error):", ""]
     lines += ["| system | " + " | ".join(KINDS) + " |", "|" + "---|" * (len(KINDS) + 1)]
     for system, data in result["systems"].items():
