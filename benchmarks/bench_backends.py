@@ -225,8 +225,65 @@ def bench_text(
                 "raw tantivy-py, one index of the same docs + filter",
             )
         )
+        plain, old = interleaved(
+            [
+                lambda q=q, scope=scope: backend.search(q, scope=scope, max_results=20)
+                for q in SYNTAX_QUERIES
+            ],
+            [
+                lambda q=q, scope=scope: backend.search(
+                    q, scope=scope, max_results=20, syntax="tantivy"
+                )
+                for q in SYNTAX_QUERIES
+            ],
+            repeats,
+        )
+        out.append(
+            row(
+                f"text search plain syntax (default), scope {label}",
+                plain,
+                old,
+                "the same backend, same queries, syntax='tantivy' (the previous default)",
+            )
+        )
     backend.close()
     return out
+
+
+# Queries both syntaxes accept: the existing one, an identifier, a question.
+SYNTAX_QUERIES = ("parse json OR token", "parse_json value", "read the json token stream")
+
+
+def interleaved(
+    a: list[Callable[[], Any]], b: list[Callable[[], Any]], repeats: int
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Per-round times of running every call of ``a`` and of ``b``, A/B
+    interleaved round by round so both see the same machine load."""
+    for fn in (*a, *b):
+        fn()  # warm up
+    samples: tuple[list[float], list[float]] = ([], [])
+    for i in range(repeats):
+        order = (0, 1) if i % 2 == 0 else (1, 0)
+        for side in order:
+            t0 = time.perf_counter()
+            for fn in (a, b)[side]:
+                fn()
+            samples[side].append((time.perf_counter() - t0) * 1000 / len(a))
+    return _stats(samples[0]), _stats(samples[1])
+
+
+def _stats(samples: list[float]) -> dict[str, float]:
+    samples = sorted(samples)
+
+    def pct(p: float) -> float:
+        return samples[min(len(samples) - 1, int(p * len(samples)))]
+
+    return {
+        "p50_ms": statistics.median(samples),
+        "p10_ms": pct(0.10),
+        "p90_ms": pct(0.90),
+        "p99_ms": pct(0.99),
+    }
 
 
 def bench_vector(tmp: Path, n: int, dim: int, n_resources: int, repeats: int) -> list[dict]:

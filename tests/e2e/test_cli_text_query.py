@@ -232,6 +232,8 @@ def test_a_normal_reindex_upgrades_shards_of_the_previous_schema(
     cli.reindex()  # a normal reindex, no --rebuild
     for shard in shards:
         meta = json.loads((shard / "meta.json").read_text())
-        assert {"symbol", "symbol_exact", "path_raw", "lang"} <= {f["name"] for f in meta["schema"]}
+        assert {"symbol", "symbol_exact", "names", "path_raw", "lang"} <= {
+            f["name"] for f in meta["schema"]
+        }
     hits = cli.json("search", "text", "create_connection", *SCOPE, "--lang", "python")
     assert hits[0]["metadata"]["path"] == "net/base.py"

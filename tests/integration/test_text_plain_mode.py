@@ -159,7 +159,7 @@ def test_tantivy_syntax_allows_the_user_fields(tantivy_backend: TantivyTextBacke
 
 
 @pytest.mark.parametrize(
-    "field", ["resource_id", "uko_uri", "body", "metadata", "symbol_exact", "path_raw"]
+    "field", ["resource_id", "uko_uri", "body", "metadata", "symbol_exact", "names", "path_raw"]
 )
 def test_tantivy_syntax_refuses_the_internal_fields(
     tantivy_backend: TantivyTextBackend, field: str
@@ -230,7 +230,7 @@ def test_an_old_shard_is_refused_then_migrated_by_the_next_write(tmp_path: Path)
     # Any write to the resource (here: one unit replaced) migrates the shard.
     replaced = unit("pkg/use.py", "reader = create_connection(h)  # replaced\n")
     backend.upsert(RID, [replaced])
-    assert {"symbol", "symbol_exact", "path_raw", "lang"} <= shard_fields(root, RID)
+    assert {"symbol", "symbol_exact", "names", "path_raw", "lang"} <= shard_fields(root, RID)
     assert backend.unit_uris(RID) == {u.uko_uri for u in CORPUS}
     first = backend.search("create_connection", scope=SCOPE)[0]
     assert first.metadata["path"] == "pkg/conn.py"
@@ -258,3 +258,15 @@ def test_a_reader_opened_before_the_migration_follows_it(tmp_path: Path) -> None
     assert not [p for p in root.iterdir() if p.name.startswith(".trash")]
     reader.close()
     writer.close()
+
+
+@settings(max_examples=500, deadline=None)
+@given(line=st.text(alphabet=st.characters(max_codepoint=127), max_size=120))
+def test_the_ascii_line_tokenizer_agrees_with_the_analyzer(line: str) -> None:
+    """``match_lines`` tokenizes ASCII lines in Python; it must read them as
+    the engine's analyzer does (tokens of 100+ characters aside)."""
+    from cleveragents.infrastructure.acms.tantivy_query import analysable
+
+    backend = TantivyTextBackend()
+    engine = [t for t in code_analyzer().analyze(analysable(line)) if len(t) < 100]
+    assert list(backend._line_terms(line)) == engine

@@ -14,22 +14,41 @@ Two syntaxes (``syntax=`` of the search):
   A string without an analysable term matches nothing.  Scoring, a sum
   (OR: partial matches still rank) of BM25 clauses:
 
-  ========================================  ======
-  clause (per distinct analysed term)       weight
-  ========================================  ======
-  ``content:t``                             1.0
-  ``path:t`` (path and file name, split)    :data:`W_PATH`
-  ``symbol:t`` (names defined in the unit)  :data:`W_SYMBOL`
-  ``symbol_exact:w`` per whole identifier   :data:`W_EXACT`
-  ``"a b"`` phrase on content, per pair of  :data:`W_PHRASE`
-  adjacent query terms (proximity)
-  ========================================  ======
+  ==============================================  ==========================
+  clause                                          weight
+  ==============================================  ==========================
+  ``content:t``, per distinct analysed term       1.0
+  ``names:t`` (the path, split, and the names     :data:`W_NAMES` = 0.5
+  defined in the unit, split), per term
+  ``symbol_exact:w``, per multi-part identifier   :data:`W_EXACT` = 4.0, shared
+  ``w`` of the query (``create_connection``)      by the query's n such
+                                                  identifiers (4/n)
+  ``"a b"`` on content, per adjacent pair of      :data:`W_PHRASE` = 1.0
+  parts of such an identifier
+  ``"a b"`` on content, per adjacent pair of      :data:`W_PROXIMITY` = 2.0
+  query words (no stop word, 3+ letters; at
+  most 16 pairs)
+  ==============================================  ==========================
 
-  ``symbol_exact`` holds each defined name whole and lower-cased
-  (``create_connection``), so a query that is or contains an identifier
-  ranks the unit that *defines* it above units that only use it.  The
-  weights were set by measuring (``benchmarks/eval/run_eval.py --quick
-  --no-minilm``, see the branch report), not guessed.
+  ``symbol_exact`` holds each defined name whole and lower-cased, so a
+  query that is or contains an identifier ranks the unit that *defines* it
+  above units that only use it; a one-part name (``urlopen``) is matched
+  whole by ``names`` already.  The boost is shared because a list of names
+  (``Py_INCREF PyMethod_New Py_TYPE``: who calls these?) is not about any
+  one definition.  Path and defined names share one field (``names``)
+  because every clause costs a term lookup in every in-scope shard: with
+  separate ``path`` and ``symbol`` clauses, plain queries took 1.5x the time
+  of the same text in the tantivy syntax over 100 shards
+  (``benchmarks/bench_backends.py``).
+
+  Measured with ``benchmarks/tune_text_weights.py --full`` (the evaluation's
+  654 questions over the stdlib and mypyc's C runtime, MRR@10 per kind):
+  ``names`` 0.5 beat 1 and 2 on every kind but identifiers (2 cost 0.05 on
+  calls and 0.03 on docstrings); ``exact`` 4 beat 1 and 2 on identifiers
+  (0.973 vs 0.959-0.968) and, shared, cost calls nothing; proximity 2 beat
+  0.5 and 1 on docstring and paraphrase questions (a pasted docstring
+  sentence finds its function above the definitions it names).
+
 - ``"tantivy"`` (:class:`QueryBuilder`): Tantivy's query syntax (fields,
   phrases, ``AND``/``OR``/``NOT``, prefixes) with every limit below; the
   user-facing fields ``content:``, ``path:``, ``symbol:`` and ``lang:`` may
@@ -64,9 +83,8 @@ __all__ = [
     "MAX_WILDCARD_TERMS",
     "SEARCH_FIELDS",
     "W_EXACT",
-    "W_PATH",
+    "W_NAMES",
     "W_PHRASE",
-    "W_SYMBOL",
     "PlainQueryBuilder",
     "QueryBuilder",
     "analysable",
@@ -82,10 +100,12 @@ ANALYZER_NAME = "cleveragents_code"
 KEYWORD_ANALYZER_NAME = "cleveragents_keyword"
 
 # Plain-mode weights (see the module docstring; measured, not guessed).
-W_PATH = 1.5
-W_SYMBOL = 2.0
+W_NAMES = 0.5
 W_EXACT = 4.0
 W_PHRASE = 1.0
+W_PROXIMITY = 2.0  # phrases of adjacent query words (0: none)
+MAX_PROXIMITY_PAIRS = 16
+EXACT_SHARED = True
 # Whole identifiers of a plain query looked up in ``symbol_exact``.
 MAX_PLAIN_IDENTIFIERS = 16
 _IDENTIFIER = re.compile(r"[^\W\d]\w*")
@@ -122,7 +142,7 @@ MAX_FUZZY_DISTANCE = 2
 MAX_WILDCARD_TERMS = 16
 _QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"')
 _INTERNAL_FIELD = re.compile(
-    r"(?<![\w.])(resource_id|uko_uri|body|metadata|symbol_exact|path_raw)\s*:"
+    r"(?<![\w.])(resource_id|uko_uri|body|metadata|symbol_exact|names|path_raw)\s*:"
 )
 _BARE_STAR = re.compile(r"(?<![\w*:\\])\*(?![\w*])")
 _REGEX = re.compile(r"(?:^|[\s(:+-])/(?:[^/\\]|\\.)+/")
@@ -345,6 +365,63 @@ def query_terms(analyzer: tantivy.TextAnalyzer, query: str, *, syntax: str) -> l
 _FIELD_PREFIX = re.compile(r"(?<![\w.])\w+\s*:")
 
 
+_STOP_WORDS = frozenset(
+    {
+        "the",
+        "and",
+        "for",
+        "are",
+        "but",
+        "not",
+        "you",
+        "her",
+        "was",
+        "our",
+        "has",
+        "his",
+        "how",
+        "its",
+        "who",
+        "did",
+        "she",
+        "too",
+        "from",
+        "that",
+        "this",
+        "with",
+        "have",
+        "they",
+        "will",
+        "your",
+        "what",
+        "when",
+        "where",
+        "which",
+        "their",
+        "there",
+        "them",
+        "then",
+        "than",
+        "been",
+        "were",
+        "into",
+        "each",
+        "more",
+        "some",
+        "such",
+        "only",
+        "also",
+        "very",
+        "just",
+        "over",
+    }
+)
+
+
+def _informative(term: str) -> bool:
+    return len(term) > 2 and term not in _STOP_WORDS
+
+
 class PlainQueryBuilder:
     """Any text -> a ``tantivy.Query`` built from its terms (see the module doc)."""
 
@@ -368,21 +445,42 @@ class PlainQueryBuilder:
         boost = tantivy.Query.boost_query
         for t in terms:
             clauses.append((should, term(schema, "content", t)))
-            clauses.append((should, boost(term(schema, "path", t), W_PATH)))
-            clauses.append((should, boost(term(schema, "symbol", t), W_SYMBOL)))
-        identifiers = dict.fromkeys(
-            word.lower()
-            for word in _IDENTIFIER.findall(query[:MAX_QUERY_CHARS])
-            if len(word) <= _MAX_TOKEN_CHARS
-        )
-        for word in list(identifiers)[:MAX_PLAIN_IDENTIFIERS]:
-            clauses.append((should, boost(term(schema, "symbol_exact", word), W_EXACT)))
-        # Adjacent pairs in the query's own order (before de-duplication).
-        sequence = self._analyzer.analyze(analysable(query[:MAX_QUERY_CHARS]))
-        pairs = dict.fromkeys((a, b) for a, b in itertools.pairwise(sequence) if a != b)
-        for a, b in list(pairs)[: MAX_PLAIN_TERMS - 1]:
-            phrase = tantivy.Query.phrase_query(schema, "content", [a, b])
-            clauses.append((should, boost(phrase, W_PHRASE)))
+            clauses.append((should, boost(term(schema, "names", t), W_NAMES)))
+        # Multi-part identifiers (create_connection, HTTPServer): the whole
+        # name among the unit's definitions, and its parts adjacent in content.
+        # A one-part name needs neither: ``names:t`` already matches it whole.
+        multi: list[tuple[str, list[str]]] = []
+        for word in dict.fromkeys(_IDENTIFIER.findall(query[:MAX_QUERY_CHARS])):
+            parts = self._analyzer.analyze(analysable(word))
+            if len(parts) >= 2 and len(word) <= _MAX_TOKEN_CHARS:
+                multi.append((word.lower(), parts))
+                if len(multi) >= MAX_PLAIN_IDENTIFIERS:
+                    break
+        # The definition boost is shared: a query about one name favours its
+        # definition fully; a list of names (calls) favours none of them much.
+        exact = W_EXACT / len(multi) if multi and EXACT_SHARED else W_EXACT
+        for word, parts in multi:
+            clauses.append((should, boost(term(schema, "symbol_exact", word), exact)))
+            for a, b in dict.fromkeys(itertools.pairwise(parts)):
+                if a != b:
+                    phrase = tantivy.Query.phrase_query(schema, "content", [a, b])
+                    clauses.append((should, boost(phrase, W_PHRASE)))
+        if W_PROXIMITY > 0:
+            # Adjacent words of the query (a pasted sentence) found adjacent,
+            # in the query's order.  Pairs with a stop word or a one- or
+            # two-letter term are left out: frequent, they carry little and
+            # cost the most (every phrase checks positions in each document
+            # holding both terms).
+            sequence = self._analyzer.analyze(analysable(query[:MAX_QUERY_CHARS]))
+            seen = {tuple(p) for _, parts in multi for p in itertools.pairwise(parts)}
+            pairs = dict.fromkeys(
+                (a, b)
+                for a, b in itertools.pairwise(sequence)
+                if a != b and _informative(a) and _informative(b) and (a, b) not in seen
+            )
+            for a, b in list(pairs)[:MAX_PROXIMITY_PAIRS]:
+                phrase = tantivy.Query.phrase_query(schema, "content", [a, b])
+                clauses.append((should, boost(phrase, W_PROXIMITY)))
         return tantivy.Query.boolean_query(clauses)
 
 

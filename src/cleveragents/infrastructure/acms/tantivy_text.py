@@ -34,6 +34,7 @@ import json
 import math
 import os
 import queue
+import re
 import threading
 import time
 from collections import OrderedDict
@@ -100,6 +101,10 @@ _LOCK_BACKOFF_START = 0.01
 _LOCK_BACKOFF_MAX = 0.5
 _META = "meta.json"
 _MISSING = object()
+# The code analyzer on ASCII text (``tantivy_query``: the acronym split, then
+# ``_TOKEN_PATTERN``), for ``match_lines``.  Over-long tokens are not dropped
+# here: a query term is never one, so membership tests agree.
+_ASCII_TOKEN = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
 _TRASH_PREFIX = ".trash-"
 
 
@@ -115,6 +120,9 @@ def _schema() -> tantivy.Schema:
     # and each one whole and lower-cased (the exact-identifier boost).
     builder.add_text_field("symbol", tokenizer_name=ANALYZER_NAME)
     builder.add_text_field("symbol_exact", tokenizer_name=KEYWORD_ANALYZER_NAME)
+    # The plain syntax's one field for path and defined names (one clause
+    # per term instead of two; see ``tantivy_query``).
+    builder.add_text_field("names", tokenizer_name=ANALYZER_NAME)
     # Filters: the path as is (glob -> regex over the term dictionary) and
     # the language, lower-cased.
     builder.add_text_field("path_raw", tokenizer_name="raw")
@@ -133,6 +141,7 @@ _SCHEMA_FIELDS = frozenset(
         "path",
         "symbol",
         "symbol_exact",
+        "names",
         "path_raw",
         "lang",
         "body",
@@ -155,6 +164,8 @@ def _document(uri: str, rid: str, content: str, metadata: Mapping[str, str]) -> 
         doc.add_text("symbol", analysable(" ".join(symbols)))
         for name in dict.fromkeys(symbols):
             doc.add_text("symbol_exact", name)
+    if path or symbols:
+        doc.add_text("names", analysable(" ".join([path or "", *symbols])))
     language = metadata.get("language")
     if language:
         doc.add_text("lang", language)
@@ -576,7 +587,9 @@ class TantivyTextBackend:
             )
         return results
 
-    def _line_terms(self, line: str) -> list[str]:
+    def _line_terms(self, line: str) -> Iterable[str]:
+        if line.isascii():  # the analyzer's rules, in Python (no engine call)
+            return map(str.lower, _ASCII_TOKEN.findall(line))
         return self._analyzer.analyze(analysable(line))
 
     def _build(self, query: str, options: TextOptions) -> tantivy.Query | None:

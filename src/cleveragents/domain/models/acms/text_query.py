@@ -168,24 +168,26 @@ def match_lines(
     """Comma-separated absolute line numbers of the lines holding a term.
 
     ``terms`` are analysed (lower-case) terms; ``analyse`` is the backend's
-    analyzer.  A line is analysed only if it holds some term as a
-    lower-case substring (a necessary condition, since analysis only splits
-    and lower-cases), so the cost stays near a substring scan.
+    analyzer, applied to a line only if the line holds one of the chunk's
+    terms as a lower-case substring (a necessary condition, since analysis
+    only splits and lower-cases), so the cost stays near a substring scan.
     """
-    wanted = {t for t in terms if t}
+    lower = content.lower()
+    wanted = {t for t in terms if t and t in lower}
     if not wanted:
         return ""
     try:
         first = int(start_line) if start_line is not None else 1
     except ValueError:
         first = 1
-    found: list[str] = []
-    for offset, line in enumerate(content.split("\n")):
-        lower = line.lower()
-        if not any(t in lower for t in wanted):
-            continue
-        if wanted.intersection(analyse(line)):
-            found.append(str(first + offset))
-            if len(found) >= MAX_MATCH_LINES:
+    lines = content.split("\n")
+    lowered = lower.split("\n")
+    if len(lowered) != len(lines):  # defensive: lower() never adds a line break
+        lowered = [line.lower() for line in lines]
+    out: list[str] = []
+    for offset, (line, low) in enumerate(zip(lines, lowered, strict=True)):
+        if any(t in low for t in wanted) and not wanted.isdisjoint(analyse(line)):
+            out.append(str(first + offset))
+            if len(out) >= MAX_MATCH_LINES:
                 break
-    return ",".join(found)
+    return ",".join(out)
