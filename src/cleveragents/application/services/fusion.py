@@ -13,8 +13,8 @@ by URI.  The reported ``score`` is that fraction rounded to a float.
 every backend) for the text ranking of the query, the vector ranking of its
 embedding, and, for identifiers in the query, a *graph* ranking: the chunks
 that define a symbol of exactly that name (``uko:defines``/``uko:name``/``uko:line``
-and the chunk's line range).  The three are fused with per-source weights;
-by default (:data:`DEFAULT_WEIGHTS`) the graph weighs 0 and is not asked.
+and the chunk's line range).  The three are fused with per-source weights
+(:data:`DEFAULT_WEIGHTS`; a source of weight 0 is not asked).
 """
 
 from __future__ import annotations
@@ -51,25 +51,31 @@ __all__ = [
 
 _log = structlog.get_logger("cleveragents.acms.fusion")
 
-# Measured with the plain-mode text engine (symbol field, definition boost)
-# by ``benchmarks/eval/run_eval.py --sweep`` (exact fusion of each question's
-# cached text, vector and graph rankings; only weight ratios matter, so text
-# stays 1.0).  MRR@10 over all questions, text alone -> these defaults:
-#   quick (142 questions), hashing  0.902 -> 0.905
-#   quick (142 questions), MiniLM   0.902 -> 0.904
-#   full  (710 questions), hashing  0.857 -> 0.861
-# The text ranking is now the strong one: every larger k or heavier vector
+# Measured with the plain-mode text engine (branch text-query at 7dbe5df:
+# names field, exact-identifier boost) by ``benchmarks/eval/run_eval.py
+# --sweep``: exact fusion of each question's cached text, vector and graph
+# rankings over k in {1, 2, 5, 10, 30, 60}, vector 0.1-1 and graph 0-0.5
+# (only weight ratios matter, so text stays 1.0).  MRR@10 over all
+# questions, text alone -> these defaults:
+#   quick, 142 questions, hashing  0.928 -> 0.929
+#   quick, 142 questions, MiniLM   0.928 -> 0.930
+#   full,  854 questions, hashing  0.913 -> 0.914
+# The text ranking is the strong one now: any larger k or heavier vector
 # weight let vector neighbours displace exact text hits and lost on at least
-# one of the three (k=30, vector 0.5, the old defaults: 0.892 and 0.882 on
-# quick).  k=1 with vector at a quarter of text keeps text's first hit first
-# (1/2 > 1/3 + 1/4 * 1/2) and lets vector reorder and fill the tail.  The
-# graph's definitions of query identifiers added nothing once text has its
-# exact-identifier boost (graph 0.25 or 0.5 tied or lost) and cost a forked
-# SPARQL evaluation per query, so its default weight is 0: a source of
-# weight 0 is not asked.  Pass ``weights={"graph": ...}`` to use it.
+# one of the three (the old defaults, k=30 and text 2 / vector 0.5 / graph 1:
+# 0.892 and 0.882 on quick with the first plain-mode engine, below text).
+# k=1 with vector at a quarter of text keeps text's first hit first against
+# text's second plus vector's first (1/2 > 1/3 + 1/4 * 1/2) and lets vector
+# reorder and fill the tail, which is where hybrid gains: a hair overall,
+# more on paraphrases with MiniLM (0.578 -> 0.600).  The graph at 0.1 tips
+# the balance for the chunk defining a query identifier (text's second that
+# vector and graph both rank first overtakes text's first); it made
+# the full set's identifiers 0.984 -> 0.986 (graph 0 ties text there:
+# 0.913), at the cost of one forked SPARQL evaluation per query that names
+# an identifier.  Pass ``weights`` to trade differently.
 DEFAULT_K = 1
 DEFAULT_DEPTH = 50
-DEFAULT_WEIGHTS: Mapping[str, float] = MappingProxyType({"text": 1.0, "vector": 0.25, "graph": 0.0})
+DEFAULT_WEIGHTS: Mapping[str, float] = MappingProxyType({"text": 1.0, "vector": 0.25, "graph": 0.1})
 # With a path or language filter, vector candidates are fetched this many
 # times deeper before filtering (the vector index has no filter of its own).
 FILTERED_VECTOR_FACTOR = 8
@@ -330,7 +336,7 @@ def hybrid_search(
             to :data:`DEFAULT_WEIGHTS` (sources ``text``, ``vector``, ``graph``).
         depth: how many results each source contributes (>= 1).
         graph: add the graph ranking of definitions of query identifiers
-            (asked only when the graph's weight is above 0; by default it is 0).
+            (asked only when the query names one and the graph's weight is above 0).
         path, lang: a path glob and a language name (see ``text_query``):
             only units of matching files come back from every source.  The
             text backend filters inside its engine; vector and graph hits are
