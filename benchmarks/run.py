@@ -33,7 +33,16 @@ from ulid import ULID
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_cold
-from bench_backends import bench_graph, bench_text, bench_vector, raw_add, raw_index, timed
+from bench_backends import (
+    bench_graph,
+    bench_text,
+    bench_vector,
+    interleaved,
+    raw_add,
+    raw_index,
+    row,
+    timed,
+)
 
 from cleveragents.application.services.chunking import make_units
 from cleveragents.domain.models.acms.backends import IndexUnit
@@ -69,6 +78,45 @@ def bench_unscoped_vector(rows: list[dict[str, Any]], bandwidth: float) -> dict[
         "ratio_p50": full["ours"]["p50_ms"] / (scanned / (bandwidth * 1e9) * 1000),
         "note": f"{achieved:.1f} GB/s = {achieved / bandwidth:.0%} of bandwidth (target >= 65%)",
     }
+
+
+# Questions as a user types them (both syntaxes accept them): identifiers,
+# keywords, sentences.
+STDLIB_QUERIES = (
+    "create_connection",
+    "HTTPConnection request",
+    "read lines from a file",
+    "Return the number of items in the queue",
+    "parse the header of a mail message and return its parameters",
+)
+
+
+def bench_text_syntax_stdlib(tmp: Path, n_files: int, repeats: int) -> dict[str, Any]:
+    """Plain vs tantivy syntax on real code: stdlib chunks in 10 resources."""
+    import sysconfig
+
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    rids = [str(ULID()) for _ in range(10)]
+    backend = TantivyTextBackend(tmp / "text-stdlib")
+    for i, path in enumerate(sorted(stdlib.glob("*.py"))[:n_files]):
+        rid = rids[i % len(rids)]
+        backend.upsert(rid, make_units(rid, path.name, path.read_text(errors="replace")))
+    scope = frozenset(rids)
+    plain, old = interleaved(
+        [lambda q=q: backend.search(q, scope=scope, max_results=20) for q in STDLIB_QUERIES],
+        [
+            lambda q=q: backend.search(q, scope=scope, max_results=20, syntax="tantivy")
+            for q in STDLIB_QUERIES
+        ],
+        repeats,
+    )
+    backend.close()
+    return row(
+        f"text search plain syntax (default), {n_files} stdlib files in 10 resources",
+        plain,
+        old,
+        "the same backend, same queries, syntax='tantivy' (the previous default)",
+    )
 
 
 def bench_text_indexing(tmp: Path, n_files: int) -> dict[str, Any]:
@@ -227,6 +275,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         rows += vec
         rows += guarded("unscoped vector", lambda: [bench_unscoped_vector(vec, bandwidth)])
+        rows += guarded(
+            "text syntax on stdlib",
+            lambda: [bench_text_syntax_stdlib(tmp, 60 if q else 200, 20 if q else 60)],
+        )
         rows += guarded("text indexing", lambda: [bench_text_indexing(tmp, 40 if q else 200)])
         rows += guarded(
             "graph",

@@ -30,11 +30,13 @@ from baselines import Bm25Windows, GrepFiles  # noqa: E402
 from cleveragents.infrastructure.acms import tantivy_query  # noqa: E402
 
 GRID = {
-    "W_NAMES": (0.25, 0.5),
-    "W_EXACT": (2.0, 4.0),
-    "EXACT_SHARED": (False, True),
-    "W_PHRASE": (1.0,),
-    "W_PROXIMITY": (2.0, 3.0),
+    "W_NAMES": (0.5,),
+    "W_EXACT": (4.0,),
+    "EXACT_SHARED": (True,),
+    "W_PHRASE": (1.0, 2.0, 3.0),
+    "W_PROXIMITY": (2.0,),
+    "PROXIMITY_ALL_PAIRS": (True,),
+    "MIN_PROXIMITY_WORDS": (0, 5),
 }
 
 

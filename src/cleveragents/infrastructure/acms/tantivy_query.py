@@ -23,11 +23,11 @@ Two syntaxes (``syntax=`` of the search):
   ``symbol_exact:w``, per multi-part identifier   :data:`W_EXACT` = 4.0, shared
   ``w`` of the query (``create_connection``)      by the query's n such
                                                   identifiers (4/n)
-  ``"a b"`` on content, per adjacent pair of      :data:`W_PHRASE` = 1.0
-  parts of such an identifier
+  ``"a b"`` on content, per adjacent pair of      :data:`W_PHRASE` = 2.0
+  parts of such an identifier (at most 16)
   ``"a b"`` on content, per adjacent pair of      :data:`W_PROXIMITY` = 2.0
-  query words (no stop word, 3+ letters; at
-  most 16 pairs)
+  query words, for a query of 5+ informative
+  words (3+ letters, no stop word; at most 16)
   ==============================================  ==========================
 
   ``symbol_exact`` holds each defined name whole and lower-cased, so a
@@ -45,9 +45,15 @@ Two syntaxes (``syntax=`` of the search):
   654 questions over the stdlib and mypyc's C runtime, MRR@10 per kind):
   ``names`` 0.5 beat 1 and 2 on every kind but identifiers (2 cost 0.05 on
   calls and 0.03 on docstrings); ``exact`` 4 beat 1 and 2 on identifiers
-  (0.973 vs 0.959-0.968) and, shared, cost calls nothing; proximity 2 beat
-  0.5 and 1 on docstring and paraphrase questions (a pasted docstring
-  sentence finds its function above the definitions it names).
+  (0.98 vs 0.96) and, shared, cost calls nothing; identifier phrases 2
+  (calls 0.924 vs 0.891 at 1, identifiers 0.981 vs 0.973 at 3); proximity 2
+  beat 0.5 and 1 on docstring and paraphrase questions.  Proximity phrases
+  check positions in every document holding both words, the one clause
+  whose cost grows with the corpus: for every query they made plain
+  queries 1.4-1.6x the tantivy syntax's time (100 synthetic shards; 200
+  stdlib files), only for queries of 5+ informative words 1.1-1.2x; the
+  price is paraphrase MRR@10 0.313 instead of 0.396 and docstrings 0.988
+  instead of 0.997 (sentences of fewer words rank by BM25 alone).
 
 - ``"tantivy"`` (:class:`QueryBuilder`): Tantivy's query syntax (fields,
   phrases, ``AND``/``OR``/``NOT``, prefixes) with every limit below; the
@@ -102,10 +108,12 @@ KEYWORD_ANALYZER_NAME = "cleveragents_keyword"
 # Plain-mode weights (see the module docstring; measured, not guessed).
 W_NAMES = 0.5
 W_EXACT = 4.0
-W_PHRASE = 1.0
+W_PHRASE = 2.0
 W_PROXIMITY = 2.0  # phrases of adjacent query words (0: none)
 MAX_PROXIMITY_PAIRS = 16
 EXACT_SHARED = True
+PROXIMITY_ALL_PAIRS = True
+MIN_PROXIMITY_WORDS = 5  # informative words a query needs for proximity
 # Whole identifiers of a plain query looked up in ``symbol_exact``.
 MAX_PLAIN_IDENTIFIERS = 16
 _IDENTIFIER = re.compile(r"[^\W\d]\w*")
@@ -459,24 +467,29 @@ class PlainQueryBuilder:
         # The definition boost is shared: a query about one name favours its
         # definition fully; a list of names (calls) favours none of them much.
         exact = W_EXACT / len(multi) if multi and EXACT_SHARED else W_EXACT
-        for word, parts in multi:
+        part_pairs = dict.fromkeys(
+            (a, b) for _, parts in multi for a, b in itertools.pairwise(parts) if a != b
+        )
+        for word, _ in multi:
             clauses.append((should, boost(term(schema, "symbol_exact", word), exact)))
-            for a, b in dict.fromkeys(itertools.pairwise(parts)):
-                if a != b:
-                    phrase = tantivy.Query.phrase_query(schema, "content", [a, b])
-                    clauses.append((should, boost(phrase, W_PHRASE)))
-        if W_PROXIMITY > 0:
+        for a, b in list(part_pairs)[:MAX_PROXIMITY_PAIRS]:
+            phrase = tantivy.Query.phrase_query(schema, "content", [a, b])
+            clauses.append((should, boost(phrase, W_PHRASE)))
+        informative = sum(1 for t in terms if _informative(t))
+        if W_PROXIMITY > 0 and informative >= MIN_PROXIMITY_WORDS:
             # Adjacent words of the query (a pasted sentence) found adjacent,
             # in the query's order.  Pairs with a stop word or a one- or
             # two-letter term are left out: frequent, they carry little and
             # cost the most (every phrase checks positions in each document
             # holding both terms).
             sequence = self._analyzer.analyze(analysable(query[:MAX_QUERY_CHARS]))
-            seen = {tuple(p) for _, parts in multi for p in itertools.pairwise(parts)}
+            seen = part_pairs
             pairs = dict.fromkeys(
                 (a, b)
                 for a, b in itertools.pairwise(sequence)
-                if a != b and _informative(a) and _informative(b) and (a, b) not in seen
+                if a != b
+                and (PROXIMITY_ALL_PAIRS or (_informative(a) and _informative(b)))
+                and (a, b) not in seen
             )
             for a, b in list(pairs)[:MAX_PROXIMITY_PAIRS]:
                 phrase = tantivy.Query.phrase_query(schema, "content", [a, b])
