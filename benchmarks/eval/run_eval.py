@@ -342,7 +342,7 @@ def markdown(result: dict) -> str:
 SWEEP_K = (1, 2, 5, 10, 30, 60)
 SWEEP_TEXT = (1.0,)
 SWEEP_VECTOR = (0.1, 0.25, 0.5, 1.0)
-SWEEP_GRAPH = (0.0, 0.25, 0.5)
+SWEEP_GRAPH = (0.0, 0.1, 0.25, 0.5)
 
 
 def source_rankings(view, embedder, query: str) -> dict[str, list[str]]:

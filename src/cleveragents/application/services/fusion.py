@@ -51,31 +51,31 @@ __all__ = [
 
 _log = structlog.get_logger("cleveragents.acms.fusion")
 
-# Measured with the plain-mode text engine (branch text-query at 7dbe5df:
-# names field, exact-identifier boost) by ``benchmarks/eval/run_eval.py
-# --sweep``: exact fusion of each question's cached text, vector and graph
-# rankings over k in {1, 2, 5, 10, 30, 60}, vector 0.1-1 and graph 0-0.5
-# (only weight ratios matter, so text stays 1.0).  MRR@10 over all
-# questions, text alone -> these defaults:
-#   quick, 142 questions, hashing  0.928 -> 0.929
-#   quick, 142 questions, MiniLM   0.928 -> 0.930
-#   full,  854 questions, hashing  0.913 -> 0.914
+# Measured with the plain-mode text engine (branch text-query at d879d5f,
+# its final weights) by ``benchmarks/eval/run_eval.py --sweep``: exact fusion
+# of each question's cached text, vector and graph rankings over k in
+# {1, 2, 5, 10, 30, 60}, vector 0.1-1 and graph 0-0.5 (only weight ratios
+# matter, so text stays 1.0).  MRR@10 over all questions, text alone -> these
+# defaults (the best setting on each of the three):
+#   quick, 142 questions, hashing  0.927 -> 0.928
+#   quick, 142 questions, MiniLM   0.927 -> 0.929 (paraphrase 0.572 -> 0.595)
+#   full,  854 questions, hashing  0.903 -> 0.904
 # The text ranking is the strong one now: any larger k or heavier vector
-# weight let vector neighbours displace exact text hits and lost on at least
-# one of the three (the old defaults, k=30 and text 2 / vector 0.5 / graph 1:
-# 0.892 and 0.882 on quick with the first plain-mode engine, below text).
-# k=1 with vector at a quarter of text keeps text's first hit first against
-# text's second plus vector's first (1/2 > 1/3 + 1/4 * 1/2) and lets vector
-# reorder and fill the tail, which is where hybrid gains: a hair overall,
-# more on paraphrases with MiniLM (0.578 -> 0.600).  The graph at 0.1 tips
-# the balance for the chunk defining a query identifier (text's second that
-# vector and graph both rank first overtakes text's first); it made
-# the full set's identifiers 0.984 -> 0.986 (graph 0 ties text there:
-# 0.913), at the cost of one forked SPARQL evaluation per query that names
-# an identifier.  Pass ``weights`` to trade differently.
+# weight let vector neighbours displace exact text hits and lost (the old
+# defaults, k=30 and text 2 / vector 0.5 / graph 1, were below text alone
+# with the first plain-mode engine: 0.892 and 0.882 against 0.902 on quick).
+# k=1 with vector at a quarter of text keeps text's first hit first
+# (1/2 > 1/3 + 1/4 * 1/2) and lets vector reorder and fill the tail, which is
+# where hybrid gains: a hair overall, more on paraphrases with MiniLM.  The
+# graph's definitions of query identifiers added nothing over text's
+# exact-identifier boost (0.1 tied, 0.25 and 0.5 tied or lost; at the
+# branch's previous weights, 7dbe5df, 0.1 had won 0.001 on full) and cost a
+# forked SPARQL evaluation per query naming an identifier (hybrid p50 was
+# ~6x text's with it, ~4x without, on the loaded machine), so its default
+# weight is 0 and it is not asked: pass ``weights={"graph": ...}`` to use it.
 DEFAULT_K = 1
 DEFAULT_DEPTH = 50
-DEFAULT_WEIGHTS: Mapping[str, float] = MappingProxyType({"text": 1.0, "vector": 0.25, "graph": 0.1})
+DEFAULT_WEIGHTS: Mapping[str, float] = MappingProxyType({"text": 1.0, "vector": 0.25, "graph": 0.0})
 # With a path or language filter, vector candidates are fetched this many
 # times deeper before filtering (the vector index has no filter of its own).
 FILTERED_VECTOR_FACTOR = 8
@@ -336,7 +336,8 @@ def hybrid_search(
             to :data:`DEFAULT_WEIGHTS` (sources ``text``, ``vector``, ``graph``).
         depth: how many results each source contributes (>= 1).
         graph: add the graph ranking of definitions of query identifiers
-            (asked only when the query names one and the graph's weight is above 0).
+            (asked only when the query names one and the graph's weight is
+            above 0; the default weight is 0).
         path, lang: a path glob and a language name (see ``text_query``):
             only units of matching files come back from every source.  The
             text backend filters inside its engine; vector and graph hits are
