@@ -235,7 +235,7 @@ def test_graph_literals_and_error_messages_are_escaped(hostile: dict[str, Any]) 
     triples = cli.ok("triples", f"uko://{rid}/code.py", "--resource", rid)
     assert not any(a in triples for a in ATTACKS)
     for args in (
-        ("search", "text", "\x1b]52;c;QQ==\x07(", "--project", "local/h"),
+        ("search", "text", "\x1b]52;c;QQ==\x07(", "--syntax", "tantivy", "--project", "local/h"),
         ("sparql", "SELECT \x1b[31m ?s WHERE {", "--project", "local/h"),
         ("project", "add", "\x1b]0;pwned\x07"),
     ):

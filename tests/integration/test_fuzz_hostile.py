@@ -291,7 +291,7 @@ def test_native_panic_in_the_query_engine_becomes_a_query_error(
 
     text_backend._index = PanickingIndex()  # type: ignore[assignment]
     try:
-        _, error = guarded(text_backend.search, "hello", scope=frozenset({A}))
+        _, error = guarded(text_backend.search, "hello", scope=frozenset({A}), syntax="tantivy")
     finally:
         text_backend._index = real_index
     assert isinstance(error, QueryError)

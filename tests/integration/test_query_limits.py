@@ -348,7 +348,7 @@ PATHOLOGICAL = {
 def test_pathological_text_queries_are_refused_quickly(text, rid, query, words) -> None:
     started = time.monotonic()
     with pytest.raises(QueryError, match=f"{words}.*the limit is"):
-        text.search(query, scope=frozenset({rid}))
+        text.search(query, scope=frozenset({rid}), syntax="tantivy")
     assert time.monotonic() - started < 1.0
     assert len(text.search("json", scope=frozenset({rid}))) == 20
 
@@ -372,7 +372,7 @@ ACCEPTED = [
 def test_heavy_but_bounded_text_queries_end_normally_or_with_query_error(text, rid, query) -> None:
     started = time.monotonic()
     try:
-        results = text.search(query, scope=frozenset({rid}), max_results=10**9)
+        results = text.search(query, scope=frozenset({rid}), max_results=10**9, syntax="tantivy")
     except QueryError as exc:
         assert "limit" not in str(exc)  # refused by the parser, not a cap
     else:
@@ -409,7 +409,9 @@ def run():
     for depth in (32, 300, 3000):
         query = "(" * depth + "json" + ")" * depth
         try:
-            outcomes.append(len(backend.search(query, scope=frozenset({{rid}}))))
+            outcomes.append(
+                len(backend.search(query, scope=frozenset({{rid}}), syntax="tantivy"))
+            )
         except QueryError as exc:
             outcomes.append(str(exc))
 

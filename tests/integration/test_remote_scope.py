@@ -80,7 +80,7 @@ class RemoteTextMachine(TextScopeMachine):
             words = set(parse_query(query))
         except QueryError:
             with pytest.raises(QueryError):
-                backend.search(query, scope=scope, max_results=limit)
+                backend.search(query, scope=scope, max_results=limit, syntax="tantivy")
             return
         matching = {
             uri: unit
@@ -88,7 +88,7 @@ class RemoteTextMachine(TextScopeMachine):
             for uri, unit in self.model.get(rid, {}).items()
             if words & set(code_terms(f"{unit.content}\n{unit.metadata.get('path', '')}").split())
         }
-        got = backend.search(query, scope=scope, max_results=limit)
+        got = backend.search(query, scope=scope, max_results=limit, syntax="tantivy")
         assert_uris_in_scope((r.uko_uri for r in got), scope)
         uris = [r.uko_uri for r in got]
         assert len(set(uris)) == len(uris)

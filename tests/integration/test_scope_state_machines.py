@@ -1067,7 +1067,7 @@ def test_match_all_and_internal_fields_are_refused(query: str) -> None:
         # Tantivy scored such clauses by segment layout; they are refused now.
         for index in (backend, oracle):
             with pytest.raises(QueryError, match=r"bare|cannot be searched"):
-                index.search(query, scope=scope)
+                index.search(query, scope=scope, syntax="tantivy")
     finally:
         backend.close()
         oracle.close()

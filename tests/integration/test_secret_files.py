@@ -110,7 +110,7 @@ def leaks(c: Any, tiers: ContextTierService) -> dict[str, set[str]]:
     secret_paths = set(SECRET_PATHS)
     found: dict[str, set[str]] = {"text": set(), "vector": set(), "graph": set()}
     for path, marker in MARKERS.items():
-        for hit in view.search(marker, max_results=50):
+        for hit in view.search(marker, max_results=50, syntax="tantivy"):
             found["text"].add(hit.metadata.get("path", "?"))
         query = c.embedder().embed([f"token = {marker}\npassword = {marker}\n"])[0].tolist()
         for vhit in view.similarity_search(query, top_k=50):

@@ -158,17 +158,17 @@ def _document(uri: str, rid: str, content: str, metadata: Mapping[str, str]) -> 
     path = metadata.get("path")
     if path:
         doc.add_text("path", analysable(path))
-        doc.add_text("path_raw", path)
+        doc.add_text("path_raw", _encodable(path))
     symbols = metadata.get("symbols", "").split()
     if symbols:
         doc.add_text("symbol", analysable(" ".join(symbols)))
         for name in dict.fromkeys(symbols):
-            doc.add_text("symbol_exact", name)
+            doc.add_text("symbol_exact", _encodable(name))
     if path or symbols:
         doc.add_text("names", analysable(" ".join([path or "", *symbols])))
     language = metadata.get("language")
     if language:
-        doc.add_text("lang", language)
+        doc.add_text("lang", _encodable(language))
     doc.add_bytes("body", content.encode("utf-8", "surrogatepass"))
     doc.add_bytes("metadata", json.dumps(dict(metadata), sort_keys=True).encode("ascii"))
     return doc
@@ -180,6 +180,11 @@ class _Stored:
     rid: str
     content: str
     metadata: dict[str, str]
+
+
+def _encodable(text: str) -> str:
+    """``text`` with lone surrogates (undecodable file names) replaced."""
+    return text if text.isascii() else text.encode("utf-8", "replace").decode("utf-8")
 
 
 def _register(index: tantivy.Index) -> None:
