@@ -15,9 +15,16 @@ each answered by one definition (file, the line of its name, its span):
   comment right above it (C), unique in the corpus.
 - ``calls``: the three rarest names it calls, a combination no other
   definition calls all of.
+- ``code-line``: a line of code pasted from the definition's body as it is,
+  punctuation included (``return _default_decoder.decode(s)``), kept when it
+  holds a call, is 20-100 characters long, is not a comment or a string, and
+  occurs exactly once in the corpus; the answer's lines are that one line.
 - ``paraphrase``: the docstring sentence rewritten word by word with the
   written scheme in :data:`REWRITES`, kept only when none of its content words
   (nor their crude stems) occurs in the definition's own text or path.
+
+The docstring and code-line questions are the ones an agent pastes: text with
+punctuation (``(``, ``,``, ``:``, ``->``, quotes) that a query parser may refuse.
 """
 
 from __future__ import annotations
@@ -470,6 +477,16 @@ def _corpus_questions(pool: list[Definition], root: Path) -> list[list[Question]
             lines = lines_of[d.path] = text.splitlines()
         return "\n".join(lines[d.start - 1 : d.end]) + "\n" + d.path
 
+    def span_lines(d: Definition) -> list[str]:
+        span_text(d)
+        return lines_of[d.path][d.start - 1 : d.end]
+
+    line_count: Counter[str] = Counter()
+    for f in sorted(root.rglob("*")):
+        if f.is_file() and f.suffix in (".py", ".c", ".h"):
+            text = f.read_text(encoding="utf-8", errors="replace")
+            line_count.update(x.strip() for x in text.splitlines())
+
     def q(kind: str, d: Definition, query: str) -> Question:
         return Question(kind, d.corpus, query, d.path, d.line, d.start, d.end, d.qualname)
 
@@ -491,6 +508,16 @@ def _corpus_questions(pool: list[Definition], root: Path) -> list[list[Question]
         pick = set(named[:3])
         if sum(1 for o in pool if pick <= o.calls) == 1:
             calls.append(q("calls", d, " ".join(sorted(pick))))
+    pasted = []
+    used_lines: set[tuple[str, int]] = set()
+    for d in pool:
+        found = _pasted_line(d, span_lines(d), line_count)
+        if found is not None and (d.path, found[0]) not in used_lines:
+            used_lines.add((d.path, found[0]))
+            line, text = found
+            pasted.append(
+                Question("code-line", d.corpus, text, d.path, line, line, line, d.qualname)
+            )
     paras = []
     for d in pool:
         if not d.doc or doc_count[d.doc] != 1:
@@ -501,4 +528,29 @@ def _corpus_questions(pool: list[Definition], root: Path) -> list[list[Question]
         if overlaps(text, span_text(d)):
             continue
         paras.append(q("paraphrase", d, text))
-    return [ident, docs, calls, paras]
+    return [ident, docs, pasted, calls, paras]
+
+
+_CALL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\s*\(")
+_NOT_CODE = re.compile(r"""^(?:#|//|/\*|\*|["']|[rbuf]+["']|@|def\s|class\s|async\s+def\s)""")
+
+
+def _pasted_line(
+    d: Definition, lines: list[str], line_count: Counter[str]
+) -> tuple[int, str] | None:
+    """The first body line of ``d`` fit to paste: (its line number, its text)."""
+    in_string = False  # inside a triple-quoted string (a docstring's prose)
+    for offset, raw in enumerate(lines):
+        number = d.start + offset
+        text = raw.strip()
+        quotes = text.count('"""') + text.count("'''")
+        was_in_string = in_string
+        in_string ^= quotes % 2 == 1
+        if was_in_string or quotes:
+            continue
+        if number <= d.line or not 20 <= len(text) <= 100:
+            continue  # decorators, the definition line itself, too short/long
+        if _NOT_CODE.match(text) or not _CALL.search(text) or line_count[text] != 1:
+            continue
+        return number, text
+    return None

@@ -57,7 +57,78 @@ from cleveragents.application.services.operations import AcmsOperations  # noqa:
 from cleveragents.domain.models.acms.errors import AcmsError  # noqa: E402
 from cleveragents.domain.models.acms.uko import path_of, resource_id_of  # noqa: E402
 
-KINDS = ("identifier", "docstring", "calls", "paraphrase")
+KINDS = ("identifier", "docstring", "code-line", "calls", "paraphrase")
+BASELINES = ("bm25-50-lines", "grep-files")
+
+
+def beats(a: float, b: float, *, overall: bool = False) -> bool:
+    """Whether an MRR@10 of ``a`` beats ``b`` (both rounded to 3 decimals).
+
+    A strict win, except that a tie at 1.000 on one question kind counts: a
+    perfect score cannot be bettered.  Overall (all kinds together) the win
+    must be strict.
+    """
+    if a > b:
+        return True
+    return not overall and a == b == 1.0
+
+
+def verdicts(result: dict) -> list[dict]:
+    """The claims of issue 12 checked on this run, one row each."""
+    sysm = result["systems"]
+
+    def mrr(system: str, kind: str) -> float | None:
+        data = sysm.get(system, {}).get("by_kind", {}).get(kind, {"n": 0})
+        return data["mrr10"] if data["n"] else None
+
+    rows = []
+
+    def claim(label: str, a: str, b: str, kinds: tuple[str, ...]) -> None:
+        if a not in sysm or b not in sysm:
+            return
+        cells, ok = {}, True
+        for kind in kinds:
+            x, y = mrr(a, kind), mrr(b, kind)
+            if x is None or y is None:
+                continue
+            won = beats(x, y, overall=kind == "all")
+            ok &= won
+            cells[kind] = (x, y, won)
+        rows.append({"claim": label, "a": a, "b": b, "cells": cells, "holds": ok})
+
+    every = (*KINDS, "all")
+    for base in BASELINES:
+        claim(f"text beats {base} on every kind", "text", base, every)
+    for name in ("hashing", "minilm"):
+        claim(f"hybrid-{name} beats text overall", f"hybrid-{name}", "text", ("all",))
+    claim("MiniLM beats text on paraphrase", "vector-minilm", "text", ("paraphrase",))
+    claim("MiniLM beats hashing on paraphrase", "vector-minilm", "vector-hashing", ("paraphrase",))
+    return rows
+
+
+def verdict_markdown(rows: list[dict]) -> list[str]:
+    lines = [
+        "## Verdicts (MRR@10, A vs B)",
+        "",
+        '"Beats" = a strictly higher MRR@10 (3 decimals) on each kind listed, except',
+        "that a tie at 1.000 on one kind counts (a perfect score cannot be bettered);",
+        "over all questions the win must be strict.",
+        "",
+        "| claim | " + " | ".join((*KINDS, "all")) + " | holds |",
+        "|" + "---|" * (len(KINDS) + 3),
+    ]
+    for row in rows:
+        cells = []
+        for kind in (*KINDS, "all"):
+            cell = row["cells"].get(kind)
+            if cell is None:
+                cells.append("")
+            else:
+                x, y, won = cell
+                cells.append(f"{x:.3f} vs {y:.3f} {'yes' if won else '**no**'}")
+        holds = "**yes**" if row["holds"] else "**NO**"
+        lines.append(f"| {row['claim']} | " + " | ".join(cells) + f" | {holds} |")
+    return lines
 
 
 class CompactEmbedder:
@@ -127,6 +198,11 @@ def systems(indexes, bm25: Bm25Windows, grep: GrepFiles) -> dict[str, Callable[[
         return [h for h in (_unit_hit(u, corpus_of) for u in uris) if h is not None]
 
     out["text"] = lambda q: hits(r.uko_uri for r in view.search(q, max_results=50))
+    # The same index through the query language (the default before the plain
+    # mode): the reference for the plain mode's latency, measured in this run.
+    out["text-syntax-tantivy"] = lambda q: hits(
+        r.uko_uri for r in view.search(q, max_results=50, syntax="tantivy")
+    )
     for name, (ops_e, emb_e, scope_e, corpus_e, *_rest) in indexes.items():
         view_e = ops_e.view(scope_e)
 
@@ -219,6 +295,23 @@ def markdown(result: dict) -> str:
             f"| {system} | " + " | ".join(cells) + f" | {refused} | {data['p50_ms']:.1f} |"
         )
     lines += ["", "Questions per kind: " + ", ".join(f"{k} {v}" for k, v in result["n"].items())]
+    lines += ["", *verdict_markdown(result["verdicts"])]
+    p50 = {name: data["p50_ms"] for name, data in result["systems"].items()}
+    if "text" in p50 and p50.get("text-syntax-tantivy"):
+        ratio = p50["text"] / p50["text-syntax-tantivy"]
+        lines += [
+            "",
+            f"Latency, p50 in this run: text (plain mode) {p50['text']:.1f} ms, the same "
+            f"index through the query language {p50['text-syntax-tantivy']:.1f} ms "
+            f"(ratio {ratio:.2f}); "
+            + ", ".join(f"{n} {v:.1f} ms" for n, v in p50.items() if n.startswith("hybrid"))
+            + ".",
+        ]
+    lines += ["", "Refused queries per kind (answered with an error):", ""]
+    lines += ["| system | " + " | ".join(KINDS) + " |", "|" + "---|" * (len(KINDS) + 1)]
+    for system, data in result["systems"].items():
+        cells = [str(data["by_kind"][k].get("refused", 0)) for k in KINDS]
+        lines.append(f"| {system} | " + " | ".join(cells) + " |")
     lines += ["", "Line hit@1 (the first unit overlaps the definition):", ""]
     lines += ["| system | " + " | ".join(KINDS) + " |", "|" + "---|" * (len(KINDS) + 1)]
     for system, data in result["systems"].items():
@@ -244,10 +337,12 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-SWEEP_K = (10, 30, 60)
-SWEEP_TEXT = (1.0, 1.5, 2.0)
-SWEEP_VECTOR = (0.5, 1.0)
-SWEEP_GRAPH = (0.5, 1.0, 2.0)
+# Only the ratios of the weights matter (scaling all of them scales every
+# score), so the text weight stays 1.0 and the others vary around it.
+SWEEP_K = (1, 2, 5, 10, 30, 60)
+SWEEP_TEXT = (1.0,)
+SWEEP_VECTOR = (0.1, 0.25, 0.5, 1.0)
+SWEEP_GRAPH = (0.0, 0.1, 0.25, 0.5)
 
 
 def source_rankings(view, embedder, query: str) -> dict[str, list[str]]:
@@ -290,12 +385,11 @@ def sweep_markdown(result: dict) -> str:
     default = {"k": DEFAULT_K, "weights": dict(DEFAULT_WEIGHTS)}
     lines.append(f"Defaults: k={default['k']}, weights={default['weights']}.")
     for name, rows in result.get("sweep", {}).items():
-        lines += ["", f"hybrid-{name}: best five and the default", ""]
+        lines += ["", f"hybrid-{name}: best five, best without graph, the default", ""]
         lines += ["| k | text | vector | graph | " + " | ".join(KINDS) + " | all |"]
         lines += ["|" + "---|" * (len(KINDS) + 5)]
-        picked = rows[:5] + [
-            r for r in rows if r["k"] == default["k"] and r["weights"] == default["weights"]
-        ]
+        picked = rows[:5] + [r for r in rows if r["weights"]["graph"] == 0][:1]
+        picked += [r for r in rows if r["k"] == default["k"] and r["weights"] == default["weights"]]
         for r in picked:
             w = r["weights"]
             cells = [f"{r['by_kind'][kd].get('mrr10', 0):.3f}" for kd in (*KINDS, "all")]
@@ -390,8 +484,13 @@ def main(argv: list[str] | None = None) -> int:
                 "by_kind": by_kind,
                 "by_corpus_kind": by_corpus_kind,
                 "p50_ms": round(statistics.median(times), 2),
+                # Per question (in question_set order): the answer file's rank
+                # (0: not in the first ten), and whether the first unit hit its lines.
+                "ranks": [round(1 / r["rr"]) if r["rr"] else 0 for r in rows],
+                "line1": [int(r["line1"]) for r in rows],
             }
             print(f"{system}: {by_kind['all']}", file=sys.stderr)
+        result["verdicts"] = verdicts(result)
         if args.sweep:
             result["sweep"] = sweep(indexes, qs)
         result["question_set"] = [q.as_dict() for q in qs]

@@ -130,7 +130,9 @@ def test_every_backend_call_carries_the_scope(corpus: Corpus) -> None:
         Recording(c.graph_backend(), calls),  # type: ignore[arg-type]
         scope,
     )
-    hits = hybrid_search(view, corpus.embedder, "open_connection")
+    # Every source weighted, so every backend is asked (the default graph weight is 0).
+    weights = {"text": 1.0, "vector": 1.0, "graph": 1.0}
+    hits = hybrid_search(view, corpus.embedder, "open_connection", weights=weights)
     assert hits
     assert {name for name, _ in calls} == {"search", "similarity_search", "sparql_query"}
     assert all(s == scope for _, s in calls), calls
@@ -203,10 +205,17 @@ def test_the_defining_chunk_ranks_first_for_an_identifier(corpus: Corpus) -> Non
         ("fetch", "net/client.py"),
         ("sort_descending", "util/sorting.py"),
     ):
-        top = hybrid_search(view, corpus.embedder, name)[0]
-        assert path_of(top.uko_uri) == path, (name, top)
-        assert top.ranks.get("graph") == 1, (name, top)
-        assert f"def {name.rpartition('.')[2]}" in top.content or f"class {name}" in top.content
+        # With the default weights, with the graph weighted as much as text,
+        # and without the graph (text's definition boost alone): the
+        # definition comes first.
+        for weights in (None, {**DEFAULT_WEIGHTS, "graph": 1.0}, {**DEFAULT_WEIGHTS, "graph": 0}):
+            top = hybrid_search(view, corpus.embedder, name, weights=weights)[0]
+            assert path_of(top.uko_uri) == path, (name, top)
+            graph_weight = (DEFAULT_WEIGHTS if weights is None else weights)["graph"]
+            graph_rank = None if graph_weight == 0 else 1
+            assert top.ranks.get("graph") == graph_rank, (name, top)
+            definition = f"def {name.rpartition('.')[2]}"
+            assert definition in top.content or f"class {name}" in top.content
 
 
 def test_graph_only_hits_name_their_path_lines_and_symbol(corpus: Corpus) -> None:

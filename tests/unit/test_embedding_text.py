@@ -39,6 +39,35 @@ def test_comments_count_as_documentation_in_c_and_js() -> None:
     assert lines[:2] == ["export function parse Json V2(text) {", "parse it"]
 
 
+def test_each_definition_keeps_its_own_documentation() -> None:
+    py = (
+        "def first(a):\n"
+        '    """Open the first door."""\n'
+        "    return a + 1\n"
+        "\n"
+        "def second(b):\n"
+        '    """Close the second door.\n'
+        "\n"
+        '    Quietly."""\n'
+        "    return b\n"
+    )
+    assert embedding_text(py).splitlines() == [
+        "def first(a):",
+        "Open the first door.",
+        "def second(b):",
+        "Close the second door. Quietly.",
+        "return a + 1",
+        "return b",
+    ]
+    c = (
+        "/* Add one. */\nint inc(int x)\n{\n    /* not a doc of dec */\n    x++;\n}\n\n"
+        "/* Subtract one. */\nstatic int\ndec(int x)\n{\n    return x - 1;\n}\n"
+    )
+    lines = embedding_text(c).splitlines()
+    assert lines[:4] == ["int inc(int x)", "Add one.", "not a doc of dec", "dec(int x)"]
+    assert lines[4] == "Subtract one."
+
+
 def test_cut_at_max_words() -> None:
     text = embedding_text(PY, path="asyncio/streams.py", max_words=5)
     assert len(text.split()) == 5

@@ -2,9 +2,10 @@
 
 A neural embedder is slow on two cores (tens of chunks per second at 256
 tokens), and it truncates anyway: what it sees should be what a unit is
-*about*, first.  :func:`embedding_text` keeps, in this order, the path, the
-signatures (definition lines), the docstring or leading comments, then the
-first other lines, with identifiers split into words (``read_lines`` and
+*about*, first.  :func:`embedding_text` keeps, in this order, the path, each
+definition line (signature) followed by its own docstring or the comment
+right above it, in source order, then the first other lines, with
+identifiers split into words (``read_lines`` and
 ``readLines`` become ``read lines``: a WordPiece model knows the words, not
 the identifier), cut at ``max_words`` words.  Pure and deterministic; the
 indexer can call it per unit.
@@ -78,35 +79,62 @@ def embedding_text(
     if max_words < 1:
         raise ValueError(f"max_words must be positive, got {max_words}")
 
-    signatures: list[str] = []
-    docs: list[str] = []
+    # Each definition is kept with its own documentation: ``[signature, doc]``
+    # pairs in source order (a comment block right above a signature, as in C,
+    # goes after it); documentation that belongs to no signature stays in
+    # place; other lines come after all of them.
+    described: list[list[str]] = []  # [signature or "", documentation lines...]
+    pending: list[str] = []  # comment lines waiting for the next line
     body: list[str] = []
     in_doc: str | None = None
+
+    def document(text: str) -> None:
+        if not described:
+            described.append([""])
+        described[-1].append(text)
+
+    def flush() -> None:
+        if pending:
+            described.append(["", *pending])
+            pending.clear()
+
     for raw in content.splitlines():
         line = raw.strip()
         if not line:
+            if in_doc is None:
+                flush()  # a blank line: the comment above belongs to no definition
             continue
         if in_doc is not None:
             end = line.find(in_doc)
-            docs.append(line[:end] if end >= 0 else line)
+            document(line[:end] if end >= 0 else line)
             if end >= 0:
                 in_doc = None
             continue
+        if _COMMENT.match(raw) and not _is_signature(raw):
+            pending.append(_COMMENT.sub("", raw, count=1).rstrip("*/ ").strip())
+            continue
+        if _is_signature(raw):
+            described.append([line, *pending])
+            pending.clear()
+            continue
+        if raw[:1].isspace() or line.endswith(";"):
+            flush()  # a statement: the comment above documents it, not a definition
+        # else: perhaps a C return type above the function head; keep waiting
         quote = next((q for q in _DOC_QUOTES if line.lstrip("rRbBuU").startswith(q)), None)
         if quote is not None:
             inner = line.lstrip("rRbBuU")[3:]
             end = inner.find(quote)
-            docs.append(inner[:end] if end >= 0 else inner)
+            document(inner[:end] if end >= 0 else inner)
             in_doc = None if end >= 0 else quote
-        elif _is_signature(raw):
-            signatures.append(line)
-        elif _COMMENT.match(raw):
-            docs.append(_COMMENT.sub("", raw, count=1).rstrip("*/ ").strip())
         else:
             body.append(line)
+    flush()
 
     head = " ".join(p for p in (path, f"({language})" if language else "") if p)
-    pieces = [head, *signatures, " ".join(d for d in docs if d), *body]
+    pieces = [head]
+    for signature, *doc in described:
+        pieces += [signature, " ".join(d for d in doc if d)]
+    pieces += body
     out: list[str] = []
     budget = max_words
     for piece in pieces:

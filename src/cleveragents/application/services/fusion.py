@@ -13,30 +13,34 @@ by URI.  The reported ``score`` is that fraction rounded to a float.
 every backend) for the text ranking of the query, the vector ranking of its
 embedding, and, for identifiers in the query, a *graph* ranking: the chunks
 that define a symbol of exactly that name (``uko:defines``/``uko:name``/``uko:line``
-and the chunk's line range).  The three are fused with per-source weights.
+and the chunk's line range).  The three are fused with per-source weights
+(:data:`DEFAULT_WEIGHTS`; a source of weight 0 is not asked).
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from types import MappingProxyType
 
 import structlog
 
+from cleveragents.application.services.chunking import detect_language
 from cleveragents.domain.models.acms.backends import TextResult, VectorResult
 from cleveragents.domain.models.acms.embedding import Embedder
 from cleveragents.domain.models.acms.errors import QueryError
 from cleveragents.domain.models.acms.scope import ScopedView
+from cleveragents.domain.models.acms.text_query import path_matches, text_options
 from cleveragents.domain.models.acms.uko import UKO, path_of
 
 __all__ = [
     "DEFAULT_DEPTH",
     "DEFAULT_K",
     "DEFAULT_WEIGHTS",
+    "FILTERED_VECTOR_FACTOR",
     "FusedHit",
     "HybridHit",
     "definition_query",
@@ -47,15 +51,34 @@ __all__ = [
 
 _log = structlog.get_logger("cleveragents.acms.fusion")
 
-# Measured (benchmarks/eval/run_eval.py --quick --sweep): over 112 questions
-# on two corpora, k=30 with text weighted 2.0 and vector 0.5 gave the best
-# MRR@10 with either embedder among k in {10, 30, 60} and the weight grid;
-# equal weights at k=60 lost 0.02-0.05 MRR@10 (vector noise above exact text
-# matches).  The graph weight made no difference there: it only fires for
-# exact definitions, which text also ranks high.
-DEFAULT_K = 30
+# Measured with the plain-mode text engine (branch text-query at d879d5f,
+# its final weights) by ``benchmarks/eval/run_eval.py --sweep``: exact fusion
+# of each question's cached text, vector and graph rankings over k in
+# {1, 2, 5, 10, 30, 60}, vector 0.1-1 and graph 0-0.5 (only weight ratios
+# matter, so text stays 1.0).  MRR@10 over all questions, text alone -> these
+# defaults (the best setting on each of the three):
+#   quick, 142 questions, hashing  0.927 -> 0.928
+#   quick, 142 questions, MiniLM   0.927 -> 0.929 (paraphrase 0.572 -> 0.595)
+#   full,  854 questions, hashing  0.903 -> 0.904
+# The text ranking is the strong one now: any larger k or heavier vector
+# weight let vector neighbours displace exact text hits and lost (the old
+# defaults, k=30 and text 2 / vector 0.5 / graph 1, were below text alone
+# with the first plain-mode engine: 0.892 and 0.882 against 0.902 on quick).
+# k=1 with vector at a quarter of text keeps text's first hit first
+# (1/2 > 1/3 + 1/4 * 1/2) and lets vector reorder and fill the tail, which is
+# where hybrid gains: a hair overall, more on paraphrases with MiniLM.  The
+# graph's definitions of query identifiers added nothing over text's
+# exact-identifier boost (0.1 tied, 0.25 and 0.5 tied or lost; at the
+# branch's previous weights, 7dbe5df, 0.1 had won 0.001 on full) and cost a
+# forked SPARQL evaluation per query naming an identifier (hybrid p50 was
+# ~6x text's with it, ~4x without, on the loaded machine), so its default
+# weight is 0 and it is not asked: pass ``weights={"graph": ...}`` to use it.
+DEFAULT_K = 1
 DEFAULT_DEPTH = 50
-DEFAULT_WEIGHTS: Mapping[str, float] = MappingProxyType({"text": 2.0, "vector": 0.5, "graph": 1.0})
+DEFAULT_WEIGHTS: Mapping[str, float] = MappingProxyType({"text": 1.0, "vector": 0.25, "graph": 0.0})
+# With a path or language filter, vector candidates are fetched this many
+# times deeper before filtering (the vector index has no filter of its own).
+FILTERED_VECTOR_FACTOR = 8
 _MAX_IDENTIFIERS = 8
 
 
@@ -233,7 +256,28 @@ def definition_query(identifiers: Sequence[str]) -> str:
     )
 
 
-def _graph_ranking(view: ScopedView, identifiers: list[str], depth: int) -> list[tuple[str, str]]:
+def _filter(glob: str | None, lang: str | None) -> Callable[[str], bool] | None:
+    """A predicate on unit URIs for the path glob and language; None: no filter."""
+    if glob is None and lang is None:
+        return None
+
+    def admits(uri: str) -> bool:
+        path = path_of(uri)
+        if path is None:
+            return False
+        if glob is not None and not path_matches(glob, path):
+            return False
+        return lang is None or detect_language(path) == lang
+
+    return admits
+
+
+def _graph_ranking(
+    view: ScopedView,
+    identifiers: list[str],
+    depth: int,
+    admits: Callable[[str], bool] | None = None,
+) -> list[tuple[str, str]]:
     """``(chunk URI, symbol name)`` of definitions, best first: by the order of
     the identifiers in the query, then by URI."""
     if not identifiers:
@@ -242,6 +286,8 @@ def _graph_ranking(view: ScopedView, identifiers: list[str], depth: int) -> list
     position = {ident: i for i, ident in enumerate(identifiers)}
     best: dict[str, tuple[int, str]] = {}
     for chunk, name, _line in result.triples:
+        if admits is not None and not admits(chunk):
+            continue
         key = (position.get(name, len(identifiers)), name)
         if chunk not in best or key < best[chunk]:
             best[chunk] = key
@@ -271,6 +317,8 @@ def hybrid_search(
     weights: Mapping[str, float] | None = None,
     depth: int = DEFAULT_DEPTH,
     graph: bool = True,
+    path: str | None = None,
+    lang: str | None = None,
 ) -> list[HybridHit]:
     """Text, vector and (for identifiers) graph rankings of ``query``, fused.
 
@@ -287,10 +335,19 @@ def hybrid_search(
         k, weights: see :func:`reciprocal_rank_fusion`; ``weights`` default
             to :data:`DEFAULT_WEIGHTS` (sources ``text``, ``vector``, ``graph``).
         depth: how many results each source contributes (>= 1).
-        graph: add the graph ranking of definitions of query identifiers.
+        graph: add the graph ranking of definitions of query identifiers
+            (asked only when the query names one and the graph's weight is
+            above 0; the default weight is 0).
+        path, lang: a path glob and a language name (see ``text_query``):
+            only units of matching files come back from every source.  The
+            text backend filters inside its engine; vector and graph hits are
+            filtered here (by the unit's path and its detected language),
+            the vector source asked for :data:`FILTERED_VECTOR_FACTOR` times
+            ``depth`` first so that a filter still leaves it candidates.
 
     Raises:
         TypeError / ValueError: bad arguments (an empty query among them).
+        QueryError: a malformed ``path`` glob or ``lang`` name.
         QueryLimitError / IndexUnavailableError: from a backend.
     """
     if not isinstance(query, str):
@@ -301,20 +358,28 @@ def hybrid_search(
     depth = _check_int("depth", depth, 1)
     chosen = dict(DEFAULT_WEIGHTS) if weights is None else _check_weights(weights)
     _check_int("k", k, 0)
+    # Validated before any backend runs: a bad glob is the caller's error, not
+    # a text refusal that the other sources would silently answer.
+    options = text_options(path=path, lang=lang)
+    admits = _filter(options.path, options.lang)
 
     # A source of weight 0 is not asked at all.
     text_hits: list[TextResult] = []
     if chosen.get("text", 1.0) > 0:
         try:
-            text_hits = view.search(query, max_results=depth)
+            text_hits = view.search(query, max_results=depth, path=options.path, lang=options.lang)
         except QueryError as exc:
             _log.info("fusion.text_query_refused", reason=str(exc))
     vector_hits: list[VectorResult] = []
     if chosen.get("vector", 1.0) > 0:
         vector = embedder.embed([query])[0].tolist()
-        vector_hits = view.similarity_search(vector, top_k=depth)
+        if admits is None:
+            vector_hits = view.similarity_search(vector, top_k=depth)
+        else:
+            wide = view.similarity_search(vector, top_k=depth * FILTERED_VECTOR_FACTOR)
+            vector_hits = [r for r in wide if admits(r.uko_uri)][:depth]
     definitions = (
-        _graph_ranking(view, query_identifiers(query), depth)
+        _graph_ranking(view, query_identifiers(query), depth, admits)
         if graph and chosen.get("graph", 1.0) > 0
         else []
     )
