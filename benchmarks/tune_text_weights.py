@@ -33,10 +33,12 @@ GRID = {
     "W_NAMES": (0.5,),
     "W_EXACT": (4.0,),
     "EXACT_SHARED": (True,),
-    "W_PHRASE": (1.0, 2.0, 3.0),
+    "W_PHRASE": (2.0,),
     "W_PROXIMITY": (2.0,),
     "PROXIMITY_ALL_PAIRS": (True,),
-    "MIN_PROXIMITY_WORDS": (0, 5),
+    "MIN_PROXIMITY_WORDS": (2, 3, 5),
+    "W_CASE": (0.25,),
+    "EXACT_LIST_MIN": (2,),
 }
 
 

@@ -137,6 +137,17 @@ def test_filters(cli: Cli, options: tuple[str, ...], paths: set[str]) -> None:
     assert {h["metadata"]["path"] for h in hits} == paths
 
 
+def test_hybrid_search_filters_every_source(cli: Cli) -> None:
+    def paths(*options: str) -> set[str]:
+        found = cli.json("search", "hybrid", "create_connection", *options, *SCOPE)
+        items = found["results"] if isinstance(found, dict) else found
+        return {h.get("path") or h["metadata"]["path"] for h in items}
+
+    assert {"net/streams/open.py", "docs/guide.md"} <= paths()  # unfiltered: both kinds
+    assert paths("--path", "net/*") == {"net/base.py", "net/client.py"}
+    assert paths("--lang", "markdown") == {"docs/guide.md"}
+
+
 def test_filters_with_no_match_say_no_results(cli: Cli) -> None:
     assert "no results" in cli.ok("search", "text", "create_connection", "--lang", "go", *SCOPE)
 
@@ -149,7 +160,7 @@ def test_filters_with_no_match_say_no_results(cli: Cli) -> None:
         (("search", "text", "x", "--syntax", "lucene"), "invalid choice"),
         (("search", "text", "x", "--path", ""), "glob is empty"),
         (("search", "text", "x", "--lang", "py thon"), "not a language"),
-        (("search", "hybrid", "x", "--path", "net/*"), "text search only"),
+        (("search", "hybrid", "x", "--syntax", "tantivy"), "plain syntax only"),
     ],
 )
 def test_bad_options_exit_2_with_one_clear_line(
@@ -214,13 +225,13 @@ def test_a_normal_reindex_upgrades_shards_of_the_previous_schema(
     cli.ok("project", "add", "local/net")
     cli.ok("resource", "add", str(src), "--project", "local/net")
     cli.reindex()
-    # The previous version: old text schema, units identity before "units-2".
+    # A previous version: an old text schema, the units identity before "units-3".
     shards = _old_schema_shards(cli.data_dir / "text")
     assert shards
     catalog = sqlite3.connect(next((cli.data_dir / "catalog").resolve().glob("*.sqlite3")))
     with catalog:
         catalog.execute(
-            "UPDATE meta SET value = replace(value, 'units-2', 'units-1') "
+            "UPDATE meta SET value = replace(value, 'units-3', 'units-2') "
             "WHERE key LIKE 'identity:%'"
         )
     catalog.close()
@@ -232,7 +243,7 @@ def test_a_normal_reindex_upgrades_shards_of_the_previous_schema(
     cli.reindex()  # a normal reindex, no --rebuild
     for shard in shards:
         meta = json.loads((shard / "meta.json").read_text())
-        assert {"symbol", "symbol_exact", "names", "path_raw", "lang"} <= {
+        assert {"symbol", "symbol_exact", "symbol_case", "names", "path_raw", "lang"} <= {
             f["name"] for f in meta["schema"]
         }
     hits = cli.json("search", "text", "create_connection", *SCOPE, "--lang", "python")

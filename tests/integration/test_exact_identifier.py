@@ -133,19 +133,12 @@ def test_fifty_definitions_are_picked_as_specified() -> None:
         assert re.match(rf"\s*(async\s+)?{keyword}\s+{d.name}\b", line), (d, line)
 
 
-# On main 21 of 50 come first (a name's mentions outrank its definition).
-# With branch text-query merged (its final weights, d879d5f): 45 of 50, and
-# hybrid_search's defaults also 45.  Misses: ``_resolve`` (2nd),
-# ``Manager`` (3rd, behind the chunk defining the property ``manager``: the
-# exact-symbol match folds case), ``Handler`` (not in the first ten),
-# ``Executor`` (7th), ``running`` (2nd).  At eae66e8 the same branch had 49
-# of 50.  Python names are case-sensitive and each of these is defined once,
-# so the test keeps its rule; strict, so the fix turns this into an XPASS
-# and the mark goes.
-@pytest.mark.xfail(
-    strict=True,
-    reason="45/50 on text-query d879d5f (see the comment): needs the identifier ranking fixed",
-)
+# History: 21 of 50 came first before the symbol field (a name's mentions
+# outranked its definition); 45 with the first weights, which boosted whole
+# names only for multi-part identifiers and folded case (misses: ``_resolve``,
+# ``Manager`` behind the property ``manager``, ``Handler``, ``Executor``,
+# ``running``).  A lone word is now an identifier, and ``symbol_case`` breaks
+# case ties.
 def test_the_defining_chunk_ranks_first_for_its_bare_name(indexed: Indexed) -> None:
     assert indexed.files > len({d.path for d in indexed.picked})  # distractors are indexed
     misses = []

@@ -282,9 +282,9 @@ class AgentSession:
         ``score``, ``lines`` (the matching lines with context), and for
         hybrid the ``ranks`` per source.  ``syntax`` (``plain``/``tantivy``),
         ``path`` (a glob) and ``lang`` are the text search's options (see
-        ``TextBackend.search``); only ``mode="text"`` takes values other than
-        the defaults for now: hybrid search does not forward them yet, and
-        vectors have no syntax (a :class:`QueryError` says so rather than
+        ``TextBackend.search``).  Hybrid search takes ``path`` and ``lang``
+        (every source is filtered) but only the plain syntax; vector search
+        takes none of them (a :class:`QueryError` says so rather than
         silently ignoring them).
         """
         if mode not in _MODES:
@@ -292,17 +292,24 @@ class AgentSession:
         if not isinstance(query, str) or not query.strip():
             raise ValueError("query must be a non-empty string")
         options = text_options(syntax, path, lang)
-        if mode != "text" and (options.syntax != "plain" or options.filtered):
-            raise QueryError(
-                f"syntax, path and lang apply to text search only (mode='text'), not {mode!r}"
-            )
+        if mode == "hybrid" and options.syntax != "plain":
+            raise QueryError("hybrid search takes the plain syntax only; use mode='text'")
+        if mode == "vector" and (options.syntax != "plain" or options.filtered):
+            raise QueryError("syntax, path and lang apply to text and hybrid search, not vector")
         limit = _count(max_results, "max_results", 100)
         chars = _budget(budget)
         view = self._view(projects, resources)
         terms = query_terms(query)
         items: list[dict[str, Any]] = []
         if mode == "hybrid":
-            for hit in hybrid_search(view, self._embedder, query, max_results=limit):
+            for hit in hybrid_search(
+                view,
+                self._embedder,
+                query,
+                max_results=limit,
+                path=options.path,
+                lang=options.lang,
+            ):
                 items.append(
                     _hit(hit.uko_uri, hit.content, hit.metadata, hit.score, terms)
                     | {"ranks": dict(hit.ranks)}

@@ -20,40 +20,46 @@ Two syntaxes (``syntax=`` of the search):
   ``content:t``, per distinct analysed term       1.0
   ``names:t`` (the path, split, and the names     :data:`W_NAMES` = 0.5
   defined in the unit, split), per term
-  ``symbol_exact:w``, per multi-part identifier   :data:`W_EXACT` = 4.0, shared
-  ``w`` of the query (``create_connection``)      by the query's n such
-                                                  identifiers (4/n)
+  ``symbol_exact:w``, per identifier ``w`` of the   :data:`W_EXACT` = 4.0, for a
+  query (:func:`identifiers`), case-folded        query naming one identifier
+  ``symbol_case:w``, the same as written          :data:`W_CASE` x 4.0 = 1.0
   ``"a b"`` on content, per adjacent pair of      :data:`W_PHRASE` = 2.0
-  parts of such an identifier (at most 16)
+  parts of a multi-part identifier (at most 16)
   ``"a b"`` on content, per adjacent pair of      :data:`W_PROXIMITY` = 2.0
-  query words, for a query of 5+ informative
+  query words, for a query of 3+ informative
   words (3+ letters, no stop word; at most 16)
   ==============================================  ==========================
 
+  An identifier is a word with two or more parts (``create_connection``),
+  one starting or ending with ``_``, one next to code punctuation
+  (``obj.name``, ``name(``), or the whole query (``Manager``).
   ``symbol_exact`` holds each defined name whole and lower-cased, so a
-  query that is or contains an identifier ranks the unit that *defines* it
-  above units that only use it; a one-part name (``urlopen``) is matched
-  whole by ``names`` already.  The boost is shared because a list of names
-  (``Py_INCREF PyMethod_New Py_TYPE``: who calls these?) is not about any
-  one definition.  Path and defined names share one field (``names``)
-  because every clause costs a term lookup in every in-scope shard: with
-  separate ``path`` and ``symbol`` clauses, plain queries took 1.5x the time
-  of the same text in the tantivy syntax over 100 shards
+  query that is (or contains) an identifier ranks the unit that *defines*
+  it above units that only use it; ``symbol_case`` adds a smaller bonus for
+  the name as written (``Manager`` the class over ``manager`` the
+  property).  A query naming two or more identifiers (``Py_INCREF
+  PyMethod_New Py_TYPE``: who calls these?) gets no definition boost
+  (:data:`EXACT_LIST_MIN`): it asks where they meet, not for each
+  definition.  Path and defined names share one field (``names``) because
+  every clause costs a term lookup in every in-scope shard: with separate
+  ``path`` and ``symbol`` clauses, plain queries took 1.5x the time of the
+  same text in the tantivy syntax over 100 shards
   (``benchmarks/bench_backends.py``).
 
   Measured with ``benchmarks/tune_text_weights.py --full`` (the evaluation's
-  654 questions over the stdlib and mypyc's C runtime, MRR@10 per kind):
-  ``names`` 0.5 beat 1 and 2 on every kind but identifiers (2 cost 0.05 on
-  calls and 0.03 on docstrings); ``exact`` 4 beat 1 and 2 on identifiers
-  (0.98 vs 0.96) and, shared, cost calls nothing; identifier phrases 2
-  (calls 0.924 vs 0.891 at 1, identifiers 0.981 vs 0.973 at 3); proximity 2
-  beat 0.5 and 1 on docstring and paraphrase questions.  Proximity phrases
-  check positions in every document holding both words, the one clause
-  whose cost grows with the corpus: for every query they made plain
-  queries 1.4-1.6x the tantivy syntax's time (100 synthetic shards; 200
-  stdlib files), only for queries of 5+ informative words 1.1-1.2x; the
-  price is paraphrase MRR@10 0.313 instead of 0.396 and docstrings 0.988
-  instead of 0.997 (sentences of fewer words rank by BM25 alone).
+  854 questions over the stdlib and mypyc's C runtime, MRR@10 per kind, one
+  run): ``names`` 0.5 beat 1 and 2 on every kind but identifiers; ``exact``
+  4 beat 1 and 2 on identifiers; identifier phrases 2 beat 1 and 3.  A lone
+  word as an identifier, the case bonus and no boost for lists of names
+  took identifiers 0.981 -> 0.998 and calls 0.924 -> 0.930 (the 50-name
+  acceptance test in ``tests/integration/test_exact_identifier.py``: 45 ->
+  50 of 50).  Proximity phrases from 3 informative words instead of 5 took
+  code lines 0.890 -> 0.951, paraphrases 0.313 -> 0.396 and docstrings
+  0.987 -> 0.993 (all 0.910 -> 0.931; BM25 over 50-line windows 0.906).
+  They check positions in every document holding both words, the one
+  clause whose cost grows with the corpus (for every query: 1.4-1.6x the
+  tantivy syntax's time over 100 synthetic shards; see the README for the
+  row at 3 words).
 
 - ``"tantivy"`` (:class:`QueryBuilder`): Tantivy's query syntax (fields,
   phrases, ``AND``/``OR``/``NOT``, prefixes) with every limit below; the
@@ -88,6 +94,7 @@ __all__ = [
     "MAX_SLOPPY_PHRASE_TERMS",
     "MAX_WILDCARD_TERMS",
     "SEARCH_FIELDS",
+    "W_CASE",
     "W_EXACT",
     "W_NAMES",
     "W_PHRASE",
@@ -96,6 +103,7 @@ __all__ = [
     "analysable",
     "code_analyzer",
     "filter_query",
+    "identifiers",
     "keyword_analyzer",
     "query_terms",
     "reraise_fatal",
@@ -112,8 +120,13 @@ W_PHRASE = 2.0
 W_PROXIMITY = 2.0  # phrases of adjacent query words (0: none)
 MAX_PROXIMITY_PAIRS = 16
 EXACT_SHARED = True
+# The extra weight, as a share of the exact boost, of a definition whose name
+# has the query's own case (``symbol_case``).
+W_CASE = 0.25
+# From this many identifiers on, a query is a list of names: no definition boost.
+EXACT_LIST_MIN = 2
 PROXIMITY_ALL_PAIRS = True
-MIN_PROXIMITY_WORDS = 5  # informative words a query needs for proximity
+MIN_PROXIMITY_WORDS = 3  # informative words a query needs for proximity
 # Whole identifiers of a plain query looked up in ``symbol_exact``.
 MAX_PLAIN_IDENTIFIERS = 16
 _IDENTIFIER = re.compile(r"[^\W\d]\w*")
@@ -150,7 +163,7 @@ MAX_FUZZY_DISTANCE = 2
 MAX_WILDCARD_TERMS = 16
 _QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"')
 _INTERNAL_FIELD = re.compile(
-    r"(?<![\w.])(resource_id|uko_uri|body|metadata|symbol_exact|names|path_raw)\s*:"
+    r"(?<![\w.])(resource_id|uko_uri|body|metadata|symbol_exact|symbol_case|names|path_raw)\s*:"
 )
 _BARE_STAR = re.compile(r"(?<![\w*:\\])\*(?![\w*])")
 _REGEX = re.compile(r"(?:^|[\s(:+-])/(?:[^/\\]|\\.)+/")
@@ -430,6 +443,49 @@ def _informative(term: str) -> bool:
     return len(term) > 2 and term not in _STOP_WORDS
 
 
+# ``obj.name`` (not a sentence's ". Name"), ``name(`` and ``name.attr``
+# (not a sentence's last word and its full stop).
+_ATTRIBUTE_BEFORE = re.compile(r"[\w)\]]\.")
+_CALL_OR_ATTRIBUTE_AFTER = re.compile(r"\(|\.[^\W\d]")
+
+
+def identifiers(analyzer: tantivy.TextAnalyzer, query: str) -> list[tuple[str, list[str]]]:
+    """The words of a plain query that name code, as typed, with their parts.
+
+    A word is taken for an identifier when it has two or more parts
+    (``create_connection``, ``HTTPServer``), starts or ends with ``_``, sits
+    next to code punctuation (``.name``, ``name(``, ``name.``), or is the
+    whole query (``Manager``).  Other one-part words of a sentence
+    (``running the loop``) are left to the term clauses: a definition named
+    ``running`` is not what a sentence using the word asks for.  At most
+    :data:`MAX_PLAIN_IDENTIFIERS`, each once.
+    """
+    found: dict[str, list[str]] = {}
+    matches = list(_IDENTIFIER.finditer(query))
+    alone = len(matches) == 1
+    for match in matches:
+        word = match.group()
+        if word in found or len(word) > _MAX_TOKEN_CHARS:
+            continue
+        parts = analyzer.analyze(analysable(word))
+        if not parts:
+            continue
+        before = query[max(0, match.start() - 2) : match.start()]
+        after = query[match.end() : match.end() + 2]
+        if (
+            len(parts) >= 2
+            or alone
+            or word.startswith("_")
+            or word.endswith("_")
+            or _ATTRIBUTE_BEFORE.fullmatch(before) is not None
+            or _CALL_OR_ATTRIBUTE_AFTER.match(after) is not None
+        ):
+            found[word] = parts
+            if len(found) >= MAX_PLAIN_IDENTIFIERS:
+                break
+    return list(found.items())
+
+
 class PlainQueryBuilder:
     """Any text -> a ``tantivy.Query`` built from its terms (see the module doc)."""
 
@@ -454,24 +510,25 @@ class PlainQueryBuilder:
         for t in terms:
             clauses.append((should, term(schema, "content", t)))
             clauses.append((should, boost(term(schema, "names", t), W_NAMES)))
-        # Multi-part identifiers (create_connection, HTTPServer): the whole
-        # name among the unit's definitions, and its parts adjacent in content.
-        # A one-part name needs neither: ``names:t`` already matches it whole.
-        multi: list[tuple[str, list[str]]] = []
-        for word in dict.fromkeys(_IDENTIFIER.findall(query[:MAX_QUERY_CHARS])):
-            parts = self._analyzer.analyze(analysable(word))
-            if len(parts) >= 2 and len(word) <= _MAX_TOKEN_CHARS:
-                multi.append((word.lower(), parts))
-                if len(multi) >= MAX_PLAIN_IDENTIFIERS:
-                    break
+        # Identifiers (see :func:`identifiers`): the whole name among the
+        # unit's definitions (case-folded, plus a bonus when the case is the
+        # query's too: ``Manager`` the class over ``manager`` the property),
+        # and the parts of a multi-part name adjacent in content.
+        multi = identifiers(self._analyzer, query[:MAX_QUERY_CHARS])
         # The definition boost is shared: a query about one name favours its
         # definition fully; a list of names (calls) favours none of them much.
         exact = W_EXACT / len(multi) if multi and EXACT_SHARED else W_EXACT
+        if len(multi) >= EXACT_LIST_MIN:
+            # A list of names asks where they meet (a caller), not for each definition.
+            exact = 0.0
         part_pairs = dict.fromkeys(
             (a, b) for _, parts in multi for a, b in itertools.pairwise(parts) if a != b
         )
-        for word, _ in multi:
-            clauses.append((should, boost(term(schema, "symbol_exact", word), exact)))
+        for word, _ in multi if exact > 0 else ():
+            clauses.append((should, boost(term(schema, "symbol_exact", word.lower()), exact)))
+            if W_CASE > 0:
+                case = exact * W_CASE
+                clauses.append((should, boost(term(schema, "symbol_case", word), case)))
         for a, b in list(part_pairs)[:MAX_PROXIMITY_PAIRS]:
             phrase = tantivy.Query.phrase_query(schema, "content", [a, b])
             clauses.append((should, boost(phrase, W_PHRASE)))

@@ -120,6 +120,8 @@ def _schema() -> tantivy.Schema:
     # and each one whole and lower-cased (the exact-identifier boost).
     builder.add_text_field("symbol", tokenizer_name=ANALYZER_NAME)
     builder.add_text_field("symbol_exact", tokenizer_name=KEYWORD_ANALYZER_NAME)
+    # ... and as written (``Manager`` is not ``manager``).
+    builder.add_text_field("symbol_case", tokenizer_name="raw")
     # The plain syntax's one field for path and defined names (one clause
     # per term instead of two; see ``tantivy_query``).
     builder.add_text_field("names", tokenizer_name=ANALYZER_NAME)
@@ -141,6 +143,7 @@ _SCHEMA_FIELDS = frozenset(
         "path",
         "symbol",
         "symbol_exact",
+        "symbol_case",
         "names",
         "path_raw",
         "lang",
@@ -164,6 +167,7 @@ def _document(uri: str, rid: str, content: str, metadata: Mapping[str, str]) -> 
         doc.add_text("symbol", analysable(" ".join(symbols)))
         for name in dict.fromkeys(symbols):
             doc.add_text("symbol_exact", _encodable(name))
+            doc.add_text("symbol_case", _encodable(name))
     if path or symbols:
         doc.add_text("names", analysable(" ".join([path or "", *symbols])))
     language = metadata.get("language")
