@@ -190,7 +190,7 @@ def test_container_wires_the_embedder_named_by_acms_embedder(
     from cleveragents.application.container import build_container
 
     monkeypatch.setenv("ACMS_EMBEDDER", "minilm")
-    assert build_container("local", tmp_path).embedder().name == "minilm-l6-v2-int8"
+    assert build_container("local", tmp_path).embedder().name == "minilm-l6-v2-int8+compact96"
     assert build_container("local", tmp_path, embedder="hashing").embedder().name == "hashing-v2"
     monkeypatch.delenv("ACMS_EMBEDDER")
     assert build_container("local", tmp_path).embedder().name == "hashing-v2"
@@ -236,3 +236,24 @@ def test_the_cli_indexes_and_searches_with_minilm(tmp_path: Path) -> None:
     bad = acms("status")
     assert bad.returncode == 2
     assert bad.stderr.count("\n") == 1 and "ACMS_EMBEDDER" in bad.stderr
+
+
+def test_the_wired_minilm_embeds_the_compact_text_of_units_and_queries(
+    tmp_path: Path,
+) -> None:
+    from cleveragents.application.container import build_container
+    from cleveragents.application.services.embedding_text import embedding_text
+    from cleveragents.infrastructure.acms.minilm_embedder import MiniLMEmbedder
+
+    wired = build_container("local", tmp_path, embedder="minilm").embedder()
+    chunk = (
+        "    x = 1\n    y = 2\n" * 60
+        + "def read_config_lines(path):\n"
+        + '    """Give back the settings of a document on disk."""\n'
+    )
+    texts = [chunk, "where are settings read"]
+    expected = MiniLMEmbedder().embed([embedding_text(t) for t in texts])
+    np.testing.assert_allclose(wired.embed(texts), expected, atol=1e-5)
+    whole = MiniLMEmbedder().embed([chunk])[0]
+    # The definition is found though it sits past the model's window of the whole chunk.
+    assert float(np.dot(wired.embed([chunk])[0], whole)) < 0.99

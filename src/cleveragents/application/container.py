@@ -95,9 +95,11 @@ def _hashing_embedder(dimension: int) -> Embedder:
 
 
 def _minilm_embedder() -> Embedder:
+    """MiniLM over the compact text of each unit (and query): see ``embedding_text``."""
+    from cleveragents.application.services.embedding_text import CompactTextEmbedder
     from cleveragents.infrastructure.acms.minilm_embedder import MiniLMEmbedder
 
-    return MiniLMEmbedder()
+    return CompactTextEmbedder(MiniLMEmbedder())
 
 
 EMBEDDERS = ("hashing", "minilm")
@@ -106,9 +108,7 @@ EMBEDDERS = ("hashing", "minilm")
 def _embedder_factory(kind: str, dimension: int) -> Callable[[], Embedder]:
     """A picklable factory of the configured embedder (what a worker builds)."""
     if kind == "minilm":
-        from cleveragents.infrastructure.acms.minilm_embedder import MiniLMEmbedder
-
-        return MiniLMEmbedder
+        return _minilm_embedder
     from cleveragents.infrastructure.acms.hashing_embedder import HashingEmbedder
 
     return functools.partial(HashingEmbedder, int(dimension))

@@ -14,8 +14,14 @@ indexer can call it per unit.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
-__all__ = ["DEFAULT_MAX_WORDS", "embedding_text", "split_identifiers"]
+import numpy as np
+import numpy.typing as npt
+
+from cleveragents.domain.models.acms.embedding import Embedder
+
+__all__ = ["DEFAULT_MAX_WORDS", "CompactTextEmbedder", "embedding_text", "split_identifiers"]
 
 DEFAULT_MAX_WORDS = 96
 
@@ -146,3 +152,32 @@ def embedding_text(
         if budget == 0:
             break
     return "\n".join(out)
+
+
+class CompactTextEmbedder:
+    """An :class:`~cleveragents.domain.models.acms.embedding.Embedder` that
+    embeds :func:`embedding_text` of each text with ``inner``: what a sentence
+    model should see of a chunk (and of a query, so both sides match).
+
+    Its name records the wrapping (``minilm-l6-int8+compact96``), so an index
+    built from whole chunks is re-embedded, not mixed.
+    """
+
+    def __init__(self, inner: Embedder, max_words: int = DEFAULT_MAX_WORDS) -> None:
+        if max_words <= 0:
+            raise ValueError("max_words must be positive")
+        self.inner = inner
+        self.max_words = max_words
+
+    @property
+    def name(self) -> str:
+        return f"{self.inner.name}+compact{self.max_words}"
+
+    @property
+    def dimension(self) -> int:
+        return self.inner.dimension
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        if isinstance(texts, str):
+            raise TypeError("texts must be a sequence of str")
+        return self.inner.embed([embedding_text(t, max_words=self.max_words) for t in texts])
