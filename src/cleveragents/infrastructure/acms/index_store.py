@@ -90,6 +90,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CATALOG_FILE",
     "INDEX_NAMES",
+    "DimensionChangedError",
     "IdentityParts",
     "ManagedIndexStore",
     "StoreTransaction",
@@ -115,6 +116,11 @@ def coarse_clock_ns() -> int:
     if sys.platform.startswith("linux"):
         return time.clock_gettime_ns(_CLOCK_REALTIME_COARSE)
     return time.time_ns() - 2_000_000_000  # unknown tick: be generous
+
+
+class DimensionChangedError(IndexUnavailableError):
+    """The live vector index holds another dimension than the embedder's:
+    only ``reindex --rebuild`` replaces it."""
 
 
 def _dirty_key(rid: str) -> str:
@@ -238,9 +244,18 @@ class ManagedIndexStore:
             return TantivyTextBackend(where("text"))
 
         def vector() -> VectorIndex:
-            from cleveragents.infrastructure.acms.faiss_vector import FaissVectorBackend
+            from cleveragents.infrastructure.acms.faiss_vector import (
+                DimensionMismatchError,
+                FaissVectorBackend,
+            )
 
-            return FaissVectorBackend(where("vectors"), dimension=dimension)
+            try:
+                return FaissVectorBackend(where("vectors"), dimension=dimension)
+            except DimensionMismatchError as exc:
+                raise DimensionChangedError(
+                    f"{exc}: the embedder's dimension changed, and the vector index cannot "
+                    "hold both: run `acms reindex --rebuild` to build fresh indexes"
+                ) from exc
 
         def graph() -> GraphIndex:
             from cleveragents.infrastructure.acms.rdflib_graph import RdflibGraphBackend
@@ -339,9 +354,18 @@ class ManagedIndexStore:
         return self._dimension
 
     def open_all(self) -> None:
-        """Open the four stores now rather than on first use."""
+        """Open the four stores now rather than on first use.
+
+        A vector index of another dimension is left closed: its first use
+        raises :class:`DimensionChangedError`, and a rebuild (which never
+        opens it) replaces it.
+        """
         for name in INDEX_NAMES:
-            self._get(name)
+            try:
+                self._get(name)
+            except DimensionChangedError:
+                if name != "vectors":
+                    raise
 
     def close(self) -> None:
         """Close every store opened so far."""
@@ -582,7 +606,7 @@ class StoreTransaction:
             else:
                 self._reembed = True
             if was.dimension is not None and was.dimension != now.dimension:
-                raise IndexUnavailableError(
+                raise DimensionChangedError(
                     f"resource {resource_id}: the embedder changed from {was.embedder} to "
                     f"{now.embedder}, and with it the vector dimension; the vector index "
                     "cannot hold both: run `acms reindex --rebuild` to build fresh indexes"
