@@ -39,6 +39,7 @@ from cleveragents.cli.main import (
     format_report,
     guarded,
     operations_for,
+    reembed_reporter,
     report_failures,
 )
 
@@ -152,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
                     lock_timeout=args.lock_timeout,
                     progress=progress,
                     jobs=args.jobs,
+                    reembed_progress=reembed_reporter(PROG),
                 )
         finally:
             done()

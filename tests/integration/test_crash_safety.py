@@ -119,9 +119,17 @@ def _scenarios() -> list[Scenario]:
 SCENARIOS = _scenarios()
 
 
+# Steps whose crash needs another setting between runs (a change of embedder),
+# crashed and repaired in their own test.
+COVERED_ELSEWHERE = {"reembed.vector": "tests/e2e/test_embedder_switch_cli.py"}
+
+
 def test_every_fault_step_has_a_scenario() -> None:
     covered = {s.fault.partition(":")[0] for s in SCENARIOS if s.fault}
-    assert covered == set(STEPS)
+    assert covered | set(COVERED_ELSEWHERE) == set(STEPS)
+    assert not covered & set(COVERED_ELSEWHERE)
+    for path in COVERED_ELSEWHERE.values():
+        assert (Path(__file__).resolve().parents[2] / path).is_file()
 
 
 # ---------------------------------------------------------------- the world

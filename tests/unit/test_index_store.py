@@ -140,15 +140,21 @@ def test_touch_only_rewrites_the_catalog_row(
     assert store.catalog.records(RID)["README.md"].mtime_ns == later
 
 
-def test_a_new_embedder_identity_reindexes_everything(store: ManagedIndexStore, tree: Tree) -> None:
+def test_a_new_embedder_identity_re_embeds_every_unit(store: ManagedIndexStore, tree: Tree) -> None:
+    """Only the embedder changed: the stored units are re-embedded, no file
+    is read or re-indexed (tests/integration/test_embedder_switch.py checks
+    the vectors and the files on disk)."""
     Indexer(store, HashingEmbedder(DIM)).index_resource(RID, tree.root, "directory")
+    units = store.text.unit_uris(RID)
 
     class Renamed(HashingEmbedder):
         name = "another-model"
 
     stats = Indexer(store, Renamed(DIM)).index_resource(RID, tree.root, "directory")
-    assert stats.files_indexed == 4
-    assert Indexer(store, Renamed(DIM)).index_resource(RID, tree.root, "directory").files_read == 0
+    assert (stats.files_read, stats.files_indexed, stats.units_written) == (0, 0, 0)
+    assert stats.units_reembedded == len(units) > 0
+    again = Indexer(store, Renamed(DIM)).index_resource(RID, tree.root, "directory")
+    assert (again.files_read, again.units_reembedded) == (0, 0)
 
 
 def test_an_embedder_change_reindexes_every_resource_not_only_the_first(
@@ -165,7 +171,8 @@ def test_an_embedder_change_reindexes_every_resource_not_only_the_first(
 
     new = Indexer(store, Renamed(DIM))
     for rid in (RID, OTHER):
-        assert new.index_resource(rid, tree.root, "directory").files_indexed == 4, rid
+        units = len(store.text.unit_uris(rid))
+        assert new.index_resource(rid, tree.root, "directory").units_reembedded == units > 0, rid
 
 
 def test_prune_and_delete_resource(indexer: Indexer, store: ManagedIndexStore, tree: Tree) -> None:

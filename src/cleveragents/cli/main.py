@@ -22,6 +22,7 @@ import dataclasses
 import logging
 import os
 import sys
+import time
 import warnings
 from collections.abc import Callable, MutableMapping, Sequence
 from pathlib import Path
@@ -40,6 +41,7 @@ __all__ = [
     "EXIT_USAGE",
     "build_parser",
     "main",
+    "reembed_reporter",
 ]
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
@@ -224,7 +226,14 @@ def build_parser() -> argparse.ArgumentParser:
         "resource_id", metavar="ULID"
     )
 
-    add_reindex_options(commands.add_parser("reindex", help="bring the indexes up to date"))
+    reindex = commands.add_parser("reindex", help="bring the indexes up to date")
+    add_reindex_options(reindex)
+    reindex.add_argument(
+        "--rebuild",
+        action="store_true",
+        help="build fresh indexes of every resource and swap them in (e.g. after a change "
+        "of embedder dimension)",
+    )
 
     search = commands.add_parser("search", help="search text or vectors").add_subparsers(
         dest="kind", required=True, parser_class=_Parser
@@ -486,13 +495,21 @@ def run(args: argparse.Namespace, out: Output) -> int:
     if command == "resource":
         return _resource(ops, args, out)
     if command == "reindex":
-        report = ops.reindex(
-            args.project,
-            args.resource,
-            full=args.full,
-            lock_timeout=args.lock_timeout,
-            jobs=args.jobs,
-        )
+        if args.rebuild:
+            if args.project or args.resource or args.full:
+                raise UsageError(
+                    "--rebuild rebuilds every resource: drop --project, --resource and --full"
+                )
+            report = ops.rebuild(lock_timeout=args.lock_timeout, jobs=args.jobs)
+        else:
+            report = ops.reindex(
+                args.project,
+                args.resource,
+                full=args.full,
+                lock_timeout=args.lock_timeout,
+                jobs=args.jobs,
+                reembed_progress=reembed_reporter(_PROG),
+            )
         out.emit(report.as_dict(), lambda: format_report(report))
         return report_failures(_PROG, report)
     if command == "status":
@@ -665,6 +682,23 @@ def _resource(ops: Any, args: argparse.Namespace, out: Output) -> int:  # noqa: 
             {"removed": args.resource_id}, lambda: f"removed resource {printable(args.resource_id)}"
         )
     return EXIT_OK
+
+
+def reembed_reporter(prog: str) -> Callable[[str, str, int, int], None]:
+    """Stderr lines for a changed embedder's re-embed: one when a resource's
+    starts, then at most one every 2 s, and one when it ends."""
+    last = [0.0]
+
+    def report(resource_id: str, name: str, done: int, total: int) -> None:
+        now = time.monotonic()
+        if done == 0:
+            last[0] = now
+            _err(f"{prog}: re-embedding {total} units with {printable(name)} ({resource_id})")
+        elif done == total or now - last[0] >= 2.0:
+            last[0] = now
+            _err(f"{prog}: {resource_id} re-embedded {done}/{total} units")
+
+    return report
 
 
 def format_report(report: Any) -> str:  # noqa: ANN401 - a ReindexReport

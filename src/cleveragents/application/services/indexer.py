@@ -166,10 +166,14 @@ class Indexer:
         self.code_parser = code_parser
         self.spec = spec
         self._pool: PlannerPool | None = None
-        # What produced the units: a change re-indexes every file.  With a
-        # code parser, chunks and graph follow its definitions (code graph v2).
-        graph = f"|{_CODE_GRAPH_VERSION}" if code_parser is not None else ""
-        self.identity = f"{embedder.name}:{embedder.dimension}{graph}|{_UNITS_VERSION}"
+        # What produced the index.  The units part (chunker, code graph: with
+        # a code parser, chunks and graph follow its definitions) changing
+        # re-indexes every file; the embedder part (name:dimension) alone
+        # changing re-embeds the stored units (no file is read).
+        graph = f"{_CODE_GRAPH_VERSION}|" if code_parser is not None else ""
+        self.embedder_identity = f"{embedder.name}:{embedder.dimension}"
+        self.units_identity = f"{graph}{_UNITS_VERSION}"
+        self.identity = f"{self.embedder_identity}|{self.units_identity}"
 
     def over(self, store: IndexStore) -> Indexer:
         """The same planner writing to another store (a rebuild's fresh one)."""
@@ -224,14 +228,25 @@ class Indexer:
         *,
         full: bool = False,
         secrets: SecretFilter = DEFAULT_SECRET_FILTER,
+        reembed_progress: Callable[[str, int, int], None] | None = None,
     ) -> IndexSession:
         """Start indexing one resource whose walk listed ``listed_paths``
         (``secrets`` content-checks the files the session reads itself).
 
+        When only the embedder changed since the resource was indexed, its
+        stored units are re-embedded first (no file read), calling
+        ``reembed_progress(embedder_name, done, total)``.
+
         Use it as a context manager, or call :meth:`IndexSession.finish`.
         """
         return IndexSession(
-            self, canonical_ulid(resource_id), Path(root), listed_paths, full=full, secrets=secrets
+            self,
+            canonical_ulid(resource_id),
+            Path(root),
+            listed_paths,
+            full=full,
+            secrets=secrets,
+            reembed_progress=reembed_progress,
         )
 
     def index_resource(
@@ -243,10 +258,12 @@ class Indexer:
         full: bool = False,
         progress: Callable[[int, int], None] | None = None,
         secrets: SecretFilter = DEFAULT_SECRET_FILTER,
+        reembed_progress: Callable[[str, int, int], None] | None = None,
     ) -> IndexStats:
         """List and index one resource on its own (the ``reindex`` path).
 
-        ``progress(done, total)`` is called after each file.  Files the
+        ``progress(done, total)`` is called after each file;
+        ``reembed_progress`` as for :meth:`session`.  Files the
         ``secrets`` deny-list leaves out count as ``skipped["secret"]``.
 
         Raises:
@@ -256,7 +273,14 @@ class Indexer:
         listing = list_resource(root, resource_type, secrets=secrets)
         listed = listing.files
         paths = [f.rel_path for f in listed]
-        with self.session(resource_id, root, paths, full=full, secrets=secrets) as session:
+        with self.session(
+            resource_id,
+            root,
+            paths,
+            full=full,
+            secrets=secrets,
+            reembed_progress=reembed_progress,
+        ) as session:
             for _ in listing.secret_skipped:
                 session.stats.skip("secret")
             for done, f in enumerate(listed, 1):
@@ -307,6 +331,7 @@ class IndexSession:
         *,
         full: bool,
         secrets: SecretFilter = DEFAULT_SECRET_FILTER,
+        reembed_progress: Callable[[str, int, int], None] | None = None,
     ) -> None:
         self._ix = indexer
         self._secrets = secrets
@@ -316,6 +341,8 @@ class IndexSession:
         self._tx: IndexTransaction = self._stack.enter_context(
             indexer.store.session(resource_id, identity=indexer.identity)
         )
+        if self._tx.needs_reembed and not full:
+            self._reembed(reembed_progress)
         self.full = full or self._tx.full
         self.stats: IndexStats = self._tx.stats
         self._catalog_stats = self._tx.file_stats()
@@ -335,6 +362,26 @@ class IndexSession:
         self._batch_bytes = 0
         self._in_flight: deque[tuple[list[_Work], Future[list[Outcome]]]] = deque()
         self._finished = False
+
+    def _reembed(self, progress: Callable[[str, int, int], None] | None) -> None:
+        """Only the embedder changed: re-embed the stored units (the store's
+        unit of work), before the incremental pass handles changed files."""
+        embedder = self._ix.embedder
+
+        def embed(texts: list[str]) -> npt.NDArray[np.float32]:
+            return embed_texts(embedder, texts)
+
+        def report(done: int, total: int) -> None:
+            if progress is not None:
+                progress(embedder.name, done, total)
+
+        try:
+            self._tx.reembed(embed, progress=report)
+        except BaseException as exc:
+            # Nothing more is written: the dirty marker stays and the identity
+            # is not recorded, so the next session re-embeds again.
+            self._stack.__exit__(type(exc), exc, exc.__traceback__)
+            raise
 
     def __enter__(self) -> IndexSession:
         return self

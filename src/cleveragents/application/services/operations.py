@@ -416,8 +416,15 @@ class AcmsOperations:
         lock_timeout: float = 60.0,
         progress: Callable[[str, int, int], None] | None = None,
         jobs: int | None = None,
+        reembed_progress: Callable[[str, str, int, int], None] | None = None,
     ) -> ReindexReport:
         """Index the named resources (all when none named), incrementally.
+
+        A resource indexed with another embedder (same units) has its stored
+        units re-embedded first, no file read:
+        ``reembed_progress(resource_id, embedder_name, done, total)``.  An
+        embedder of another dimension is refused (``IndexUnavailableError``
+        naming ``reindex --rebuild``).
 
         ``jobs`` worker processes parse, chunk and embed (default: one per
         core; ``1``: all in this process); this process alone writes.
@@ -461,6 +468,7 @@ class AcmsOperations:
                         full=full,
                         progress=_per_resource(progress, rid),
                         secrets=secret_filter_of(resource),
+                        reembed_progress=_reembed_of(reembed_progress, rid),
                     )
                 except ResourceListingError as exc:
                     _log.info("reindex.resource_failed", resource_id=rid, error=str(exc))
@@ -598,6 +606,18 @@ def _per_resource(
 
     def report(done: int, total: int) -> None:
         progress(resource_id, done, total)
+
+    return report
+
+
+def _reembed_of(
+    progress: Callable[[str, str, int, int], None] | None, resource_id: str
+) -> Callable[[str, int, int], None] | None:
+    if progress is None:
+        return None
+
+    def report(name: str, done: int, total: int) -> None:
+        progress(resource_id, name, done, total)
 
     return report
 

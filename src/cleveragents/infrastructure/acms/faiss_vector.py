@@ -77,9 +77,14 @@ from cleveragents.domain.models.acms.errors import IndexUnavailableError
 from cleveragents.domain.models.acms.uko import resource_id_of
 from cleveragents.domain.models.acms.ulids import canonical_ulid, validate_scope
 
-__all__ = ["FaissVectorBackend"]
+__all__ = ["DimensionMismatchError", "FaissVectorBackend"]
 
 DB_FILENAME = "vectors.sqlite3"
+
+
+class DimensionMismatchError(ValueError):
+    """The index at the path holds vectors of another dimension."""
+
 
 # The default budget of loaded vectors: a long-lived host serving many
 # projects keeps this much, not every resource it ever searched.
@@ -364,7 +369,7 @@ class FaissVectorBackend:
             raise IndexUnavailableError("cannot initialise the vector index") from exc
         stored = row[0]
         if stored != self._dimension:
-            raise ValueError(
+            raise DimensionMismatchError(
                 f"the index at this path has dimension {stored}, not {self._dimension}"
             )
 

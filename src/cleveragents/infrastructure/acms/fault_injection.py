@@ -33,6 +33,8 @@ Steps (each fires right *after* the write it names has committed):
 ``sweep.text``                a dirty resource's orphan text units deleted
 ``sweep.vector``              its orphan vector units deleted
 ``sweep.graph``               its orphan graph subjects deleted
+``reembed.vector``            a batch of a changed embedder's re-embedded vectors (only the
+                              embedder changed: no file is read; use ``:n``)
 ``index.clean``               the dirty marker is cleared (the session is complete)
 ``resource.delete``           one step of deleting a whole resource (catalog, then text,
                               vector, graph: use ``:n``)
@@ -66,6 +68,7 @@ STEPS = (
     "sweep.text",
     "sweep.vector",
     "sweep.graph",
+    "reembed.vector",
     "index.clean",
     "resource.delete",
     "rebuild.staged",

@@ -57,16 +57,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 import structlog
 from ulid import ULID
 
 from cleveragents.domain.models.acms.backends import (
     GraphIndex,
     IndexUnit,
+    StoredUnits,
     TextIndex,
     VectorIndex,
     WriteTriple,
 )
+from cleveragents.domain.models.acms.errors import IndexUnavailableError
 from cleveragents.domain.models.acms.index_store import Catalog, FileDelta, VerifyProblem
 from cleveragents.domain.models.acms.indexing import FileRecord, IndexStats
 from cleveragents.domain.models.acms.uko import UKO, file_uri, path_of, resource_uri
@@ -87,9 +90,12 @@ if TYPE_CHECKING:
 __all__ = [
     "CATALOG_FILE",
     "INDEX_NAMES",
+    "DimensionChangedError",
+    "IdentityParts",
     "ManagedIndexStore",
     "StoreTransaction",
     "coarse_clock_ns",
+    "split_identity",
 ]
 
 INDEX_NAMES = ("text", "vectors", "graph", "catalog")
@@ -112,12 +118,38 @@ def coarse_clock_ns() -> int:
     return time.time_ns() - 2_000_000_000  # unknown tick: be generous
 
 
+class DimensionChangedError(IndexUnavailableError):
+    """The live vector index holds another dimension than the embedder's:
+    only ``reindex --rebuild`` replaces it."""
+
+
 def _dirty_key(rid: str) -> str:
     return f"dirty:{rid}"
 
 
 def _identity_key(rid: str) -> str:
     return f"identity:{rid}"
+
+
+@dataclass(frozen=True, slots=True)
+class IdentityParts:
+    """An index identity, split: the embedder (``name:dimension``) and what
+    shapes the units and the graph (everything after the first ``|``)."""
+
+    embedder: str
+    units: str
+
+    @property
+    def dimension(self) -> int | None:
+        """The embedder's dimension, when the identity names one."""
+        _, sep, dim = self.embedder.rpartition(":")
+        return int(dim) if sep and dim.isdigit() else None
+
+
+def split_identity(identity: str) -> IdentityParts:
+    """``"hashing-v1:384|code-graph-ts1|units-2"`` -> embedder and units parts."""
+    embedder, _, units = identity.partition("|")
+    return IdentityParts(embedder, units)
 
 
 def _stamp_key(rid: str) -> str:
@@ -212,9 +244,18 @@ class ManagedIndexStore:
             return TantivyTextBackend(where("text"))
 
         def vector() -> VectorIndex:
-            from cleveragents.infrastructure.acms.faiss_vector import FaissVectorBackend
+            from cleveragents.infrastructure.acms.faiss_vector import (
+                DimensionMismatchError,
+                FaissVectorBackend,
+            )
 
-            return FaissVectorBackend(where("vectors"), dimension=dimension)
+            try:
+                return FaissVectorBackend(where("vectors"), dimension=dimension)
+            except DimensionMismatchError as exc:
+                raise DimensionChangedError(
+                    f"{exc}: the embedder's dimension changed, and the vector index cannot "
+                    "hold both: run `acms reindex --rebuild` to build fresh indexes"
+                ) from exc
 
         def graph() -> GraphIndex:
             from cleveragents.infrastructure.acms.rdflib_graph import RdflibGraphBackend
@@ -313,9 +354,18 @@ class ManagedIndexStore:
         return self._dimension
 
     def open_all(self) -> None:
-        """Open the four stores now rather than on first use."""
+        """Open the four stores now rather than on first use.
+
+        A vector index of another dimension is left closed: its first use
+        raises :class:`DimensionChangedError`, and a rebuild (which never
+        opens it) replaces it.
+        """
         for name in INDEX_NAMES:
-            self._get(name)
+            try:
+                self._get(name)
+            except DimensionChangedError:
+                if name != "vectors":
+                    raise
 
     def close(self) -> None:
         """Close every store opened so far."""
@@ -544,8 +594,23 @@ class StoreTransaction:
         self._catalog = catalog
         self._identity = identity
         recorded = catalog.get_meta(_identity_key(resource_id)) or catalog.get_meta("embedder")
-        # Units from another embedder or analyzer are not comparable: redo all.
-        self._full = identity is not None and recorded is not None and recorded != identity
+        self._recorded = recorded
+        # Units from another chunker or code graph are not comparable: redo
+        # all.  Another embedder alone only re-embeds the stored units.
+        self._full = False
+        self._reembed = False
+        if identity is not None and recorded is not None and recorded != identity:
+            was, now = split_identity(recorded), split_identity(identity)
+            if was.units != now.units:
+                self._full = True
+            else:
+                self._reembed = True
+            if was.dimension is not None and was.dimension != now.dimension:
+                raise DimensionChangedError(
+                    f"resource {resource_id}: the embedder changed from {was.embedder} to "
+                    f"{now.embedder}, and with it the vector dimension; the vector index "
+                    "cannot hold both: run `acms reindex --rebuild` to build fresh indexes"
+                )
         stamp = catalog.get_meta(_stamp_key(resource_id))
         self._racy_from = int(stamp) if stamp is not None else None
         # A re-run compares the listing with each file's (size, mtime) only;
@@ -576,6 +641,58 @@ class StoreTransaction:
     def full(self) -> bool:
         """True when every file must be re-indexed (the index identity changed)."""
         return self._full
+
+    @property
+    def needs_reembed(self) -> bool:
+        """True when only the embedder changed: :meth:`reembed` the stored units."""
+        return self._reembed and not self._full
+
+    def reembed(
+        self,
+        embed: Callable[[list[str]], npt.NDArray[np.float32]],
+        *,
+        batch: int | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> bool:
+        """Replace the resource's vectors with ``embed`` of each stored unit's content.
+
+        Nothing is read from the resource's files and text, graph and catalog
+        are not written: the units come back from the text index.  The
+        vectors are written in batches under the dirty marker; the new
+        identity is recorded only at commit, so a crash part way leaves the
+        next session to re-embed again.  ``batch`` units per vector write
+        (default: the store's ``batch_units``); ``progress(done, total)`` is
+        called before the first batch and after each.
+
+        False when the text index cannot read its units back (the session is
+        then ``full``: every file is re-indexed).
+        """
+        if not self.needs_reembed:
+            return False
+        rid, store = self.resource_id, self._store
+        text = store.text
+        try:
+            units = list(_stored_units(text, rid))
+        except NotImplementedError as exc:
+            _log.info("index_store.reembed_unavailable", resource_id=rid, reason=str(exc))
+            self._full = True
+            return False
+        total = len(units)
+        step = batch or store.batches.units
+        if progress is not None:
+            progress(0, total)
+        self._mark_dirty()
+        for start in range(0, total, step):
+            part = units[start : start + step]
+            rows = embed([u.content for u in part])
+            store.vector.upsert(rid, part, rows)
+            checkpoint("reembed.vector")
+            self.stats.index_writes += 1
+            self.stats.units_reembedded += len(part)
+            if progress is not None:
+                progress(start + len(part), total)
+        _log.info("index_store.reembedded", resource_id=rid, units=total)
+        return True
 
     @property
     def suspects(self) -> frozenset[str]:
@@ -814,6 +931,12 @@ class StoreTransaction:
             graph_subjects=len(subject_orphans),
             contains=len(contains_orphans),
         )
+
+
+def _stored_units(text: TextIndex, rid: str) -> Iterator[IndexUnit]:
+    if not isinstance(text, StoredUnits):
+        raise NotImplementedError(f"{type(text).__name__} does not read units back")
+    return text.units(rid)
 
 
 def _du(path: Path) -> int:

@@ -29,7 +29,7 @@ import math
 import re
 import threading
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -225,6 +225,12 @@ class MemoryTextIndex(_Closable):
         """URIs of a resource's units."""
         with self._lock:
             return set(self._docs.get(canonical_ulid(resource_id), {}))
+
+    def units(self, resource_id: str) -> Iterator[IndexUnit]:
+        """Every unit stored for a resource, in URI order."""
+        with self._lock:
+            docs = self._docs.get(canonical_ulid(resource_id), {})
+            return iter([docs[uri][0] for uri in sorted(docs)])
 
     def resource_ids(self) -> set[str]:
         """Resources with at least one unit."""

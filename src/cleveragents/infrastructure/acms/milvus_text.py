@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from cleveragents.domain.models.acms.backends import (
@@ -321,6 +321,17 @@ class MilvusTextBackend:
         """URIs of the units indexed for a resource."""
         rid = canonical_ulid(resource_id)
         return {row["uko_uri"] for row in self._coll.iterate(resource_filter(rid), ["uko_uri"])}
+
+    def units(self, resource_id: str) -> Iterator[IndexUnit]:
+        """Not offered: a change of embedder re-indexes a Milvus-backed resource in full.
+
+        Raises:
+            NotImplementedError: always.
+        """
+        raise NotImplementedError(
+            "the Milvus text index does not read units back; a change of embedder "
+            "re-indexes the resource in full"
+        )
 
     def resource_ids(self) -> set[str]:
         """ULIDs of the resources with at least one unit (a scan: maintenance only)."""

@@ -38,7 +38,7 @@ import re
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
@@ -718,6 +718,29 @@ class TantivyTextBackend:
             return {str(shard.searcher.doc(addr).get_first("uko_uri")) for _, addr in hits}
         except (OSError, ValueError) as exc:
             raise IndexUnavailableError(f"cannot read the text index: {exc}") from exc
+
+    def units(self, resource_id: str) -> Iterator[IndexUnit]:
+        """Every unit stored for a resource (URI, content, metadata), in URI order.
+
+        What a change of embedder re-embeds without re-reading any file.
+
+        Raises:
+            TypeError / ValueError: ``resource_id`` is not a ULID.
+            IndexUnavailableError: the index cannot be read.
+        """
+        rid = canonical_ulid(resource_id)
+        self._parser()
+        shard = self._shard(rid)
+        if shard is None or shard.num_docs == 0:
+            return iter(())
+        try:
+            searcher = shard.searcher
+            hits = searcher.search(tantivy.Query.all_query(), shard.num_docs, count=False).hits
+            stored = [_read_stored(searcher.doc(addr)) for _, addr in hits]
+        except (OSError, ValueError) as exc:
+            raise IndexUnavailableError(f"cannot read the text index: {exc}") from exc
+        stored.sort(key=lambda s: s.uri)
+        return iter([IndexUnit(s.uri, s.content, s.metadata) for s in stored])
 
     def resource_ids(self) -> set[str]:
         """ULIDs of the resources that have at least one unit.

@@ -19,7 +19,7 @@ backend has a path.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -36,6 +36,7 @@ __all__ = [
     "GraphResult",
     "IndexUnit",
     "Literal",
+    "StoredUnits",
     "TextBackend",
     "TextIndex",
     "TextResult",
@@ -424,6 +425,21 @@ class TextIndex(TextBackend, Protocol):
 
     def close(self) -> None:
         """Release the index's files and memory; further calls fail."""
+        ...
+
+
+@runtime_checkable
+class StoredUnits(Protocol):
+    """A text index that reads its units back (a change of embedder re-embeds
+    them without re-reading a file)."""
+
+    def units(self, resource_id: str) -> Iterator[IndexUnit]:
+        """Every unit stored for a resource: URI, content and metadata as written.
+
+        Raises:
+            NotImplementedError: this index cannot read its units back.
+            IndexUnavailableError: the index cannot be read.
+        """
         ...
 
 

@@ -17,7 +17,7 @@ of what was indexed, which a store keeps beside the indexes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
@@ -150,6 +150,26 @@ class IndexTransaction(Protocol):
     @property
     def suspects(self) -> frozenset[str]:
         """Paths an earlier crash may have left incomplete: re-index them."""
+        ...
+
+    @property
+    def needs_reembed(self) -> bool:
+        """True when only the embedder changed since the resource was indexed:
+        :meth:`reembed` its stored units instead of re-indexing every file."""
+        ...
+
+    def reembed(
+        self,
+        embed: Callable[[list[str]], npt.NDArray[np.float32]],
+        *,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> bool:
+        """Replace the resource's vectors with ``embed`` of its stored units'
+        content (a unit of work: a crash leaves the next session to redo it).
+
+        False when the store cannot read the units back: the session is then
+        ``full``.
+        """
         ...
 
     def file_stats(self) -> Mapping[str, tuple[int, int]]:

@@ -32,6 +32,7 @@ class IndexStats:
     files_skipped: int = 0
     bytes_read: int = 0
     units_written: int = 0
+    units_reembedded: int = 0
     index_writes: int = 0
     seconds: float = 0.0
     skipped: dict[str, int] = field(default_factory=dict)
