@@ -36,7 +36,8 @@ GRID = {
     "W_PHRASE": (2.0,),
     "W_PROXIMITY": (2.0,),
     "PROXIMITY_ALL_PAIRS": (True,),
-    "MIN_PROXIMITY_WORDS": (2, 3, 5),
+    "MIN_PROXIMITY_WORDS": (3,),
+    "W_NAMES_LIST": (0.0, 0.5),
     "W_CASE": (0.25,),
     "EXACT_LIST_MIN": (2,),
 }

@@ -180,7 +180,7 @@ def test_a_failing_file_is_skipped_and_the_run_goes_on(
     assert {p: r.unit_uris for p, r in records.items()} == {
         p: r.unit_uris for p, r in want.items() if p != "pkg/bad.py"
     }
-    assert not store.text.search("hostile_v1", scope=frozenset({RID}))
+    assert not store.text.search("hostile_v1", scope=frozenset({RID}), syntax="tantivy")
 
     monkeypatch.delenv(FAULT_ENV_VAR)
     again = run(ix, tree, jobs)

@@ -125,6 +125,8 @@ EXACT_SHARED = True
 W_CASE = 0.25
 # From this many identifiers on, a query is a list of names: no definition boost.
 EXACT_LIST_MIN = 2
+# ``names`` weight for such a list of names (their definitions are not the answer).
+W_NAMES_LIST = 0.0
 PROXIMITY_ALL_PAIRS = True
 MIN_PROXIMITY_WORDS = 3  # informative words a query needs for proximity
 # Whole identifiers of a plain query looked up in ``symbol_exact``.
@@ -507,14 +509,16 @@ class PlainQueryBuilder:
         clauses: list[tuple[tantivy.Occur, tantivy.Query]] = []
         term = tantivy.Query.term_query
         boost = tantivy.Query.boost_query
-        for t in terms:
-            clauses.append((should, term(schema, "content", t)))
-            clauses.append((should, boost(term(schema, "names", t), W_NAMES)))
         # Identifiers (see :func:`identifiers`): the whole name among the
         # unit's definitions (case-folded, plus a bonus when the case is the
         # query's too: ``Manager`` the class over ``manager`` the property),
         # and the parts of a multi-part name adjacent in content.
         multi = identifiers(self._analyzer, query[:MAX_QUERY_CHARS])
+        names = W_NAMES_LIST if len(multi) >= EXACT_LIST_MIN else W_NAMES
+        for t in terms:
+            clauses.append((should, term(schema, "content", t)))
+            if names > 0:
+                clauses.append((should, boost(term(schema, "names", t), names)))
         # The definition boost is shared: a query about one name favours its
         # definition fully; a list of names (calls) favours none of them much.
         exact = W_EXACT / len(multi) if multi and EXACT_SHARED else W_EXACT
