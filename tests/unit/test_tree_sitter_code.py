@@ -7,8 +7,12 @@ imports, calls and bases were written by hand from the fixture text.
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -771,3 +775,30 @@ def test_any_text_in_any_language_never_raises(text: str, language: str) -> None
         assert 1 <= s.start_line <= s.end_line <= lines
     for c in out.calls:
         assert 1 <= c.line <= lines
+
+
+def test_code_points_from_plane_4_up_do_not_crash_a_grammar() -> None:
+    """ "1" + U+E0001 made the markdown scanner read out of bounds (SIGSEGV),
+    so it runs in a child: a crash fails this test instead of the worker."""
+    code = (
+        "from cleveragents.infrastructure.acms.tree_sitter_code import TreeSitterCodeParser\n"
+        "p = TreeSitterCodeParser()\n"
+        "for cp in (0xE0001, 0x10FFFF, 0x586A2, 0xF0000, 0x40000):\n"
+        "    for lang in sorted(p.languages()):\n"
+        "        c = chr(cp)\n"
+        "        for text in ('1' + c, c * 3 + '\\n# ' + c, 'x = \"' + c):\n"
+        "            out = p.parse(text, lang)\n"
+        "            assert out is not None, lang\n"
+        "print('ok')\n"
+    )
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert done.stdout.strip() == "ok"
+    # The stand-in keeps byte offsets: a name after the character is still read.
+    facts = PARSER.parse("# \U000e0001 Title\n\ndef f(): pass\n", "python")
+    assert facts is not None
+    assert [s.name for s in facts.symbols] == ["f"]
