@@ -149,14 +149,77 @@ def glob_regex(glob: str) -> str:
     return "(?s)" + "".join(out)
 
 
+# Glob steps for :func:`path_matches`: a character, one non-``/`` character,
+# a run of non-``/`` characters, a run of anything, or a fork (go on, or jump
+# past an optional group).
+_Step = tuple[str, str | int]
+
+
 @functools.lru_cache(maxsize=64)
-def _compiled(glob: str) -> re.Pattern[str]:
-    return re.compile(glob_regex(glob))
+def _steps(glob: str) -> tuple[_Step, ...]:
+    """The glob of :func:`glob_regex` as steps of a state machine (same language)."""
+    steps: list[_Step] = []
+    i, n = 0, len(glob)
+    while i < n:
+        if glob.startswith("**", i):
+            while glob.startswith("*", i):
+                i += 1
+            if i < n and glob[i] == "/":  # (?:.*/)?: zero or more whole segments
+                steps += [("fork", len(steps) + 3), ("any*", 0), ("char", "/")]
+                i += 1
+            elif i == n and steps and steps[-1] == ("char", "/"):  # dir/**
+                steps[-1] = ("fork", len(steps) + 2)
+                steps += [("char", "/"), ("any*", 0)]
+            else:
+                steps.append(("any*", 0))
+            continue
+        char = glob[i]
+        steps.append(("seg*", 0) if char == "*" else ("seg1", 0) if char == "?" else ("char", char))
+        i += 1
+    return tuple(steps)
 
 
 def path_matches(glob: str, path: str) -> bool:
-    """Whether ``path`` matches the normalised ``glob`` (see the module doc)."""
-    return _compiled(glob).fullmatch(path) is not None
+    """Whether ``path`` matches the normalised ``glob`` (see the module doc).
+
+    A set-of-states simulation, linear in ``len(path) x len(glob)``: a
+    backtracking regex took exponential time on globs such as ``*a*a*a...*b``
+    (a hybrid search's path filter runs in this process).
+    """
+    steps = _steps(glob)
+    end = len(steps)
+
+    def closure(states: set[int]) -> set[int]:
+        todo = list(states)
+        while todo:
+            at = todo.pop()
+            if at >= end:
+                continue
+            kind, arg = steps[at]
+            follow = [at + 1] if kind in ("seg*", "any*") else []
+            if kind == "fork":
+                follow = [at + 1, int(arg)]
+            for nxt in follow:
+                if nxt not in states:
+                    states.add(nxt)
+                    todo.append(nxt)
+        return states
+
+    current = closure({0})
+    for char in path:
+        moved: set[int] = set()
+        for at in current:
+            if at >= end:
+                continue
+            kind, arg = steps[at]
+            if (kind == "char" and char == arg) or (kind == "seg1" and char != "/"):
+                moved.add(at + 1)
+            elif kind == "any*" or (kind == "seg*" and char != "/"):
+                moved.add(at)
+        if not moved:
+            return False
+        current = closure(moved)
+    return end in current
 
 
 def match_lines(
