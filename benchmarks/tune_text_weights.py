@@ -36,8 +36,8 @@ GRID = {
     "W_PHRASE": (2.0,),
     "W_PROXIMITY": (2.0,),
     "PROXIMITY_ALL_PAIRS": (True,),
-    "MIN_PROXIMITY_WORDS": (3,),
-    "W_NAMES_LIST": (0.0, 0.5),
+    "MIN_PROXIMITY_WORDS": (3, 4),
+    "W_NAMES_LIST": (0.0,),
     "W_CASE": (0.25,),
     "EXACT_LIST_MIN": (2,),
 }
