@@ -105,13 +105,21 @@ def _minilm_embedder() -> Embedder:
 EMBEDDERS = ("hashing", "minilm")
 
 
-def _embedder_factory(kind: str, dimension: int) -> Callable[[], Embedder]:
-    """A picklable factory of the configured embedder (what a worker builds)."""
+def _embedder_factory(kind: str, dimension: int) -> tuple[Callable[[], Embedder], str]:
+    """A picklable factory of the configured embedder (what a worker builds)
+    and the ``name:dimension`` identity of what it builds."""
     if kind == "minilm":
-        return _minilm_embedder
+        from cleveragents.application.services.embedding_text import DEFAULT_MAX_WORDS
+        from cleveragents.infrastructure.acms.minilm_embedder import (
+            MINILM_DIMENSION,
+            MINILM_NAME,
+        )
+
+        return _minilm_embedder, f"{MINILM_NAME}+compact{DEFAULT_MAX_WORDS}:{MINILM_DIMENSION}"
     from cleveragents.infrastructure.acms.hashing_embedder import HashingEmbedder
 
-    return functools.partial(HashingEmbedder, int(dimension))
+    hashing = HashingEmbedder(int(dimension))
+    return functools.partial(HashingEmbedder, int(dimension)), f"{hashing.name}:{dimension}"
 
 
 def _indexer(store: ManagedIndexStore, embedder: Embedder, kind: str = "hashing") -> Indexer:
@@ -124,7 +132,8 @@ def _indexer(store: ManagedIndexStore, embedder: Embedder, kind: str = "hashing"
     from cleveragents.infrastructure.acms.tree_sitter_code import TreeSitterCodeParser
 
     # Worker processes build their own parser and embedder from the spec.
-    spec = PlannerSpec(_embedder_factory(kind, embedder.dimension), TreeSitterCodeParser)
+    factory, identity = _embedder_factory(kind, embedder.dimension)
+    spec = PlannerSpec(factory, TreeSitterCodeParser, embedder_identity=identity)
     return Indexer(store, embedder, code_parser=TreeSitterCodeParser(), spec=spec)
 
 

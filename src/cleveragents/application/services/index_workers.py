@@ -100,6 +100,11 @@ class PlannerSpec:
 
     embedder: Callable[[], Embedder]
     code_parser: Callable[[], CodeParser] | None = None
+    # ``name:dimension`` of what ``embedder`` builds.  The indexer plans in
+    # its own process when its embedder is another one (a host that
+    # overrides the container's embedder): workers must embed exactly as the
+    # index's recorded identity says.
+    embedder_identity: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +235,11 @@ def _init_worker(spec: PlannerSpec, fault: tuple[str, str] | None, writer_pid: i
     _Worker.fault = fault
     _Worker.parser = spec.code_parser() if spec.code_parser is not None else None
     _Worker.embedder = spec.embedder()
+    built = f"{_Worker.embedder.name}:{_Worker.embedder.dimension}"
+    if spec.embedder_identity is not None and built != spec.embedder_identity:
+        # The factory and its declared identity disagree: a programming
+        # error, never vectors of another embedder under this identity.
+        raise RuntimeError(f"worker embedder {built} is not {spec.embedder_identity}")
 
 
 def _lookup(listing_file: str) -> PathLookup:

@@ -164,7 +164,6 @@ class Indexer:
         self.embedder = embedder
         self.max_file_bytes = max_file_bytes
         self.code_parser = code_parser
-        self.spec = spec
         self._pool: PlannerPool | None = None
         # What produced the index.  The units part (chunker, code graph: with
         # a code parser, chunks and graph follow its definitions) changing
@@ -174,6 +173,16 @@ class Indexer:
         self.embedder_identity = f"{embedder.name}:{embedder.dimension}"
         self.units_identity = f"{graph}{_UNITS_VERSION}"
         self.identity = f"{self.embedder_identity}|{self.units_identity}"
+        if spec is not None and spec.embedder_identity not in (None, self.embedder_identity):
+            # Workers would build the configured embedder, not this one.
+            _log.info(
+                "indexer.planning_in_process",
+                reason="the embedder is not the one worker processes build",
+                embedder=self.embedder_identity,
+                workers=spec.embedder_identity,
+            )
+            spec = None
+        self.spec = spec
 
     def over(self, store: IndexStore) -> Indexer:
         """The same planner writing to another store (a rebuild's fresh one)."""
