@@ -32,13 +32,18 @@ import os
 import pickle
 import select
 import signal
+import sys
 import tempfile
 import threading
 import time
+import types
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
+from multiprocessing import context as mp_context
+from multiprocessing import popen_forkserver
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 import numpy as np
@@ -298,6 +303,40 @@ def _plan_in_worker(
 # ---------------------------------------------------------------- parent side
 
 
+_MAIN_SWAP = threading.Lock()
+
+
+class _WorkerProcess(mp_context.ForkServerProcess):
+    """A forkserver process that does not run the host's ``__main__`` again.
+
+    The spawn and forkserver methods import the parent's main script in each
+    child (as ``__mp_main__``), so that what it defines unpickles there.  A
+    host script without an ``if __name__ == "__main__":`` guard would then
+    run again in every worker: open the data directory, start another
+    reindex, and the worker dies with the files of its batch.  A worker needs
+    nothing from the host's script when its spec holds this package's
+    factories, so the child is described with an empty main module.  (A spec
+    that names ``__main__`` objects gets the standard context: they must
+    unpickle there.)
+    """
+
+    @staticmethod
+    def _Popen(process_obj: BaseProcess) -> popen_forkserver.Popen:
+        # The description (preparation data and the pickled process) is
+        # written inside this call; the swap ends before it returns.
+        with _MAIN_SWAP:
+            host = sys.modules["__main__"]
+            sys.modules["__main__"] = types.ModuleType("__main__")
+            try:
+                return popen_forkserver.Popen(process_obj)
+            finally:
+                sys.modules["__main__"] = host
+
+
+class _WorkerContext(mp_context.ForkServerContext):
+    Process = _WorkerProcess
+
+
 class PlannerPool:
     """``jobs`` worker processes that plan batches of files (see the module doc).
 
@@ -319,7 +358,11 @@ class PlannerPool:
 
     def _executor(self) -> ProcessPoolExecutor:
         if self._pool is None:
-            context = multiprocessing.get_context("forkserver")
+            context: mp_context.ForkServerContext = (
+                multiprocessing.get_context("forkserver")
+                if b"__main__" in pickle.dumps(self.spec)
+                else _WorkerContext()
+            )
             # Imported once in the fork server, not once per worker.
             context.set_forkserver_preload([__name__])
             self._pool = ProcessPoolExecutor(
