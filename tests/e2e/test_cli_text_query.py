@@ -225,13 +225,13 @@ def test_a_normal_reindex_upgrades_shards_of_the_previous_schema(
     cli.ok("project", "add", "local/net")
     cli.ok("resource", "add", str(src), "--project", "local/net")
     cli.reindex()
-    # A previous version: an old text schema, the units identity before "units-3".
+    # A previous version: an old text schema, the units identity before "units-4".
     shards = _old_schema_shards(cli.data_dir / "text")
     assert shards
     catalog = sqlite3.connect(next((cli.data_dir / "catalog").resolve().glob("*.sqlite3")))
     with catalog:
         catalog.execute(
-            "UPDATE meta SET value = replace(value, 'units-3', 'units-2') "
+            "UPDATE meta SET value = replace(value, 'units-4', 'units-3') "
             "WHERE key LIKE 'identity:%'"
         )
     catalog.close()
@@ -243,7 +243,7 @@ def test_a_normal_reindex_upgrades_shards_of_the_previous_schema(
     cli.reindex()  # a normal reindex, no --rebuild
     for shard in shards:
         meta = json.loads((shard / "meta.json").read_text())
-        assert {"symbol", "symbol_exact", "symbol_case", "names", "path_raw", "lang"} <= {
+        assert {"symbol", "symbol_exact", "symbol_case", "names", "calls", "path_raw", "lang"} <= {
             f["name"] for f in meta["schema"]
         }
     hits = cli.json("search", "text", "create_connection", *SCOPE, "--lang", "python")

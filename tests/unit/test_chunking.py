@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cleveragents.application.services.chunking import (
+    MAX_UNIT_CALLS,
     Chunk,
     chunk_text,
     detect_language,
@@ -243,6 +244,25 @@ def test_make_units_names_the_definitions_that_start_in_each_chunk() -> None:
     assert [u.metadata.get("symbols") for u in units] == ["alpha gamma", "beta"]
     plain = make_units(RID, "m.py", text, chunks=chunks)
     assert all("symbols" not in u.metadata for u in plain)
+
+
+def test_make_units_lists_the_names_called_in_each_chunk() -> None:
+    text = "\n".join(f"line {n}" for n in range(1, 11))
+    chunks = [Chunk(1, 4, "a"), Chunk(5, 10, "b")]
+    units = make_units(
+        RID,
+        "m.c",
+        text,
+        chunks=chunks,
+        # (called name, line): in source order per chunk, each once, none past the end
+        calls=[("free", 6), ("malloc", 2), ("memcpy", 4), ("malloc", 3), ("free", 9), ("x", 12)],
+    )
+    assert [u.metadata.get("calls") for u in units] == ["malloc memcpy", "free"]
+    many = make_units(
+        RID, "m.c", text, chunks=chunks, calls=[(f"f{i}", 1) for i in range(MAX_UNIT_CALLS + 5)]
+    )
+    assert many[0].metadata["calls"].split() == [f"f{i}" for i in range(MAX_UNIT_CALLS)]
+    assert "calls" not in many[1].metadata
 
 
 line_text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=30)

@@ -26,6 +26,7 @@ from cleveragents.domain.models.acms.uko import unit_uri
 from cleveragents.domain.models.acms.ulids import canonical_ulid
 
 __all__ = [
+    "MAX_UNIT_CALLS",
     "Chunk",
     "chunk_text",
     "detect_language",
@@ -165,6 +166,8 @@ def split_lines(text: str) -> list[str]:
 _Kind = int
 _PLAIN, _START, _DECORATOR, _CLOSER = 0, 1, 2, 3
 
+# Called names kept in one unit's ``calls`` metadata.
+MAX_UNIT_CALLS = 64
 _PY_START = re.compile(r"(?:async[ \t]+def|def|class)\b")
 _JS_START = re.compile(
     r"(?:export[ \t]+)?(?:default[ \t]+)?(?:declare[ \t]+)?(?:async[ \t]+)?(?:abstract[ \t]+)?"
@@ -483,6 +486,7 @@ def make_units(
     language: str | None = None,
     chunks: Sequence[Chunk] | None = None,
     definitions: Iterable[tuple[str, int]] = (),
+    calls: Iterable[tuple[str, int]] = (),
 ) -> list[IndexUnit]:
     """One :class:`IndexUnit` per chunk of a file, named ``<file uri>#L<start>-L<end>``.
 
@@ -496,12 +500,18 @@ def make_units(
     ``symbols``: their names, space-separated, in source order, each once
     (the text index's symbol field; absent when the chunk defines nothing).
 
+    ``calls`` are ``(called name, line)`` of the file's call sites; a chunk
+    holding call sites gets ``calls``: the distinct names, space-separated, in
+    source order, at most :data:`MAX_UNIT_CALLS` (the text index's calls
+    field: a list of names finds the code that calls them).
+
     Raises:
         TypeError / ValueError: ``resource_id`` is not a ULID or ``rel_path`` is empty.
     """
     rid = canonical_ulid(resource_id)
     lang = language if language is not None else detect_language(rel_path)
     defined = sorted((line, order, name) for order, (name, line) in enumerate(definitions))
+    called = sorted((line, order, name) for order, (name, line) in enumerate(calls))
     units: list[IndexUnit] = []
     for chunk in chunks if chunks is not None else chunk_text(text, lang):
         metadata = {
@@ -516,6 +526,13 @@ def make_units(
         names = dict.fromkeys(name for _, _, name in defined[lo:hi] if name and not name.isspace())
         if names:
             metadata["symbols"] = " ".join(names)
+        lo = bisect.bisect_left(called, (chunk.start_line,))
+        hi = bisect.bisect_left(called, (chunk.end_line + 1,))
+        callees = dict.fromkeys(
+            name for _, _, name in called[lo:hi] if name and not any(c.isspace() for c in name)
+        )
+        if callees:
+            metadata["calls"] = " ".join(list(callees)[:MAX_UNIT_CALLS])
         units.append(
             IndexUnit(
                 uko_uri=unit_uri(rid, rel_path, f"L{chunk.start_line}-L{chunk.end_line}"),

@@ -161,17 +161,25 @@ def plan_file(
     language = detect_language(path)
     parsed = parser.parse(text, parser_language(path, language)) if parser else None
     definitions: list[tuple[str, int]]
+    calls: list[tuple[str, int]] = []
     if parsed is not None:
         chunks = chunk_text(text, language, starts=chunk_starts(parsed))
         triples = code_triples(resource_id, path, language, chunks, parsed, files)
         definitions = [(s.name, s.start_line) for s in parsed.symbols]
+        calls = [(c.callee, c.line) for c in parsed.calls]
     else:
         chunks = chunk_text(text, language)
         facts = extract_facts(path, text, language)
         triples = file_triples(resource_id, path, language, chunks, facts, files.modules)
         definitions = [(name.rsplit(".", 1)[-1], line) for name, _, line in facts.symbols]
     units = make_units(
-        resource_id, path, text, language=language, chunks=chunks, definitions=definitions
+        resource_id,
+        path,
+        text,
+        language=language,
+        chunks=chunks,
+        definitions=definitions,
+        calls=calls,
     )
     own = file_uri(resource_id, path)
     # The file and the URIs under it: never the resource node (its one

@@ -131,6 +131,10 @@ PROXIMITY_ALL_PAIRS = True
 MIN_PROXIMITY_WORDS = 3  # informative words a query needs for proximity
 # Whole identifiers of a plain query looked up in ``symbol_exact``.
 MAX_PLAIN_IDENTIFIERS = 16
+# Names the unit calls (``calls``), per word of a query of 2 to
+# CALLS_MAX_WORDS identifier-like words (a list of names: who calls these?).
+W_CALLS = 2.0
+CALLS_MAX_WORDS = 6
 _IDENTIFIER = re.compile(r"[^\W\d]\w*")
 # Rust regex (no look-around): a capitalised or lower-case word, an upper-case
 # run, a number, or any other run of letters.  Acronyms followed by a word
@@ -296,7 +300,7 @@ class QueryBuilder:
             # The scope already selects resources; these fields are bookkeeping.
             raise QueryError(
                 f"the field {field.group(1)!r} cannot be searched; "
-                "search content, path, symbol or lang"
+                "search content, path, symbol, calls or lang"
             )
         if _REGEX.search(unquoted):
             # Tantivy's parser refuses them too; a regex's automaton is unbounded.
@@ -488,6 +492,21 @@ def identifiers(analyzer: tantivy.TextAnalyzer, query: str) -> list[tuple[str, l
     return list(found.items())
 
 
+def _called_names(query: str) -> list[str]:
+    """The words of a short list of names, lower-cased, for the ``calls`` field.
+
+    A query of 2 to :data:`CALLS_MAX_WORDS` words, each an identifier
+    (``Py_INCREF PyMethod_New Py_TYPE``, ``getaddrinfo iter next``); none
+    for longer text (a sentence) or a single word (its definition is wanted).
+    """
+    words = query[: CALLS_MAX_WORDS * 100].split()
+    if not 2 <= len(words) <= CALLS_MAX_WORDS:
+        return []
+    if not all(_IDENTIFIER.fullmatch(w) for w in words):
+        return []
+    return list(dict.fromkeys(w.lower() for w in words))
+
+
 class PlainQueryBuilder:
     """Any text -> a ``tantivy.Query`` built from its terms (see the module doc)."""
 
@@ -536,6 +555,8 @@ class PlainQueryBuilder:
         for a, b in list(part_pairs)[:MAX_PROXIMITY_PAIRS]:
             phrase = tantivy.Query.phrase_query(schema, "content", [a, b])
             clauses.append((should, boost(phrase, W_PHRASE)))
+        for name in _called_names(query) if W_CALLS > 0 else ():
+            clauses.append((should, boost(term(schema, "calls", name), W_CALLS)))
         informative = sum(1 for t in terms if _informative(t))
         if W_PROXIMITY > 0 and informative >= MIN_PROXIMITY_WORDS:
             # Adjacent words of the query (a pasted sentence) found adjacent,

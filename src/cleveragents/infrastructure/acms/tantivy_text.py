@@ -125,6 +125,9 @@ def _schema() -> tantivy.Schema:
     # The plain syntax's one field for path and defined names (one clause
     # per term instead of two; see ``tantivy_query``).
     builder.add_text_field("names", tokenizer_name=ANALYZER_NAME)
+    # Names called in the unit (``metadata["calls"]``), each whole and
+    # lower-cased: a list of names finds the code that calls them.
+    builder.add_text_field("calls", tokenizer_name=KEYWORD_ANALYZER_NAME)
     # Filters: the path as is (glob -> regex over the term dictionary) and
     # the language, lower-cased.
     builder.add_text_field("path_raw", tokenizer_name="raw")
@@ -145,6 +148,7 @@ _SCHEMA_FIELDS = frozenset(
         "symbol_exact",
         "symbol_case",
         "names",
+        "calls",
         "path_raw",
         "lang",
         "body",
@@ -170,6 +174,8 @@ def _document(uri: str, rid: str, content: str, metadata: Mapping[str, str]) -> 
             doc.add_text("symbol_case", _encodable(name))
     if path or symbols:
         doc.add_text("names", analysable(" ".join([path or "", *symbols])))
+    for name in dict.fromkeys(metadata.get("calls", "").split()):
+        doc.add_text("calls", _encodable(name))
     language = metadata.get("language")
     if language:
         doc.add_text("lang", _encodable(language))
