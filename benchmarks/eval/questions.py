@@ -21,7 +21,8 @@ each answered by one definition (file, the line of its name, its span):
   occurs exactly once in the corpus; the answer's lines are that one line.
 - ``paraphrase``: the docstring sentence rewritten word by word with the
   written scheme in :data:`REWRITES`, kept only when none of its content words
-  (nor their crude stems) occurs in the definition's own text or path.
+  (nor their crude stems) occurs in the definition's own text, its
+  documentation (a C function's comment above it) or its path.
 
 The docstring and code-line questions are the ones an agent pastes: text with
 punctuation (``(``, ``,``, ``:``, ``->``, quotes) that a query parser may refuse.
@@ -67,6 +68,9 @@ class Definition:
     end: int
     doc: str  # first sentence, or ""
     calls: frozenset[str]
+    # The first line of its documentation: the comment right above a C
+    # function (outside its span); the definition's own start otherwise.
+    doc_start: int = 0
 
 
 @dataclass(frozen=True)
@@ -190,12 +194,14 @@ def c_definitions(root: Path, corpus: str) -> list[Definition]:
                 name_node = _c_name(node)
                 if name_node is not None:
                     doc = ""
+                    doc_start = node.start_point[0] + 1
                     if (
                         prev is not None
                         and prev.type == "comment"
                         and node.start_point[0] - prev.end_point[0] <= 1
                     ):
                         doc = first_sentence(_comment_text(prev.text.decode("utf-8", "replace")))
+                        doc_start = prev.start_point[0] + 1
                     calls = {
                         c.child_by_field_name("function").text.decode()
                         for c in _descendants(node)
@@ -215,6 +221,7 @@ def c_definitions(root: Path, corpus: str) -> list[Definition]:
                             node.end_point[0] + 1,
                             doc,
                             frozenset(calls),
+                            doc_start,
                         )
                     )
             prev = node
@@ -470,12 +477,13 @@ def _corpus_questions(pool: list[Definition], root: Path) -> list[list[Question]
     call_freq = Counter(c for d in pool for c in d.calls)
     lines_of: dict[str, list[str]] = {}
 
-    def span_text(d: Definition) -> str:
+    def span_text(d: Definition, *, with_doc: bool = False) -> str:
         lines = lines_of.get(d.path)
         if lines is None:
             text = (root / d.path).read_text(encoding="utf-8", errors="replace")
             lines = lines_of[d.path] = text.splitlines()
-        return "\n".join(lines[d.start - 1 : d.end]) + "\n" + d.path
+        first = min(d.start, d.doc_start or d.start) if with_doc else d.start
+        return "\n".join(lines[first - 1 : d.end]) + "\n" + d.path
 
     def span_lines(d: Definition) -> list[str]:
         span_text(d)
@@ -525,7 +533,10 @@ def _corpus_questions(pool: list[Definition], root: Path) -> list[list[Question]
         text = paraphrase(d.doc)
         if len(content_words(text)) < 3 or text.lower() == d.doc.lower():
             continue
-        if overlaps(text, span_text(d)):
+        # Its own lines *and its documentation*: a C function's comment sits
+        # above its span, and words the rewrite kept from it ("unboxing slow
+        # path" -> "unboxing slow location") would match the answer's chunk.
+        if overlaps(text, span_text(d, with_doc=True)):
             continue
         paras.append(q("paraphrase", d, text))
     return [ident, docs, pasted, calls, paras]
