@@ -48,6 +48,7 @@ from baselines import Bm25Windows, GrepFiles, Hit  # noqa: E402
 from cleveragents.application.container import build_container  # noqa: E402
 from cleveragents.application.services.embedding_text import embedding_text  # noqa: E402
 from cleveragents.application.services.fusion import (  # noqa: E402
+    DEFAULT_CONFIDENT,
     DEFAULT_K,
     DEFAULT_WEIGHTS,
     hybrid_search,
@@ -343,19 +344,28 @@ SWEEP_K = (1, 2, 5, 10, 30, 60)
 SWEEP_TEXT = (1.0,)
 SWEEP_VECTOR = (0.1, 0.25, 0.5, 1.0)
 SWEEP_GRAPH = (0.0, 0.1, 0.25, 0.5)
+# The text score from which hybrid_search answers with text alone (None: never).
+SWEEP_CONFIDENT = (None, 0.7, 0.75, 0.8, 0.85)
 
 
-def source_rankings(view, embedder, query: str) -> dict[str, list[str]]:
-    """Each source's own ranking, through hybrid_search with one source weighted."""
+def source_rankings(view, embedder, query: str) -> tuple[dict[str, list[str]], float]:
+    """Each source's own ranking, through hybrid_search with one source
+    weighted, and text's best score (what ``confident`` is compared with)."""
     out = {}
     for source in ("text", "vector", "graph"):
         weights = {s: float(s == source) for s in ("text", "vector", "graph")}
         try:
-            found = hybrid_search(view, embedder, query, max_results=50, weights=weights)
+            found = hybrid_search(
+                view, embedder, query, max_results=50, weights=weights, confident=None
+            )
         except (AcmsError, ValueError):
             found = []
         out[source] = [h.uko_uri for h in found]
-    return out
+    try:
+        top = max((r.score for r in view.search(query, max_results=1)), default=0.0)
+    except (AcmsError, ValueError):
+        top = 0.0
+    return out, top
 
 
 def sweep(indexes, qs: list[Q.Question]) -> dict[str, list[dict]]:
@@ -365,16 +375,19 @@ def sweep(indexes, qs: list[Q.Question]) -> dict[str, list[dict]]:
         view = ops.view(scope)
         cached = [source_rankings(view, emb, q.query) for q in qs]
         rows = []
-        for k, wt, wv, wg in itertools.product(SWEEP_K, SWEEP_TEXT, SWEEP_VECTOR, SWEEP_GRAPH):
+        grid = itertools.product(SWEEP_K, SWEEP_TEXT, SWEEP_VECTOR, SWEEP_GRAPH, SWEEP_CONFIDENT)
+        for k, wt, wv, wg, conf in grid:
             weights = {"text": wt, "vector": wv, "graph": wg}
             scored = []
-            for q, rankings in zip(qs, cached, strict=True):
+            for q, (rankings, top) in zip(qs, cached, strict=True):
+                if conf is not None and rankings["text"] and top >= conf:
+                    rankings = {"text": rankings["text"]}  # text is sure: asked alone
                 fused = reciprocal_rank_fusion(rankings, k=k, weights=weights, limit=50)
                 hits = [_unit_hit(h.uko_uri, corpus_of) for h in fused]
                 scored.append({**score(q, [h for h in hits if h]), "refused": False, "q": q})
             by_kind = {kd: aggregate([r for r in scored if r["q"].kind == kd]) for kd in KINDS}
             by_kind["all"] = aggregate(scored)
-            rows.append({"k": k, "weights": weights, "by_kind": by_kind})
+            rows.append({"k": k, "weights": weights, "confident": conf, "by_kind": by_kind})
         rows.sort(key=lambda r: (-r["by_kind"]["all"]["mrr10"], -r["by_kind"]["all"]["hit1"]))
         out[name] = rows
     return out
@@ -382,19 +395,29 @@ def sweep(indexes, qs: list[Q.Question]) -> dict[str, list[dict]]:
 
 def sweep_markdown(result: dict) -> str:
     lines = ["", "## Fusion parameters (offline sweep, MRR@10)", ""]
-    default = {"k": DEFAULT_K, "weights": dict(DEFAULT_WEIGHTS)}
-    lines.append(f"Defaults: k={default['k']}, weights={default['weights']}.")
+    default = {"k": DEFAULT_K, "weights": dict(DEFAULT_WEIGHTS), "confident": DEFAULT_CONFIDENT}
+    lines.append(
+        f"Defaults: k={default['k']}, weights={default['weights']}, "
+        f"confident={default['confident']} (text alone when its best score reaches it)."
+    )
     for name, rows in result.get("sweep", {}).items():
         lines += ["", f"hybrid-{name}: best five, best without graph, the default", ""]
-        lines += ["| k | text | vector | graph | " + " | ".join(KINDS) + " | all |"]
-        lines += ["|" + "---|" * (len(KINDS) + 5)]
+        lines += ["| k | text | vector | graph | confident | " + " | ".join(KINDS) + " | all |"]
+        lines += ["|" + "---|" * (len(KINDS) + 6)]
         picked = rows[:5] + [r for r in rows if r["weights"]["graph"] == 0][:1]
-        picked += [r for r in rows if r["k"] == default["k"] and r["weights"] == default["weights"]]
+        picked += [r for r in rows if r["confident"] is None][:1]
+        picked += [
+            r
+            for r in rows
+            if r["k"] == default["k"]
+            and r["weights"] == default["weights"]
+            and r["confident"] == default["confident"]
+        ]
         for r in picked:
             w = r["weights"]
             cells = [f"{r['by_kind'][kd].get('mrr10', 0):.3f}" for kd in (*KINDS, "all")]
             lines.append(
-                f"| {r['k']} | {w['text']} | {w['vector']} | {w['graph']} | "
+                f"| {r['k']} | {w['text']} | {w['vector']} | {w['graph']} | {r['confident']} | "
                 + " | ".join(cells)
                 + " |"
             )

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from cleveragents.application.container import build_container
 from cleveragents.application.services.fusion import (
+    DEFAULT_CONFIDENT,
     DEFAULT_K,
     DEFAULT_WEIGHTS,
     hybrid_search,
@@ -171,9 +172,11 @@ def test_no_hit_outside_the_scope_and_ranks_match_the_sources(
         assert resource_id_of(hit.uko_uri) in in_scope, hit.uko_uri
     # The fused ranks are the sources' own ranks, seen through the same view.
     try:
-        text = [r.uko_uri for r in view.search(query, max_results=20)]
+        text_hits = view.search(query, max_results=20)
     except QueryError:
-        text = []
+        text_hits = []
+    text = [r.uko_uri for r in text_hits]
+    sure = bool(text_hits) and max(r.score for r in text_hits) >= DEFAULT_CONFIDENT
     vector = [
         r.uko_uri
         for r in view.similarity_search(corpus.embedder.embed([query])[0].tolist(), top_k=20)
@@ -183,9 +186,12 @@ def test_no_hit_outside_the_scope_and_ranks_match_the_sources(
             assert text[hit.ranks["text"] - 1] == hit.uko_uri
         if "vector" in hit.ranks:
             assert vector[hit.ranks["vector"] - 1] == hit.uko_uri
+    if sure:
+        # Text is sure of itself: its ranking is the answer, nothing else asked.
+        assert all(set(h.ranks) == {"text"} for h in hits), hits
     if "graph" not in {s for h in hits for s in h.ranks}:
         expected = reciprocal_rank_fusion(
-            {"text": text, "vector": vector},
+            {"text": text} if sure else {"text": text, "vector": vector},
             k=DEFAULT_K,
             weights=DEFAULT_WEIGHTS,
             limit=max_results,
@@ -255,3 +261,52 @@ def test_bad_arguments(corpus: Corpus) -> None:
         hybrid_search(view, corpus.embedder, "x", depth=0)
     with pytest.raises(ValueError):
         hybrid_search(view, corpus.embedder, "x", weights={"text": -1})
+
+
+def _recording_view(corpus: Corpus, calls: list[tuple[str, Any]]) -> ScopedView:
+    c = build_container("local", corpus.ops.data_dir)
+    return ScopedView(
+        c.text_backend(),
+        Recording(c.vector_backend(), calls),  # type: ignore[arg-type]
+        c.graph_backend(),
+        frozenset(corpus.resources),
+    )
+
+
+@pytest.mark.parametrize("query", ["open_connection", "Order the items from largest to smallest"])
+def test_other_sources_are_asked_only_below_the_confidence(corpus: Corpus, query: str) -> None:
+    calls: list[tuple[str, Any]] = []
+    view = _recording_view(corpus, calls)
+    text = view.search(query, max_results=50)
+    top = max(r.score for r in text)
+    # At its best score, text is sure: the answer is its own ranking.
+    sure = hybrid_search(view, corpus.embedder, query, max_results=50, confident=top)
+    assert calls == []
+    assert [h.uko_uri for h in sure] == list(dict.fromkeys(r.uko_uri for r in text))
+    assert all(set(h.ranks) == {"text"} for h in sure)
+    # Just above it, the vector ranking is asked and fused.
+    unsure = hybrid_search(
+        view, corpus.embedder, query, max_results=50, confident=min(1.0, top + 1e-6)
+    )
+    assert [name for name, _ in calls] == ["similarity_search"]
+    assert any("vector" in h.ranks for h in unsure)
+    # ``None``: every query is fused.
+    calls.clear()
+    hybrid_search(view, corpus.embedder, query, confident=None)
+    assert [name for name, _ in calls] == ["similarity_search"]
+
+
+def test_a_query_text_cannot_answer_is_answered_by_the_vector_source(corpus: Corpus) -> None:
+    calls: list[tuple[str, Any]] = []
+    view = _recording_view(corpus, calls)
+    # No analysable word: text matches nothing, so it is not sure.
+    hits = hybrid_search(view, corpus.embedder, "?! ...")
+    assert [name for name, _ in calls] == ["similarity_search"]
+    assert hits and all(set(h.ranks) == {"vector"} for h in hits)
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.5, True, "0.8", float("nan")])
+def test_a_bad_confidence_is_refused(corpus: Corpus, bad: Any) -> None:
+    view = corpus.ops.view(frozenset(corpus.resources))
+    with pytest.raises(ValueError, match="confident"):
+        hybrid_search(view, corpus.embedder, "open_connection", confident=bad)

@@ -14,7 +14,11 @@ every backend) for the text ranking of the query, the vector ranking of its
 embedding, and, for identifiers in the query, a *graph* ranking: the chunks
 that define a symbol of exactly that name (``uko:defines``/``uko:name``/``uko:line``
 and the chunk's line range).  The three are fused with per-source weights
-(:data:`DEFAULT_WEIGHTS`; a source of weight 0 is not asked).
+(:data:`DEFAULT_WEIGHTS`; a source of weight 0 is not asked).  When the text
+ranking is sure of itself (its best hit scores :data:`DEFAULT_CONFIDENT` or
+more) it is the answer, and the other sources are not asked: they help a
+question text answers weakly (words not in the code), and only disturb one
+it answers well.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from cleveragents.domain.models.acms.text_query import path_matches, text_option
 from cleveragents.domain.models.acms.uko import UKO, path_of
 
 __all__ = [
+    "DEFAULT_CONFIDENT",
     "DEFAULT_DEPTH",
     "DEFAULT_K",
     "DEFAULT_WEIGHTS",
@@ -73,9 +78,22 @@ _log = structlog.get_logger("cleveragents.acms.fusion")
 # forked SPARQL evaluation per query naming an identifier (hybrid p50 was
 # ~6x text's with it, ~4x without, on the loaded machine), so its default
 # weight is 0 and it is not asked: pass ``weights={"graph": ...}`` to use it.
+#
+# Re-measured after the calls field and the corrected paraphrase set (full
+# set, 838 questions, MiniLM; ``benchmarks/eval/run_eval.py`` rankings fused
+# offline): fusing every query never beat text alone (0.943; vector 0.25:
+# 0.932-0.943, 0.5: 0.926), because the vector ranking is weak where text is
+# strong.  Text's best normalised score separates the two cases: its lower
+# quartile is 0.88-0.91 on identifiers, docstrings, code lines and calls and
+# its upper quartile 0.76 on paraphrases.  Asking the vector source only below
+# 0.8 (vector 0.5, k=1) left every other kind unchanged and took paraphrases
+# 0.158 -> 0.187 (all 0.943 -> 0.944); with the lexical hashing embedder the
+# same rule costs 0.001 (it adds nothing a text search has not found), at
+# vector 0.25 it ties.  A confident text query also costs no embedding.
 DEFAULT_K = 1
 DEFAULT_DEPTH = 50
-DEFAULT_WEIGHTS: Mapping[str, float] = MappingProxyType({"text": 1.0, "vector": 0.25, "graph": 0.0})
+DEFAULT_WEIGHTS: Mapping[str, float] = MappingProxyType({"text": 1.0, "vector": 0.5, "graph": 0.0})
+DEFAULT_CONFIDENT = 0.8
 # With a path or language filter, vector candidates are fetched this many
 # times deeper before filtering (the vector index has no filter of its own).
 FILTERED_VECTOR_FACTOR = 8
@@ -319,6 +337,7 @@ def hybrid_search(
     graph: bool = True,
     path: str | None = None,
     lang: str | None = None,
+    confident: float | None = DEFAULT_CONFIDENT,
 ) -> list[HybridHit]:
     """Text, vector and (for identifiers) graph rankings of ``query``, fused.
 
@@ -344,6 +363,10 @@ def hybrid_search(
             filtered here (by the unit's path and its detected language),
             the vector source asked for :data:`FILTERED_VECTOR_FACTOR` times
             ``depth`` first so that a filter still leaves it candidates.
+        confident: when text's best hit scores at least this (the text
+            backend's 0..1 score; Tantivy's is ``raw / (raw + 8)``), the
+            other sources are not asked and the text ranking is the answer;
+            ``None`` fuses every query.
 
     Raises:
         TypeError / ValueError: bad arguments (an empty query among them).
@@ -358,6 +381,12 @@ def hybrid_search(
     depth = _check_int("depth", depth, 1)
     chosen = dict(DEFAULT_WEIGHTS) if weights is None else _check_weights(weights)
     _check_int("k", k, 0)
+    if confident is not None and (
+        isinstance(confident, bool)
+        or not isinstance(confident, (int, float))
+        or not 0.0 <= confident <= 1.0
+    ):
+        raise ValueError(f"confident must be None or a number in [0, 1], not {confident!r}")
     # Validated before any backend runs: a bad glob is the caller's error, not
     # a text refusal that the other sources would silently answer.
     options = text_options(path=path, lang=lang)
@@ -370,8 +399,14 @@ def hybrid_search(
             text_hits = view.search(query, max_results=depth, path=options.path, lang=options.lang)
         except QueryError as exc:
             _log.info("fusion.text_query_refused", reason=str(exc))
+    sure = (
+        confident is not None
+        and chosen.get("text", 1.0) > 0
+        and bool(text_hits)
+        and max(r.score for r in text_hits) >= confident
+    )
     vector_hits: list[VectorResult] = []
-    if chosen.get("vector", 1.0) > 0:
+    if chosen.get("vector", 1.0) > 0 and not sure:
         vector = embedder.embed([query])[0].tolist()
         if admits is None:
             vector_hits = view.similarity_search(vector, top_k=depth)
@@ -380,7 +415,7 @@ def hybrid_search(
             vector_hits = [r for r in wide if admits(r.uko_uri)][:depth]
     definitions = (
         _graph_ranking(view, query_identifiers(query), depth, admits)
-        if graph and chosen.get("graph", 1.0) > 0
+        if graph and chosen.get("graph", 1.0) > 0 and not sure
         else []
     )
 
