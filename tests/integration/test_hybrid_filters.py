@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cleveragents.application.container import build_container
-from cleveragents.application.services.fusion import hybrid_search
+from cleveragents.application.services.fusion import FILTERED_VECTOR_FACTOR, hybrid_search
 from cleveragents.application.services.operations import AcmsOperations
 from cleveragents.domain.models.acms.errors import QueryError
 from cleveragents.domain.models.acms.scope import ScopedView
@@ -215,3 +215,57 @@ def test_paths_are_what_the_tree_holds() -> None:
     # Guards the FILTERS table above against typos in FILES.
     for allowed in FILTERS.values():
         assert allowed <= set(FILES)
+
+
+@pytest.fixture(scope="module")
+def crowded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Corpus]:
+    """30 files close to the queries, two far from them under ``odd/``."""
+    base = tmp_path_factory.mktemp("crowded")
+    root = base / "repo"
+    (root / "noise").mkdir(parents=True)
+    (root / "odd").mkdir()
+    for i in range(30):
+        (root / "noise" / f"n{i:02}.py").write_text(
+            f"def split_header_{i}(line):\n    # split one header line into name and value\n"
+            f"    return line.partition(':')  # header {i}\n"
+        )
+    (root / "odd" / "zebra.txt").write_text("zebra giraffe savanna migration\n")
+    (root / "odd" / "kelp.md").write_text("# Kelp\n\nkelp forests and otters\n")
+    container = build_container("local", base / "data", embedder="hashing")
+    ops = AcmsOperations.from_container(container)
+    ops.add_project("test/crowded")
+    rid = ops.add_resource(str(root), "test/crowded", "directory").resource_id
+    ops.reindex(jobs=1)
+    yield Corpus(ops, container.embedder(), [rid])
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3])
+@pytest.mark.parametrize(("glob", "lang"), [("odd/*", None), (None, "markdown"), ("odd/", "text")])
+def test_filtered_vector_candidates_are_exact_however_deep_they_rank(
+    crowded: Corpus, depth: int, glob: str | None, lang: str | None
+) -> None:
+    """The vector source's filtered candidates are the first ``depth`` of its
+    whole ranking that pass the filter (oracle: filter the full ranking),
+    also when they rank below the first FILTERED_VECTOR_FACTOR x depth."""
+    view = crowded.ops.view(frozenset(crowded.resources))
+    query = "split one header line into name and value"
+    vector = crowded.embedder.embed([query])[0].tolist()
+    full = [r.uko_uri for r in view.similarity_search(vector, top_k=1000)]
+    allowed = {"odd/zebra.txt", "odd/kelp.md"} if lang != "markdown" else {"odd/kelp.md"}
+    if lang == "text":
+        allowed = {"odd/zebra.txt"}
+    admitted = [u for u in full if path_of(u) in allowed]
+    assert admitted
+    # The precondition that makes this test mean something:
+    assert full.index(admitted[0]) >= FILTERED_VECTOR_FACTOR * depth
+    hits = hybrid_search(
+        view,
+        crowded.embedder,
+        query,
+        path=glob,
+        lang=lang,
+        weights=_weights({"vector": 1.0}),
+        depth=depth,
+        max_results=depth,
+    )
+    assert [h.uko_uri for h in hits] == admitted[:depth]

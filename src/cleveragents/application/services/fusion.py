@@ -95,7 +95,8 @@ DEFAULT_DEPTH = 50
 DEFAULT_WEIGHTS: Mapping[str, float] = MappingProxyType({"text": 1.0, "vector": 0.5, "graph": 0.0})
 DEFAULT_CONFIDENT = 0.8
 # With a path or language filter, vector candidates are fetched this many
-# times deeper before filtering (the vector index has no filter of its own).
+# times deeper before filtering (the vector index has no filter of its own),
+# then four times deeper again until ``depth`` pass or the scope runs out.
 FILTERED_VECTOR_FACTOR = 8
 _MAX_IDENTIFIERS = 8
 
@@ -411,8 +412,7 @@ def hybrid_search(
         if admits is None:
             vector_hits = view.similarity_search(vector, top_k=depth)
         else:
-            wide = view.similarity_search(vector, top_k=depth * FILTERED_VECTOR_FACTOR)
-            vector_hits = [r for r in wide if admits(r.uko_uri)][:depth]
+            vector_hits = _filtered_vector(view, vector, depth, admits)
     definitions = (
         _graph_ranking(view, query_identifiers(query), depth, admits)
         if graph and chosen.get("graph", 1.0) > 0 and not sure
@@ -446,6 +446,21 @@ def hybrid_search(
         hits=len(hits),
     )
     return hits
+
+
+def _filtered_vector(
+    view: ScopedView, vector: list[float], depth: int, admits: Callable[[str], bool]
+) -> list[VectorResult]:
+    """The first ``depth`` vector hits that ``admits``, exactly as a filtering
+    vector index would return them: deeper searches until enough pass or the
+    scope has no more units (a search returning fewer than it was asked)."""
+    top = depth * FILTERED_VECTOR_FACTOR
+    while True:
+        wide = view.similarity_search(vector, top_k=top)
+        kept = [r for r in wide if admits(r.uko_uri)]
+        if len(kept) >= depth or len(wide) < top:
+            return kept[:depth]
+        top *= 4
 
 
 def _unique(uris: Iterable[str]) -> list[str]:
