@@ -72,6 +72,12 @@ def run(
             stop.wait(rescan)
             continue
         _log.info("acms.watch.watching", resources=len(roots))
+        # The file system watch is live from the generator's first step, not
+        # before: a file saved between the last reindex and then would never
+        # raise an event.  The first yield (a change, or the rescan timeout)
+        # comes after the watch is live, so one incremental reindex of every
+        # root there catches up on whatever changed before.
+        caught_up = False
         for changes in watchfiles.watch(
             *sorted(set(roots.values())),
             watch_filter=wanted,
@@ -82,15 +88,17 @@ def run(
             yield_on_timeout=True,
             raise_interrupt=False,
         ):
-            if changes:
-                touched = resources_for((path for _, path in changes), roots)
-                if touched:
-                    report = ops.reindex(resources=sorted(touched), lock_timeout=lock_timeout)
-                    _log.info(
-                        "acms.watch.reindexed",
-                        resources=sorted(touched),
-                        seconds=round(report.seconds, 3),
-                    )
+            touched = resources_for((path for _, path in changes or ()), roots)
+            if not caught_up:
+                caught_up = True
+                touched = set(roots)
+            if touched:
+                report = ops.reindex(resources=sorted(touched), lock_timeout=lock_timeout)
+                _log.info(
+                    "acms.watch.reindexed",
+                    resources=sorted(touched),
+                    seconds=round(report.seconds, 3),
+                )
             if _roots(ops) != roots:
                 break  # resources added or removed: watch the new set
 
