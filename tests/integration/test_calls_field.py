@@ -103,3 +103,16 @@ def test_one_name_still_finds_its_definition_first(view: ScopedView) -> None:
 def test_calls_is_a_field_of_the_query_language(view: ScopedView) -> None:
     assert _paths(view, "calls:index_rows", syntax="tantivy") == ["app/job.py"]
     assert _paths(view, "calls:Index_Rows", syntax="tantivy") == ["app/job.py"]
+
+
+def test_a_short_sentence_is_not_a_list_of_names(view: ScopedView) -> None:
+    # "and" is a sentence's word: no calls clause, so BM25's order stands
+    # (the definitions, as in the control above).
+    assert _paths(view, "load_table and save_table and index_rows")[0] != "app/job.py"
+    assert tantivy_query._called_names("load_table and save_table") == []
+    assert tantivy_query._called_names("read the json stream") == []
+    assert tantivy_query._called_names("getaddrinfo iter next") == ["getaddrinfo", "iter", "next"]
+    assert tantivy_query._called_names("Py_INCREF Py_INCREF") == ["py_incref"]
+    assert tantivy_query._called_names("dumps") == []  # one name: its definition is wanted
+    assert tantivy_query._called_names("a b c d e f g") == []  # longer than a list
+    assert tantivy_query._called_names("foo( bar") == []  # not identifiers

@@ -445,6 +445,12 @@ _STOP_WORDS = frozenset(
 )
 
 
+# Words of a sentence, never of a list of names (see ``_called_names``).
+_SENTENCE_WORDS = _STOP_WORDS | frozenset(
+    "a an as at be by do if in is it no of on or so to we".split()
+)
+
+
 def _informative(term: str) -> bool:
     return len(term) > 2 and term not in _STOP_WORDS
 
@@ -497,14 +503,16 @@ def _called_names(query: str) -> list[str]:
 
     A query of 2 to :data:`CALLS_MAX_WORDS` words, each an identifier
     (``Py_INCREF PyMethod_New Py_TYPE``, ``getaddrinfo iter next``); none
-    for longer text (a sentence) or a single word (its definition is wanted).
+    for longer text, a single word (its definition is wanted) or words that
+    only a sentence has (``read the json stream``: a stop word).
     """
     words = query[: CALLS_MAX_WORDS * 100].split()
     if not 2 <= len(words) <= CALLS_MAX_WORDS:
         return []
-    if not all(_IDENTIFIER.fullmatch(w) for w in words):
+    names = [w.lower() for w in words if _IDENTIFIER.fullmatch(w)]
+    if len(names) < len(words) or any(n in _SENTENCE_WORDS for n in names):
         return []
-    return list(dict.fromkeys(w.lower() for w in words))
+    return list(dict.fromkeys(names))
 
 
 class PlainQueryBuilder:
