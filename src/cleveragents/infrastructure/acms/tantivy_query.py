@@ -447,7 +447,26 @@ _STOP_WORDS = frozenset(
 
 # Words of a sentence, never of a list of names (see ``_called_names``).
 _SENTENCE_WORDS = _STOP_WORDS | frozenset(
-    "a an as at be by do if in is it no of on or so to we".split()
+    [
+        "a",
+        "an",
+        "as",
+        "at",
+        "be",
+        "by",
+        "do",
+        "if",
+        "in",
+        "is",
+        "it",
+        "no",
+        "of",
+        "on",
+        "or",
+        "so",
+        "to",
+        "we",
+    ]
 )
 
 
