@@ -346,6 +346,10 @@ class IndexSession:
         self.full = full or self._tx.full
         self.stats: IndexStats = self._tx.stats
         self._catalog_stats = self._tx.file_stats()
+        # Fixed when the transaction starts (from the dirty marker): read once,
+        # not once per file of a re-run.
+        self._suspects = self._tx.suspects
+        self._max_file_bytes = indexer.max_file_bytes
         self._listed_paths = (
             listed_paths
             if isinstance(listed_paths, list | tuple | set | frozenset)
@@ -413,13 +417,15 @@ class IndexSession:
 
     def needs_read(self, listed: ListedFile) -> bool:
         """True when the index needs this file's bytes (new, changed, racy or suspect)."""
-        if listed.size > self._ix.max_file_bytes:
+        if listed.size > self._max_file_bytes:
             return False
         recorded = self._catalog_stats.get(listed.rel_path)
         return (
             self.full
-            or recorded != (listed.size, listed.mtime_ns)
-            or listed.rel_path in self._tx.suspects
+            or recorded is None
+            or recorded[0] != listed.size
+            or recorded[1] != listed.mtime_ns
+            or listed.rel_path in self._suspects
             or self._tx.is_racy(recorded[1])
         )
 
@@ -433,15 +439,18 @@ class IndexSession:
         (``skipped["secret"]``).  Reads count in the stats only when the
         index needed them.
         """
-        self.stats.files_seen += 1
-        if listed.size > self._ix.max_file_bytes:
+        stats = self.stats
+        stats.files_seen += 1
+        if listed.size > self._max_file_bytes:
             self.skip(listed, "too_large")
             return
         if preread is None:
             self.skip(listed, "unreadable")
             return
         if not self.needs_read(listed):
-            self.keep(listed)
+            # keep(), inlined: most files of a re-run take this path.
+            self._seen.add(listed.rel_path)
+            stats.files_unchanged += 1
             return
         read = (
             read_file(self.root, listed, max_bytes=self._ix.max_file_bytes)
@@ -470,7 +479,7 @@ class IndexSession:
 
     def update(self, listed: ListedFile, data: bytes) -> None:
         """Plan ``data`` as the current content of ``listed`` if it changed."""
-        if len(data) > self._ix.max_file_bytes:
+        if len(data) > self._max_file_bytes:
             self.skip(listed, "too_large")
             return
         path = listed.rel_path
@@ -483,7 +492,7 @@ class IndexSession:
             self._apply(_Planned(listed, sha, [], [], (), old, 0), np.zeros((0, 0), np.float32))
             return
         unchanged = old is not None and old.sha256 == sha
-        if unchanged and old is not None and not self.full and path not in self._tx.suspects:
+        if unchanged and old is not None and not self.full and path not in self._suspects:
             self.stats.files_unchanged += 1
             self.stats.files_touched += 1
             record = FileRecord(

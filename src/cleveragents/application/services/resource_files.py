@@ -355,6 +355,7 @@ def _listed(
     dir_fd: int | None = root_fd  # its descriptor, None when it is refused
     dir_reason = ""
     is_reg, is_lnk = stat.S_ISREG, stat.S_ISLNK
+    binary, rule_for, lstat = BINARY_EXTENSIONS, secrets.rule_for, os.stat
     try:
         for rel_path in paths:
             directory, _, name = rel_path.rpartition("/")
@@ -367,10 +368,11 @@ def _listed(
             if name in ("", ".", "..") or "\0" in name or rel_path.startswith("/"):
                 _skip(rel_path, "outside_root")
                 continue
-            if _extension(name) in BINARY_EXTENSIONS:
+            dot = name.rfind(".")  # _extension(name), inlined: once per file
+            if dot >= 0 and name[dot:].lower() in binary:
                 _skip(rel_path, "binary")
                 continue
-            secret = secrets.rule_for(rel_path)
+            secret = rule_for(rel_path)
             if secret is not None:
                 _log.info(
                     "context_hydrator.file_skipped",
@@ -385,7 +387,7 @@ def _listed(
                 _skip(rel_path, dir_reason)
                 continue
             try:
-                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+                st = lstat(name, dir_fd=dir_fd, follow_symlinks=False)
             except FileNotFoundError:
                 _log.debug("context_hydrator.vanished", path=rel_path)
                 _skip(rel_path, "vanished")
