@@ -45,7 +45,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -283,10 +283,7 @@ class Indexer:
         ) as session:
             for _ in listing.secret_skipped:
                 session.stats.skip("secret")
-            for done, f in enumerate(listed, 1):
-                session.visit(f)
-                if progress is not None:
-                    progress(done, len(listed))
+            session.visit_all(listed, progress)
         return session.stats
 
     def delete_resource(self, resource_id: str) -> None:
@@ -467,6 +464,45 @@ class IndexSession:
             self.skip(listed, "secret")
             return
         self.update(ListedFile(listed.rel_path, read.size, read.mtime_ns), read.data)
+
+    def visit_all(
+        self,
+        files: Sequence[ListedFile],
+        progress: Callable[[int, int], None] | None = None,
+    ) -> None:
+        """:meth:`visit` each file (none read before), calling
+        ``progress(done, total)`` after each.
+
+        A file the catalog holds with the same size and mtime (not racy, not
+        suspect, within the size limit) is kept right here, in one tight
+        loop: on a re-run where nothing changed that is every file.
+        """
+        total = len(files)
+        stats = self.stats
+        recorded_of = self._catalog_stats.get
+        suspects, seen, is_racy = self._suspects, self._seen, self._tx.is_racy
+        max_bytes = -1 if self.full else self._max_file_bytes  # full: nothing is kept
+        kept = 0
+        try:
+            for done, listed in enumerate(files, 1):
+                path = listed.rel_path
+                recorded = recorded_of(path)
+                if (
+                    recorded is not None
+                    and recorded[0] == listed.size <= max_bytes
+                    and recorded[1] == listed.mtime_ns
+                    and path not in suspects
+                    and not is_racy(recorded[1])
+                ):
+                    seen.add(path)
+                    kept += 1
+                else:
+                    self.visit(listed)
+                if progress is not None:
+                    progress(done, total)
+        finally:
+            stats.files_seen += kept
+            stats.files_unchanged += kept
 
     def keep(self, listed: ListedFile) -> None:
         """The file is unchanged since the catalog saw it: keep its units."""
