@@ -208,6 +208,9 @@ def _schema_is_current(path: str) -> bool:
     return fields >= _SCHEMA_FIELDS
 
 
+_json_object = json.JSONDecoder().decode  # json.loads without its type dispatch
+
+
 def _read_stored(doc: tantivy.Document) -> _Stored:
     metadata = json.loads(bytes(doc.get_first("metadata") or b"{}").decode("ascii"))
     return _Stored(
@@ -585,7 +588,7 @@ class TantivyTextBackend:
         for raw, uri, doc, rid in hits:
             # _read_stored, without reading the URI and resource id again and
             # without a second copy of the metadata.
-            stored = json.loads(bytes(doc.get_first("metadata") or b"{}").decode("ascii"))
+            stored = _json_object(bytes(doc.get_first("metadata") or b"{}").decode("ascii"))
             metadata = {str(k): str(v) for k, v in stored.items()}
             content = bytes(doc.get_first("body") or b"").decode("utf-8", "surrogatepass")
             metadata["resource_id"] = rid

@@ -312,6 +312,7 @@ class LineMatcher:
         ahead = {t: at for t in self._words if (at := lower.find(t)) >= 0}
         findall, wanted = self._token.findall, self._wanted
         out: list[str] = []
+        first = 0  # the first line's number, read on the first match
         line = 0  # line breaks before ``counted``
         counted = pos = 0  # no run holding a term-token starts before ``pos``
         while ahead:
@@ -325,7 +326,9 @@ class LineMatcher:
             else:
                 line += content.count("\n", counted, start)
                 counted = start
-                out.append(str(_first_line(start_line) + line))
+                if not out:
+                    first = _first_line(start_line)
+                out.append(str(first + line))
                 if len(out) >= MAX_MATCH_LINES:
                     break
                 pos = content.find("\n", end) + 1  # on to the next line
