@@ -279,3 +279,13 @@ def test_walk_lists_exactly_the_regular_files_outside_skip_dirs(
             assert got is not None
             assert got.data == expected[entry.rel_path]
             assert entry.size == len(got.data)
+
+
+def test_a_walked_listing_is_sorted_by_whole_path(tmp_path: Path) -> None:
+    """The walk lists a directory's files before entering its subdirectories;
+    the listing is still in whole-path order ('-' < '.' < '/')."""
+    for rel in ("a/x.py", "a.py", "a-b/y.py", "a/b/z.py", "a/a.py", "b.py"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("x = 1\n")
+    listed = [f.rel_path for f in resource_files.list_resource(tmp_path, "directory").files]
+    assert listed == ["a-b/y.py", "a.py", "a/a.py", "a/b/z.py", "a/x.py", "b.py"]

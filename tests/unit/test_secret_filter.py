@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fnmatch
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -268,3 +270,61 @@ def test_content_scanning_obeys_the_override() -> None:
 def test_a_token_is_found_whatever_surrounds_it(before: bytes, after: bytes, kind: str) -> None:
     data = before + b"\n" + TOKENS[kind] + after
     assert DEFAULT_SECRET_FILTER.content_rule("x", data) is not None
+
+
+# ------------------------------------------------ the gate in front of the regexes
+
+
+def _rule_for_oracle(rules: list[SecretRule], path: str) -> SecretRule | None:
+    """What ``rule_for`` answers with no allow patterns, by ``fnmatch``, rule by
+    rule: a name pattern against the file name, a path pattern against every
+    run of trailing components (the documented matching rules)."""
+    lowered = path.lower()
+    name = lowered.rpartition("/")[2]
+    if name in SECRET_TEMPLATES:
+        return None
+    parts = lowered.split("/")
+    for rule in rules:
+        pattern = rule.pattern.lower()
+        if "/" in pattern:
+            hit = any(fnmatch.fnmatchcase("/".join(parts[i:]), pattern) for i in range(len(parts)))
+        else:
+            hit = fnmatch.fnmatchcase(name, pattern)
+        if hit:
+            return rule
+    return None
+
+
+# Characters that are glob syntax, path syntax, and case-folding oddities
+# ('İ' lowers to two characters, 'K' is the Kelvin sign).
+_GLOB_CHARS = "ab.*?[]!-/_İKk"
+_FRAGMENTS = [
+    ".env", ".env.local", "id_rsa", "id_rsa.pub", ".ssh", "x.pem", "a.TFSTATE.1",
+    "credentials", "Credentials.JSON", ".gnupg", "x_history", "a", "b.py", "[a]", "*",
+]  # fmt: skip
+_path_component = st.sampled_from(_FRAGMENTS) | st.text(alphabet=_GLOB_CHARS, max_size=6)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    patterns=st.lists(
+        st.text(alphabet=_GLOB_CHARS, min_size=1, max_size=8) | st.sampled_from(_FRAGMENTS),
+        min_size=1,
+        max_size=6,
+    ),
+    components=st.lists(_path_component, min_size=1, max_size=4),
+)
+def test_rule_for_equals_fnmatch_rule_by_rule(patterns: list[str], components: list[str]) -> None:
+    """The literal-tail/head/needle gate only skips paths no rule can match:
+    any globs, any paths, the same first matching rule as fnmatch."""
+    rules = [SecretRule(p, f"rule {i}") for i, p in enumerate(patterns)]
+    path = "/".join(components)
+    assert SecretFilter(rules=rules).rule_for(path) == _rule_for_oracle(rules, path)
+
+
+@settings(max_examples=500, deadline=None)
+@given(components=st.lists(_path_component | _component, min_size=1, max_size=5))
+def test_default_rule_for_equals_fnmatch(components: list[str]) -> None:
+    path = "/".join(components)
+    expected = _rule_for_oracle(list(DEFAULT_SECRET_RULES), path)
+    assert DEFAULT_SECRET_FILTER.rule_for(path) == expected

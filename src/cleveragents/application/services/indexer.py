@@ -45,7 +45,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -293,10 +293,7 @@ class Indexer:
         ) as session:
             for _ in listing.secret_skipped:
                 session.stats.skip("secret")
-            for done, f in enumerate(listed, 1):
-                session.visit(f)
-                if progress is not None:
-                    progress(done, len(listed))
+            session.visit_all(listed, progress)
         return session.stats
 
     def delete_resource(self, resource_id: str) -> None:
@@ -356,6 +353,10 @@ class IndexSession:
         self.full = full or self._tx.full
         self.stats: IndexStats = self._tx.stats
         self._catalog_stats = self._tx.file_stats()
+        # Fixed when the transaction starts (from the dirty marker): read once,
+        # not once per file of a re-run.
+        self._suspects = self._tx.suspects
+        self._max_file_bytes = indexer.max_file_bytes
         self._listed_paths = (
             listed_paths
             if isinstance(listed_paths, list | tuple | set | frozenset)
@@ -423,13 +424,15 @@ class IndexSession:
 
     def needs_read(self, listed: ListedFile) -> bool:
         """True when the index needs this file's bytes (new, changed, racy or suspect)."""
-        if listed.size > self._ix.max_file_bytes:
+        if listed.size > self._max_file_bytes:
             return False
         recorded = self._catalog_stats.get(listed.rel_path)
         return (
             self.full
-            or recorded != (listed.size, listed.mtime_ns)
-            or listed.rel_path in self._tx.suspects
+            or recorded is None
+            or recorded[0] != listed.size
+            or recorded[1] != listed.mtime_ns
+            or listed.rel_path in self._suspects
             or self._tx.is_racy(recorded[1])
         )
 
@@ -443,15 +446,18 @@ class IndexSession:
         (``skipped["secret"]``).  Reads count in the stats only when the
         index needed them.
         """
-        self.stats.files_seen += 1
-        if listed.size > self._ix.max_file_bytes:
+        stats = self.stats
+        stats.files_seen += 1
+        if listed.size > self._max_file_bytes:
             self.skip(listed, "too_large")
             return
         if preread is None:
             self.skip(listed, "unreadable")
             return
         if not self.needs_read(listed):
-            self.keep(listed)
+            # keep(), inlined: most files of a re-run take this path.
+            self._seen.add(listed.rel_path)
+            stats.files_unchanged += 1
             return
         read = (
             read_file(self.root, listed, max_bytes=self._ix.max_file_bytes)
@@ -469,6 +475,45 @@ class IndexSession:
             return
         self.update(ListedFile(listed.rel_path, read.size, read.mtime_ns), read.data)
 
+    def visit_all(
+        self,
+        files: Sequence[ListedFile],
+        progress: Callable[[int, int], None] | None = None,
+    ) -> None:
+        """:meth:`visit` each file (none read before), calling
+        ``progress(done, total)`` after each.
+
+        A file the catalog holds with the same size and mtime (not racy, not
+        suspect, within the size limit) is kept right here, in one tight
+        loop: on a re-run where nothing changed that is every file.
+        """
+        total = len(files)
+        stats = self.stats
+        recorded_of = self._catalog_stats.get
+        suspects, seen, is_racy = self._suspects, self._seen, self._tx.is_racy
+        max_bytes = -1 if self.full else self._max_file_bytes  # full: nothing is kept
+        kept = 0
+        try:
+            for done, listed in enumerate(files, 1):
+                path = listed.rel_path
+                recorded = recorded_of(path)
+                if (
+                    recorded is not None
+                    and recorded[0] == listed.size <= max_bytes
+                    and recorded[1] == listed.mtime_ns
+                    and path not in suspects
+                    and not is_racy(recorded[1])
+                ):
+                    seen.add(path)
+                    kept += 1
+                else:
+                    self.visit(listed)
+                if progress is not None:
+                    progress(done, total)
+        finally:
+            stats.files_seen += kept
+            stats.files_unchanged += kept
+
     def keep(self, listed: ListedFile) -> None:
         """The file is unchanged since the catalog saw it: keep its units."""
         self._seen.add(listed.rel_path)
@@ -480,7 +525,7 @@ class IndexSession:
 
     def update(self, listed: ListedFile, data: bytes) -> None:
         """Plan ``data`` as the current content of ``listed`` if it changed."""
-        if len(data) > self._ix.max_file_bytes:
+        if len(data) > self._max_file_bytes:
             self.skip(listed, "too_large")
             return
         path = listed.rel_path
@@ -493,7 +538,7 @@ class IndexSession:
             self._apply(_Planned(listed, sha, [], [], (), old, 0), np.zeros((0, 0), np.float32))
             return
         unchanged = old is not None and old.sha256 == sha
-        if unchanged and old is not None and not self.full and path not in self._tx.suspects:
+        if unchanged and old is not None and not self.full and path not in self._suspects:
             self.stats.files_unchanged += 1
             self.stats.files_touched += 1
             record = FileRecord(

@@ -437,19 +437,17 @@ class AcmsOperations:
         """
         projects, resources = list(projects), list(resources)
         everything = not projects and not resources
-        targets = (
-            [r.resource_id for r in self.resources.list()]
-            if everything
-            else sorted(self.scope(projects, resources))
-        )
+        targets = None if everything else sorted(self.scope(projects, resources))
         report = ReindexReport()
         t0 = time.perf_counter()
         with (
             self._store().writing(timeout=lock_timeout) as store,
             self._indexer().workers(jobs) as indexer,
         ):
-            for rid in targets:
-                resource = self.resources.get(rid)
+            # One registry read under the lock, not one per resource.
+            registered = {r.resource_id: r for r in self.resources.list()}
+            for rid in registered if targets is None else targets:
+                resource = registered.get(rid)
                 if resource is None:
                     continue
                 if not os.path.isdir(resource.location):

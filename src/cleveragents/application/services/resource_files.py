@@ -36,6 +36,7 @@ import stat
 import subprocess
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from operator import attrgetter
 
 import structlog
 
@@ -296,34 +297,6 @@ def _git_paths(root: str) -> list[str]:
     ]
 
 
-def _walk_paths(root: str) -> list[str]:
-    """Return every non-directory entry under ``root``, never entering SKIP_DIRS or symlinks.
-
-    One ``scandir`` per directory; the entry types come from the directory
-    itself (no ``stat``).  Symlinks, to directories too, are returned as
-    candidates so the listing refuses (and logs) them like any other.
-    """
-    paths: list[str] = []
-    pending = [""]
-    while pending:
-        prefix = pending.pop()
-        try:
-            with os.scandir(os.path.join(root, prefix) if prefix else root) as entries:
-                for entry in entries:
-                    name = entry.name
-                    try:
-                        is_dir = entry.is_dir(follow_symlinks=False)
-                    except OSError:
-                        is_dir = False
-                    if not is_dir:
-                        paths.append(prefix + name)
-                    elif name not in SKIP_DIRS:
-                        pending.append(prefix + name + "/")
-        except OSError as exc:
-            _skip(prefix.rstrip("/") or ".", "unreadable", error=str(exc))
-    return paths
-
-
 def _listed(
     root: str,
     candidates: Iterable[str],
@@ -355,6 +328,7 @@ def _listed(
     dir_fd: int | None = root_fd  # its descriptor, None when it is refused
     dir_reason = ""
     is_reg, is_lnk = stat.S_ISREG, stat.S_ISLNK
+    binary, rule_for, lstat = BINARY_EXTENSIONS, secrets.rule_for, os.stat
     try:
         for rel_path in paths:
             directory, _, name = rel_path.rpartition("/")
@@ -367,10 +341,11 @@ def _listed(
             if name in ("", ".", "..") or "\0" in name or rel_path.startswith("/"):
                 _skip(rel_path, "outside_root")
                 continue
-            if _extension(name) in BINARY_EXTENSIONS:
+            dot = name.rfind(".")  # _extension(name), inlined: once per file
+            if dot >= 0 and name[dot:].lower() in binary:
                 _skip(rel_path, "binary")
                 continue
-            secret = secrets.rule_for(rel_path)
+            secret = rule_for(rel_path)
             if secret is not None:
                 _log.info(
                     "context_hydrator.file_skipped",
@@ -385,7 +360,7 @@ def _listed(
                 _skip(rel_path, dir_reason)
                 continue
             try:
-                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+                st = lstat(name, dir_fd=dir_fd, follow_symlinks=False)
             except FileNotFoundError:
                 _log.debug("context_hydrator.vanished", path=rel_path)
                 _skip(rel_path, "vanished")
@@ -401,6 +376,121 @@ def _listed(
     finally:
         for fd in fds:
             os.close(fd)
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _scan_directory(
+    fd: int,
+    prefix: str,
+    secrets: SecretFilter,
+    files: list[ListedFile],
+    secret_skipped: list[tuple[str, str]],
+) -> list[str]:
+    """List the files of one open directory into ``files``; return its
+    subdirectories' names (``SKIP_DIRS`` left out) for the caller to enter.
+
+    The rules of :func:`_listed` for each entry, with the descriptor the
+    walk already holds: each file is ``fstatat``-ed relative to it, never
+    following a link; a symlink (to a directory too) is a file to refuse.
+    """
+    subdirs: list[str] = []
+    binary, rule_for = BINARY_EXTENSIONS, secrets.rule_for
+    is_reg, is_lnk = stat.S_ISREG, stat.S_ISLNK
+    try:
+        with os.scandir(fd) as entries:
+            for entry in entries:
+                name = entry.name
+                try:
+                    is_dir = entry.is_dir(follow_symlinks=False)
+                except OSError:
+                    is_dir = False
+                if is_dir:
+                    if name not in SKIP_DIRS:
+                        subdirs.append(name)
+                    continue
+                rel_path = prefix + name
+                dot = name.rfind(".")
+                if dot >= 0 and name[dot:].lower() in binary:
+                    _skip(rel_path, "binary")
+                    continue
+                secret = rule_for(rel_path)
+                if secret is not None:
+                    _log.info(
+                        "context_hydrator.file_skipped",
+                        path=rel_path,
+                        reason="secret",
+                        rule=secret.pattern,
+                        why=secret.reason,
+                    )
+                    secret_skipped.append((rel_path, secret.pattern))
+                    continue
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    _log.debug("context_hydrator.vanished", path=rel_path)
+                    _skip(rel_path, "vanished")
+                    continue
+                except OSError as exc:
+                    _skip(rel_path, "unreadable", error=str(exc))
+                    continue
+                mode = st.st_mode
+                if not is_reg(mode):
+                    _skip(rel_path, "symlink" if is_lnk(mode) else "not_regular")
+                    continue
+                files.append(ListedFile(rel_path, st.st_size, st.st_mtime_ns))
+    except OSError as exc:
+        _skip(prefix.rstrip("/") or ".", "unreadable", error=str(exc))
+    return subdirs
+
+
+def _walk_listed(
+    root: str, secrets: SecretFilter, secret_skipped: list[tuple[str, str]]
+) -> list[ListedFile]:
+    """The listing of a walked (non-git) resource, sorted by path, in one pass.
+
+    Each directory is opened ``O_DIRECTORY | O_NOFOLLOW`` relative to its
+    parent's descriptor (a directory swapped for a symlink after it was
+    seen cannot be entered), scanned through that descriptor, and its files
+    ``fstatat``-ed relative to it: the guarantees of :func:`_listed`,
+    without a second pass that opens every directory again and splits
+    every path.  Only the descriptors of the directories
+    on the current path are open (depth first).
+    """
+    files: list[ListedFile] = []
+    try:
+        root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        _skip(".", "unreadable", error=str(exc))
+        return files
+    stack: list[tuple[int, str, Iterator[str]]] = [(root_fd, "", iter(()))]
+    try:
+        names = _scan_directory(root_fd, "", secrets, files, secret_skipped)
+        stack[-1] = (root_fd, "", iter(names))
+        while stack:
+            fd, prefix, todo = stack[-1]
+            name = next(todo, None)
+            if name is None:
+                stack.pop()
+                os.close(fd)
+                continue
+            path = prefix + name
+            try:
+                sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                # A symlink now (ELOOP/ENOTDIR), a file, gone, or unreadable.
+                _skip(path, "unreadable", error=str(exc))
+                continue
+            stack.append((sub, path + "/", iter(())))
+            names = _scan_directory(sub, path + "/", secrets, files, secret_skipped)
+            stack[-1] = (sub, path + "/", iter(names))
+    finally:
+        for fd, _, _ in stack:
+            os.close(fd)
+    files.sort(key=attrgetter("rel_path"))
+    secret_skipped.sort()
+    return files
 
 
 def _open_directory(directory: str, names: list[str], fds: list[int]) -> tuple[int | None, str]:
@@ -462,9 +552,12 @@ def list_resource(
             answered by a walk, which would list what ``.gitignore`` excludes).
     """
     root_str = os.fspath(root)
-    candidates = _git_paths(root_str) if resource_type in _GIT_TYPES else _walk_paths(root_str)
     secret_skipped: list[tuple[str, str]] = []
-    files = tuple(_listed(root_str, candidates, secrets, secret_skipped))
+    if resource_type in _GIT_TYPES:
+        candidates = _git_paths(root_str)
+        files = tuple(_listed(root_str, candidates, secrets, secret_skipped))
+    else:
+        files = tuple(_walk_listed(root_str, secrets, secret_skipped))
     return Listing(files, tuple(secret_skipped))
 
 

@@ -59,9 +59,9 @@ from cleveragents.domain.models.acms.errors import (
     QueryLimitError,
 )
 from cleveragents.domain.models.acms.text_query import (
+    LineMatcher,
     TextOptions,
     glob_regex,
-    match_lines,
     text_options,
 )
 from cleveragents.domain.models.acms.uko import resource_id_of
@@ -214,6 +214,9 @@ def _schema_is_current(path: str) -> bool:
     return fields >= _SCHEMA_FIELDS
 
 
+_json_object = json.JSONDecoder().decode  # json.loads without its type dispatch
+
+
 def _read_stored(doc: tantivy.Document) -> _Stored:
     metadata = json.loads(bytes(doc.get_first("metadata") or b"{}").decode("ascii"))
     return _Stored(
@@ -361,6 +364,7 @@ class TantivyTextBackend:
         # limits and parsed once builds the same way again).
         self._parsed: OrderedDict[tuple[str | None, ...], tantivy.Query | None] = OrderedDict()
         self._parsed_for: tantivy.Index | None = None
+        self._matchers: OrderedDict[tuple[str, str], LineMatcher] = OrderedDict()
         self._scopes: dict[frozenset[str], frozenset[str]] = {}
         if self._path is not None:
             try:
@@ -585,22 +589,31 @@ class TantivyTextBackend:
             raise QueryLimitError(
                 f"the text query ran past its time limit of {self._timeout:g} s"
             ) from None
-        terms = query_terms(self._analyzer, query, syntax=options.syntax)
+        matcher = self._line_matcher(query, options.syntax)
         results: list[TextResult] = []
-        for raw, _, doc, rid in hits:
-            stored = _read_stored(doc)
-            lines = match_lines(
-                stored.content, stored.metadata.get("start_line"), terms, self._line_terms
-            )
-            results.append(
-                TextResult(
-                    uko_uri=stored.uri,
-                    content=stored.content,
-                    score=_normalise(raw),
-                    metadata={**stored.metadata, "resource_id": rid, "match_lines": lines},
-                )
-            )
+        for raw, uri, doc, rid in hits:
+            # _read_stored, without reading the URI and resource id again and
+            # without a second copy of the metadata.
+            stored = _json_object(bytes(doc.get_first("metadata") or b"{}").decode("ascii"))
+            metadata = {str(k): str(v) for k, v in stored.items()}
+            content = bytes(doc.get_first("body") or b"").decode("utf-8", "surrogatepass")
+            metadata["resource_id"] = rid
+            metadata["match_lines"] = matcher.lines(content, metadata.get("start_line"))
+            results.append(TextResult(uri, content, _normalise(raw), metadata))
         return results
+
+    def _line_matcher(self, query: str, syntax: str) -> LineMatcher:
+        """The ``match_lines`` of a query's terms, built once per query text."""
+        key = (query, syntax)
+        matcher = self._matchers.get(key)
+        if matcher is None:
+            terms = query_terms(self._analyzer, query, syntax=syntax)
+            matcher = LineMatcher(terms, self._line_terms, ascii_token=_ASCII_TOKEN)
+            with self._lock:
+                self._matchers[key] = matcher
+                while len(self._matchers) > _PARSED_CACHE_SIZE:
+                    self._matchers.popitem(last=False)
+        return matcher
 
     def _line_terms(self, line: str) -> Iterable[str]:
         if line.isascii():  # the analyzer's rules, in Python (no engine call)

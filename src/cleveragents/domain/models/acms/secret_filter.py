@@ -228,6 +228,67 @@ def _compile(patterns: Iterable[str]) -> tuple[re.Pattern[str] | None, re.Patter
     return name_re, path_re
 
 
+_WILDCARDS = re.compile(r"[*?\[\]]")
+
+
+@dataclass(frozen=True, slots=True)
+class _Gate:
+    """A cheap necessary condition for any of a set of globs to match a path.
+
+    Every translated glob is anchored at the end of the path, so a pattern
+    with a literal tail (``*.pem``, ``.npmrc``) matches only paths ending in
+    it (``tails``, by their last character: one ``str.endswith`` over the
+    few sharing the path's).  A name pattern ending in a wildcard but
+    starting with a literal (``id_rsa*``) needs a file name starting with it
+    (``heads``); any other pattern needs its longest literal run somewhere
+    in the path (``needles``: ``.ssh/``); a pattern with no literal at all
+    (``*``) lets every path through (``always``).  Most paths fail the gate,
+    so the full match (whose leading ``.*`` branches cost a backtracking
+    pass each) runs only for the few that pass.  Patterns and paths are
+    lowered.
+    """
+
+    tails: dict[str, tuple[str, ...]]
+    heads: tuple[str, ...]
+    needles: tuple[str, ...]
+    always: bool
+
+    @classmethod
+    def of(cls, patterns: Iterable[str]) -> _Gate:
+        tails: dict[str, tuple[str, ...]] = {}
+        heads: list[str] = []
+        needles: list[str] = []
+        always = False
+        for pattern in patterns:
+            lowered = pattern.lower()
+            parts = _WILDCARDS.split(lowered)
+            # After the last wildcard or bracket every character is literal (a
+            # set cannot still be open there; an unclosed '[' is literal
+            # itself); so is everything before the first one.
+            tail = parts[-1]
+            if tail:
+                if tail not in tails.get(tail[-1], ()):
+                    tails[tail[-1]] = (*tails.get(tail[-1], ()), tail)
+            elif parts[0] and "/" not in lowered:
+                heads.append(parts[0])
+            else:
+                runs = parts[:1] if "[" in lowered else re.split(r"[*?]", lowered)
+                needle = max(runs, key=len)
+                if needle:
+                    needles.append(needle)
+                else:
+                    always = True
+        return cls(tails, tuple(heads), tuple(needles), always)
+
+    def any_needle(self, lowered: str) -> bool:
+        """True when a needle occurs in ``lowered`` (the rest of the gate is
+        inlined in :meth:`SecretFilter.rule_for`, which runs once per file)."""
+        for needle in self.needles:  # noqa: SIM110 - a loop beats any() here
+            if needle in lowered:
+                return True
+        return False
+
+
 def _matches(
     name_re: re.Pattern[str] | None, path_re: re.Pattern[str] | None, rel_path: str
 ) -> bool:
@@ -251,7 +312,16 @@ class SecretFilter:
             :func:`validate_allow_patterns`).
     """
 
-    __slots__ = ("_allow_name", "_allow_path", "_each", "_name_re", "_path_re", "allow", "enabled")
+    __slots__ = (
+        "_allow_name",
+        "_allow_path",
+        "_each",
+        "_gate",
+        "_name_re",
+        "_path_re",
+        "allow",
+        "enabled",
+    )
 
     def __init__(
         self,
@@ -264,6 +334,7 @@ class SecretFilter:
         self.allow = validate_allow_patterns(allow)
         rules = tuple(rules)
         self._name_re, self._path_re = _compile(r.pattern for r in rules)
+        self._gate = _Gate.of(r.pattern for r in rules)
         self._each = tuple((rule, *_compile([rule.pattern])) for rule in rules)
         self._allow_name, self._allow_path = _compile(self.allow)
 
@@ -276,7 +347,18 @@ class SecretFilter:
         Args:
             rel_path: A POSIX path relative to the resource root.
         """
-        if not self.enabled or not _matches(self._name_re, self._path_re, rel_path):
+        if not self.enabled:
+            return None
+        lowered, gate = rel_path.lower(), self._gate
+        # The gate, inlined: listing calls this once per file of a resource.
+        if not (
+            gate.always
+            or lowered.endswith(gate.tails.get(lowered[-1:], ()))
+            or lowered.startswith(gate.heads, lowered.rfind("/") + 1)
+            or gate.any_needle(lowered)
+        ):
+            return None
+        if not _matches(self._name_re, self._path_re, rel_path):
             return None
         if rel_path.rpartition("/")[2].lower() in SECRET_TEMPLATES:
             return None

@@ -37,6 +37,7 @@ __all__ = [
     "MAX_MATCH_LINES",
     "MAX_PLAIN_TERMS",
     "SYNTAXES",
+    "LineMatcher",
     "TextOptions",
     "glob_regex",
     "match_lines",
@@ -239,10 +240,7 @@ def match_lines(
     wanted = {t for t in terms if t and t in lower}
     if not wanted:
         return ""
-    try:
-        first = int(start_line) if start_line is not None else 1
-    except ValueError:
-        first = 1
+    first = _first_line(start_line)
     lines = content.split("\n")
     lowered = lower.split("\n")
     if len(lowered) != len(lines):  # defensive: lower() never adds a line break
@@ -254,3 +252,95 @@ def match_lines(
             if len(out) >= MAX_MATCH_LINES:
                 break
     return ",".join(out)
+
+
+def _first_line(start_line: str | None) -> int:
+    try:
+        return int(start_line) if start_line is not None else 1
+    except ValueError:
+        return 1
+
+
+_ALNUM = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+_RUN_END = re.compile(r"[A-Za-z0-9]*")  # matches everywhere (maybe empty)
+
+
+def _run_end(content: str, at: int) -> int:
+    found = _RUN_END.match(content, at)
+    return at if found is None else found.end()
+
+
+class LineMatcher:
+    """:func:`match_lines` for one query, built once and used for each of its hits.
+
+    ``ascii_token`` (optional) is the analyzer's rule for ASCII text: a
+    pattern whose ``findall`` over an ASCII line, lower-cased, is what
+    ``analyse`` returns for that line, and which matches (and looks around)
+    ``[A-Za-z0-9]`` characters only.  A line's tokens are then the tokens of
+    its maximal runs of those characters, each on its own, and a token equal
+    to a term lies in a run holding the term as a substring (lower-cased).
+    So for an ASCII chunk one precompiled alternation of the terms scans the
+    lower-cased chunk (in C), and only the runs around its hits are
+    tokenized, instead of every line that holds a term anywhere: the same
+    answer as :func:`match_lines`, at about the cost of a substring scan.
+    Other chunks (and a matcher without ``ascii_token``) take
+    :func:`match_lines` itself.
+    """
+
+    __slots__ = ("_analyse", "_terms", "_token", "_wanted", "_words")
+
+    def __init__(
+        self,
+        terms: Iterable[str],
+        analyse: Callable[[str], Iterable[str]],
+        *,
+        ascii_token: re.Pattern[str] | None = None,
+    ) -> None:
+        self._terms = tuple(dict.fromkeys(t for t in terms if t))
+        self._wanted = frozenset(self._terms)
+        self._analyse = analyse
+        self._token = ascii_token
+        # Only an ASCII alphanumeric term can equal a token of an ASCII run.
+        self._words = tuple(t for t in self._terms if t.isascii() and t.isalnum())
+
+    def lines(self, content: str, start_line: str | None) -> str:
+        """``match_lines(content, start_line, terms, analyse)``."""
+        if self._token is None or not content.isascii():
+            return match_lines(content, start_line, self._terms, self._analyse)
+        lower = content.lower()  # ASCII: the same offsets as ``content``
+        # The next occurrence of each term (``str.find``: a C substring scan).
+        ahead = {t: at for t in self._words if (at := lower.find(t)) >= 0}
+        findall, wanted = self._token.findall, self._wanted
+        out: list[str] = []
+        first = 0  # the first line's number, read on the first match
+        line = 0  # line breaks before ``counted``
+        counted = pos = 0  # no run holding a term-token starts before ``pos``
+        while ahead:
+            at = min(ahead.values())
+            # The run around the hit: back to its start (``pos`` is a line
+            # start or the end of a run), forward to its end.
+            start = pos + len(content[pos:at].rstrip(_ALNUM))
+            end = _run_end(content, at)
+            if wanted.isdisjoint(map(str.lower, findall(content, start, end))):
+                pos = end
+            else:
+                line += content.count("\n", counted, start)
+                counted = start
+                if not out:
+                    first = _first_line(start_line)
+                out.append(str(first + line))
+                if len(out) >= MAX_MATCH_LINES:
+                    break
+                pos = content.find("\n", end) + 1  # on to the next line
+                if pos == 0:
+                    break
+                line += 1  # the break just found (none inside a run)
+                counted = pos
+            for term, next_at in list(ahead.items()):
+                if next_at < pos:
+                    found = lower.find(term, pos)
+                    if found < 0:
+                        del ahead[term]
+                    else:
+                        ahead[term] = found
+        return ",".join(out)
