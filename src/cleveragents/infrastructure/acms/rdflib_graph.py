@@ -57,11 +57,14 @@ from cleveragents.domain.models.acms.errors import IndexUnavailableError
 from cleveragents.domain.models.acms.uko import UKO, resource_id_of
 from cleveragents.domain.models.acms.ulids import canonical_ulid, validate_scope
 from cleveragents.infrastructure.acms.graph_store import (
+    Change,
     Cursor,
+    Edge,
     GraphStore,
     Obj,
     Op,
     ResourceGraph,
+    WriteState,
 )
 from cleveragents.infrastructure.acms.graph_store import (
     sorted_edges as _sorted_edges,
@@ -257,6 +260,8 @@ class RdflibGraphBackend:
         # Loaded graphs, least recently used first; on disk each has a cursor.
         self._graphs: OrderedDict[str, ResourceGraph] = OrderedDict()
         self._cursors: dict[str, Cursor] = {}
+        # Resources this process writes without holding their graph.
+        self._writes: dict[str, WriteState] = {}
         self._unions: OrderedDict[frozenset[str], Graph] = OrderedDict()
         self._closed = False
         self._store: GraphStore | None = None
@@ -271,6 +276,7 @@ class RdflibGraphBackend:
             self._closed = True
             self._graphs.clear()
             self._cursors.clear()
+            self._writes.clear()
             self._unions.clear()
             if self._store is not None:
                 self._store.close()
@@ -677,6 +683,7 @@ class RdflibGraphBackend:
                 self._forget(rid)
 
     def _forget(self, rid: str) -> None:
+        self._writes.pop(rid, None)
         self._graphs.pop(rid, None)
         self._cursors.pop(rid, None)
         self._drop_unions(rid)
@@ -716,8 +723,13 @@ class RdflibGraphBackend:
         every read of resource graphs holds ``self._lock``, and SPARQL runs
         on union copies.  Call with both locks held.
         """
+        store = self._store
+        if store is not None and to_add and rid not in self._graphs:
+            self._append_change(store, rid, doomed, to_add, drop)
+            return
+        self._writes.pop(rid, None)  # this process follows the file through the graph
         res = self._load([rid]).get(rid)
-        store, cursor = self._store, self._cursors.get(rid)
+        cursor = self._cursors.get(rid)
         if store is not None and cursor is not None:
             store.cut_torn_tail(rid, cursor)
         ops: list[Op] = []
@@ -755,6 +767,50 @@ class RdflibGraphBackend:
         if store.compaction_due(cursor):
             try:
                 self._cursors[rid] = store.replace(rid, res)
+            except IndexUnavailableError as exc:  # the data is safe in the log: retry later
+                _log.warning("rdflib_graph.compaction_failed", resource=rid, error=str(exc))
+
+    def _append_change(
+        self,
+        store: GraphStore,
+        rid: str,
+        doomed: set[str],
+        to_add: list[tuple[str, str, Obj]],
+        drop: Sequence[tuple[str, str, Obj]],
+    ) -> None:
+        """Write a change that adds triples without loading the resource's graph.
+
+        The change goes to the file as one record naming the subjects to
+        drop (their triples need not be known); the graph cannot be empty
+        after it, so the file stays.  Only the per-subject counts of
+        :class:`WriteState` are held, so an indexer's memory follows its
+        batch, not the resource.  A compaction, when enough of the log is
+        dead, loads the graph for its duration only.  Call with both locks held.
+        """
+        adds: dict[str, set[Edge]] = {}
+        for s, p, o in to_add:
+            edges = adds.get(s)
+            if edges is None:
+                edges = adds[s] = set()
+            edges.add((p, o))
+        removes = [t for t in dict.fromkeys(drop) if t[0] not in doomed]
+        change: Change = (sorted(doomed), removes, adds)
+        state = store.write_state(rid, self._writes.get(rid))
+        if state is None:
+            state = store.create(rid, change)
+        else:
+            store.cut_torn_tail(rid, state.cursor)
+            store.append_change(rid, state, change)
+        self._writes[rid] = state
+        self._drop_unions(rid)
+        self._cursors.pop(rid, None)
+        if state.compaction_due():
+            fresh = store.refresh(rid, None, None)
+            if fresh is None:  # cannot happen under the writer lock
+                self._writes.pop(rid, None)
+                return
+            try:
+                self._writes[rid] = store.create_from(rid, fresh[0])
             except IndexUnavailableError as exc:  # the data is safe in the log: retry later
                 _log.warning("rdflib_graph.compaction_failed", resource=rid, error=str(exc))
 
