@@ -167,12 +167,14 @@ def _file_subjects(subjects: Iterable[str]) -> set[str]:
 
 # What a session holds before it writes (text and vector per units/bytes,
 # graph and catalog per triples): the session's memory beyond the files in
-# flight.  Half the first round's batches: measured on 4.4 MB of stdlib,
-# quartered batches (2048 units / 4 MB / 60k triples) cut peak RSS by 13%
-# but cost 15% of the throughput (more commits); halved sits between.
-_BATCH_UNITS = 4096
-_BATCH_BYTES = 8 * 1024 * 1024
-_BATCH_TRIPLES = 120_000
+# flight.  A planned file costs about 9 bytes of Python objects per source
+# byte (units, metadata, triples, embeddings), so a batch of 8 MB of source
+# held ~70 MB and one of 120k triples ~30 MB.  Since a graph write appends
+# only its change (it no longer loads the resource's graph), small graph
+# batches cost little; the text batch pays a Tantivy commit each.
+_BATCH_UNITS = 1024
+_BATCH_BYTES = 2 * 1024 * 1024
+_BATCH_TRIPLES = 30_000
 
 
 @dataclass(frozen=True, slots=True)
