@@ -156,6 +156,27 @@ def _stamp_key(rid: str) -> str:
     return f"catalog_written_ns:{rid}"
 
 
+def _malloc_trim() -> Callable[[], object] | None:
+    """glibc's ``malloc_trim(0)``, or None elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        trim: Callable[[int], int] = libc.malloc_trim
+    except (OSError, AttributeError):  # not glibc (musl has no malloc_trim)
+        return None
+    return lambda: trim(0)
+
+
+# Called after each batch is written.  The freed batch (Python objects,
+# Tantivy's indexing arena) otherwise stays in the C heap: glibc raises its
+# mmap threshold after large frees, so later large blocks come from the heap
+# and RSS keeps the high-water mark of every batch.
+_release_memory = _malloc_trim() or (lambda: None)
+
+
 def _contains(rid: str, path: str) -> list[WriteTriple]:
     return [(resource_uri(rid), UKO + "contains", file_uri(rid, path))]
 
@@ -799,8 +820,10 @@ class StoreTransaction:
         self._pending.clear()
         self._pending_units = 0
         self._pending_bytes = 0
+        del units, rows, embeddings
         if len(self._graph_triples) >= store.batches.triples:
             self._flush_graph()
+        _release_memory()
 
     def _flush_graph(self) -> None:
         if not self._graph_records:
