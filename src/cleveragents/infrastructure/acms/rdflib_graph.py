@@ -36,12 +36,9 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import structlog
-from rdflib import Graph, URIRef
-from rdflib import Literal as RdfLiteral
-from rdflib.plugins.stores.memory import Memory
 
 from cleveragents.domain.models.acms.backends import (
     GraphResult,
@@ -72,8 +69,14 @@ from cleveragents.infrastructure.acms.graph_store import (
 from cleveragents.infrastructure.acms.graph_store import (
     term_str as _term_str,
 )
-from cleveragents.infrastructure.acms.sparql_guard import check_query_size
-from cleveragents.infrastructure.acms.sparql_worker import evaluate
+
+if TYPE_CHECKING:
+    from rdflib import Graph
+    from rdflib import Literal as RdfLiteral
+
+# rdflib (and the SPARQL sandbox over it) is imported by the first SPARQL
+# query: writing, traversal and triple lookups run on plain strings, so an
+# indexer or a traversal never pays its ~25 MB and its import time.
 
 __all__ = ["RdflibGraphBackend"]
 
@@ -132,11 +135,17 @@ def _validate_timeout(value: object) -> float:
 
 
 def _rdf_literal(o: tuple[str, str | None]) -> RdfLiteral:
+    from rdflib import Literal as RdfLiteral
+    from rdflib import URIRef
+
     # normalize=False keeps the lexical form exactly as written.
     return RdfLiteral(o[0], datatype=None if o[1] is None else URIRef(o[1]), normalize=False)
 
 
 def _rdf_graph(graphs: Iterable[ResourceGraph]) -> Graph:
+    from rdflib import Graph, URIRef
+    from rdflib.plugins.stores.memory import Memory
+
     # An explicit store instance: no plugin lookup, never a Dataset.
     graph = Graph(store=Memory())
     refs: dict[str, URIRef] = {}
@@ -324,6 +333,9 @@ class RdflibGraphBackend:
                 variables, or an error raised while evaluating.
             IndexUnavailableError: the store cannot be read.
         """
+        from cleveragents.infrastructure.acms.sparql_guard import check_query_size
+        from cleveragents.infrastructure.acms.sparql_worker import evaluate
+
         validate_non_empty(query, "query")
         check_query_size(query)
         canonical = validate_scope(scope)
@@ -352,6 +364,9 @@ class RdflibGraphBackend:
         Raises:
             as :meth:`sparql_query`, less the three-variable rule.
         """
+        from cleveragents.infrastructure.acms.sparql_guard import check_query_size
+        from cleveragents.infrastructure.acms.sparql_worker import evaluate
+
         validate_non_empty(query, "query")
         check_query_size(query)
         canonical = validate_scope(scope)
@@ -699,6 +714,8 @@ class RdflibGraphBackend:
             if rid not in self._graphs or None in others:
                 del self._unions[key]  # a member is no longer held: rebuild when used
                 continue
+            from rdflib import URIRef
+
             union = self._unions[key]
             for add, s, p, o in done:
                 obj = URIRef(o) if isinstance(o, str) else _rdf_literal(o)
