@@ -514,3 +514,15 @@ def test_two_handles_agree_with_an_oracle_after_reopen(
     with RdflibGraphBackend(root) as reopened:
         for rid in _POOL:
             assert _actual(reopened, rid) == oracle.get(rid, set())
+
+
+def test_a_version_2_store_is_upgraded_in_place(tmp_path: Path) -> None:
+    # Version 2 files (one snapshot, L records) are valid version 3 files:
+    # only the format file changes, so version-2-only code refuses the store.
+    rid = new_ulid()
+    with RdflibGraphBackend(tmp_path) as backend:
+        backend.upsert(rid, _triples(rid, 3))
+    (tmp_path / "format").write_bytes(b"acms-graph-store 2\n")
+    with RdflibGraphBackend(tmp_path) as reopened:
+        assert len(reopened.subjects(rid)) == 3
+    assert (tmp_path / "format").read_bytes() == graph_store.FORMAT == b"acms-graph-store 3\n"

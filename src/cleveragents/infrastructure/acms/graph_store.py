@@ -2,7 +2,7 @@
 
 Layout under the store's root::
 
-    format              "acms-graph-store 2": the layout below
+    format              "acms-graph-store 3": the layout below
     lock                flock'ed by writers so processes write one at a time
     graphs/<ULID>.graph one file per resource with a non-empty graph
 
@@ -100,7 +100,12 @@ Op = tuple[bool, str, str, Obj]  # (add?, subject, predicate, object)
 Change = tuple[list[str], list[tuple[str, str, Obj]], dict[str, set[Edge]]]
 _Key = tuple[int, int, int]  # (inode, size, mtime_ns)
 
-FORMAT = b"acms-graph-store 2\n"
+FORMAT = b"acms-graph-store 3\n"
+# Version 2 had no ``C`` records and one snapshot record: a subset of 3, so
+# a version 2 store is upgraded by rewriting this file alone.  The version
+# moved so that code knowing only version 2 refuses the store rather than
+# taking a ``C`` record for a torn tail (and cutting it).
+_FORMAT_2 = b"acms-graph-store 2\n"
 _SUFFIX = ".graph"
 _MAGIC = b"ACMSGRF\x02"
 _HEADER = len(_MAGIC) + 16
@@ -505,6 +510,11 @@ class GraphStore:
                     _write_new(path, FORMAT)
                     # Last: until it is gone, a killed conversion is redone.
                     (self.root / "generation").unlink(missing_ok=True)
+            return
+        if found == _FORMAT_2:
+            with self.writer_lock():
+                if path.read_bytes() == _FORMAT_2:
+                    _write_new(path, FORMAT)
             return
         if found != FORMAT:
             raise IndexUnavailableError(f"graph store {self.root} has an unknown format {found!r}")
