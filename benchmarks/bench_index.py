@@ -16,13 +16,22 @@ seconds of each process (the writer's apart): on cores other work keeps
 busy, wall time is noise, while ``max(writer CPU, total CPU / 2)`` bounds
 the wall time on two idle cores.
 
+Peak memory is reported twice: the sum of the processes' RSS (shared pages,
+such as the modules a fork server shares with its workers, count once per
+process) and the sum of their PSS (``/proc/<pid>/smaps_rollup``: a shared
+page is split among the processes that map it, so the sum is the memory the
+tree actually occupies).
+
 Variants, interleaved (``--repeats`` rounds, medians reported):
 
 - ``today``: the code of the reference commit (``--base``, default the
-  pre-change main ``3498579``), checked out into a temporary worktree;
+  pre-change main ``3498579``), checked out into a temporary worktree; with
+  ``--base-jobs 1,2`` one variant per job count instead (``base/jobs=N``;
+  the base must know ``jobs``);
 - ``jobs=1`` and ``jobs=2``: this tree's code.
 
     python benchmarks/bench_index.py [--quick] [--repeats N] [--json out.json]
+    python benchmarks/bench_index.py --base b2926f6 --base-jobs 1,2 --repeats 2
 """
 
 from __future__ import annotations
@@ -157,6 +166,17 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICK
 
 
+def _pss_kb(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as fh:
+            for line in fh:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
 def _rss_kb(pid: int) -> int:
     try:
         with open(f"/proc/{pid}/status") as fh:
@@ -176,11 +196,12 @@ def measure(src: Path, tree: Path, data: Path, jobs: int | None) -> dict[str, An
     if jobs is not None:
         cmd += ["--jobs", str(jobs)]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True)
-    peak = 0
+    peak = peak_pss = 0
     cpu: dict[int, float] = {}  # cumulative per process: the last sample counts
     while proc.poll() is None:
         pids = _tree_pids(proc.pid)
         peak = max(peak, sum(_rss_kb(p) for p in pids))
+        peak_pss = max(peak_pss, sum(_pss_kb(p) for p in pids))
         for p in pids:
             cpu[p] = max(cpu.get(p, 0.0), _cpu_s(p))
         time.sleep(0.02)
@@ -189,6 +210,7 @@ def measure(src: Path, tree: Path, data: Path, jobs: int | None) -> dict[str, An
         raise RuntimeError(f"indexing run failed ({proc.returncode}): {cmd}")
     result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     result["peak_rss_mb"] = peak / 1024
+    result["peak_pss_mb"] = peak_pss / 1024
     # CPU of the whole run (indexing and the re-runs; the writer's share
     # apart): on a machine that other work keeps busy, wall time says little,
     # and max(writer, total / cores) is the floor on dedicated cores.
@@ -211,6 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--base", default=BASE_COMMIT, help="the 'today' commit")
+    parser.add_argument(
+        "--base-jobs", default="", help="job counts to run the base with (e.g. 1,2)"
+    )
     parser.add_argument("--json", type=Path)
     parser.add_argument("--child", nargs=2, type=Path, metavar=("TREE", "DATA"))
     parser.add_argument("--jobs", type=int)
@@ -218,25 +243,28 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         print(json.dumps(child(args.child[0], args.child[1], args.jobs)))
         return 0
-    rows = run(args.quick, args.repeats or (1 if args.quick else 3), args.base)
+    base_jobs = [int(j) for j in args.base_jobs.split(",") if j]
+    rows = run(args.quick, args.repeats or (1 if args.quick else 3), args.base, base_jobs)
     print_rows(rows)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
     return 0
 
 
-def run(quick: bool, repeats: int, base: str) -> dict[str, Any]:
+def run(quick: bool, repeats: int, base: str, base_jobs: list[int]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         tree = make_tree(tmp / "tree", quick)
         source_mb = tree_bytes(tree) / 1e6
         base_src = base_worktree(base, tmp / "base")
         try:
-            variants: dict[str, tuple[Path, int | None]] = {
-                "today": (base_src, None),
-                "jobs=1": (REPO / "src", 1),
-                "jobs=2": (REPO / "src", 2),
-            }
+            variants: dict[str, tuple[Path, int | None]] = (
+                {f"base/jobs={j}": (base_src, j) for j in base_jobs}
+                if base_jobs
+                else {"today": (base_src, None)}
+            )
+            variants["jobs=1"] = (REPO / "src", 1)
+            variants["jobs=2"] = (REPO / "src", 2)
             runs: dict[str, list[dict[str, Any]]] = {name: [] for name in variants}
             for _ in range(repeats):  # interleaved: the noise hits every variant alike
                 for name, (src, jobs) in variants.items():
@@ -247,7 +275,12 @@ def run(quick: bool, repeats: int, base: str) -> dict[str, Any]:
                 check=False,
                 capture_output=True,
             )
-    out: dict[str, Any] = {"source_mb": source_mb, "repeats": repeats, "base": base}
+    out: dict[str, Any] = {
+        "source_mb": source_mb,
+        "repeats": repeats,
+        "base": base,
+        "variants": list(variants),
+    }
     for name, results in runs.items():
         med = {k: statistics.median(r[k] for r in results) for k in results[0]}
         indexed_mb = med["bytes_read"] / 1e6
@@ -256,17 +289,20 @@ def run(quick: bool, repeats: int, base: str) -> dict[str, Any]:
             "indexed_mb": indexed_mb,
             "mb_per_s": indexed_mb / med["full_s"],
             "rss_over_source": med["peak_rss_mb"] / source_mb,
+            "pss_over_source": med["peak_pss_mb"] / source_mb,
             "no_change_vs_walk": med["no_change_s"] / med["bare_walk_s"],
             "no_change_cpu_vs_walk": med["no_change_cpu_s"] / med["bare_walk_cpu_s"],
             # Throughput if the run had 2 cores to itself: the writer and
             # the total CPU over 2 cores bound it.
             "mb_per_s_2_idle_cores": indexed_mb / max(med["writer_cpu_s"], med["cpu_s"] / 2),
         }
-    today = out["today"]["mb_per_s"]
+    # The reference: the base with the same job count when it ran with one.
     for name in variants:
-        out[name]["throughput_vs_today"] = out[name]["mb_per_s"] / today
+        jobs = name.rsplit("=", 1)[-1]
+        ref = out.get(f"base/jobs={jobs}") or out.get("today") or out[next(iter(variants))]
+        out[name]["throughput_vs_today"] = out[name]["mb_per_s"] / ref["mb_per_s"]
         out[name]["idle_cores_vs_today"] = (
-            out[name]["mb_per_s_2_idle_cores"] / out["today"]["mb_per_s_2_idle_cores"]
+            out[name]["mb_per_s_2_idle_cores"] / ref["mb_per_s_2_idle_cores"]
         )
     out["jobs2_vs_jobs1"] = out["jobs=2"]["mb_per_s"] / out["jobs=1"]["mb_per_s"]
     return out
@@ -278,15 +314,17 @@ def print_rows(rows: dict[str, Any]) -> None:
         f"today = {rows['base']}"
     )
     print(
-        f"{'variant':<8} {'full s':>8} {'MB/s':>6} {'vs today':>8} {'peak RSS MB':>11} "
-        f"{'RSS/src':>7} {'no-change s':>11} {'vs walk':>7}"
+        f"{'variant':<11} {'full s':>8} {'MB/s':>6} {'vs base':>8} {'peak RSS MB':>11} "
+        f"{'RSS/src':>7} {'PSS MB':>7} {'PSS/src':>7} {'no-change s':>11} {'vs walk':>7}"
     )
-    for name in ("today", "jobs=1", "jobs=2"):
+    names = rows["variants"]
+    for name in names:
         r = rows[name]
         print(
-            f"{name:<8} {r['full_s']:>8.2f} {r['mb_per_s']:>6.2f} "
+            f"{name:<11} {r['full_s']:>8.2f} {r['mb_per_s']:>6.2f} "
             f"{r['throughput_vs_today']:>7.2f}x {r['peak_rss_mb']:>11.0f} "
-            f"{r['rss_over_source']:>6.1f}x {r['no_change_s']:>11.3f} "
+            f"{r['rss_over_source']:>6.1f}x {r['peak_pss_mb']:>7.0f} "
+            f"{r['pss_over_source']:>6.1f}x {r['no_change_s']:>11.3f} "
             f"{r['no_change_vs_walk']:>6.2f}x"
         )
     print(f"jobs=2 / jobs=1 throughput: {rows['jobs2_vs_jobs1']:.2f}x")
@@ -299,14 +337,15 @@ def print_rows(rows: dict[str, Any]) -> None:
         )
     )
     head = "MB/s on 2 idle cores"
-    print(f"{'variant':<8} {'CPU s':>7} {'writer CPU s':>12} {head:>20} {'vs today':>8}")
-    for name in ("today", "jobs=1", "jobs=2"):
+    print(f"{'variant':<11} {'CPU s':>7} {'writer CPU s':>12} {head:>20} {'vs base':>8}")
+    for name in names:
         r = rows[name]
         print(
-            f"{name:<8} {r['cpu_s']:>7.1f} {r['writer_cpu_s']:>12.1f} "
+            f"{name:<11} {r['cpu_s']:>7.1f} {r['writer_cpu_s']:>12.1f} "
             f"{r['mb_per_s_2_idle_cores']:>20.2f} {r['idle_cores_vs_today']:>7.2f}x"
         )
     print("targets (issue 10): RSS/src <= 4x; jobs=2 vs today >= 2x; no-change <= 2x walk")
+    print("'vs base': against the base with the same job count (or 'today')")
 
 
 if __name__ == "__main__":

@@ -296,8 +296,8 @@ _ENGINE_PROBE = (
         (("search", "text", "aardvark"), ["tantivy"]),
         (("search", "vector", "aardvark engine"), ["faiss"]),
         (("sparql", "SELECT ?s ?p ?o WHERE { ?s ?p ?o } LIMIT 1"), ["rdflib"]),
-        (("triples", "uko://x"), ["rdflib"]),
-        (("traverse", "uko://x"), ["rdflib"]),
+        (("triples", "uko://x"), []),  # the graph store reads plain strings
+        (("traverse", "uko://x"), []),
         (("project", "list"), []),
         (("resource", "list"), []),
     ],

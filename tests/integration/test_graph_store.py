@@ -278,16 +278,27 @@ def test_cached_sparql_unions_count_against_the_budget(tmp_path: Path, on_disk: 
                 assert backend.loaded_resource_ids() >= set(scope)
 
 
-def test_a_writer_holds_only_the_graphs_it_is_writing_beyond_the_budget(tmp_path: Path) -> None:
+def test_a_writer_that_adds_holds_no_graph(tmp_path: Path) -> None:
+    # Adding triples appends a change record without loading the graph: an
+    # indexer's memory follows its batch, not the resource (issue 10).
     rids = [new_ulid() for _ in range(4)]
     with RdflibGraphBackend(tmp_path, cache_triples=10) as backend:
         for rid in rids:
             backend.upsert(rid, _triples(rid, 6))
-            backend.upsert(rid, _triples(rid, 6, tag="w"))  # appends to its file
-            assert backend.loaded_resource_ids() == {rid}
+            subjects = [s for s, _, _ in _triples(rid, 6)]
+            # Appends to its file, replacing the subjects' triples.
+            backend.upsert(rid, _triples(rid, 6, tag="w"), delete_subjects=subjects)
+            assert backend.loaded_resource_ids() == set()
         assert backend.resource_ids() == set(rids)
     with RdflibGraphBackend(tmp_path) as reopened:
-        assert all(len(reopened.subjects(rid)) == 6 for rid in rids)
+        for rid in rids:
+            scope = frozenset({rid})
+            found = {
+                t
+                for s in reopened.subjects(rid)
+                for t in reopened.get_triples(s, scope=scope).triples
+            }
+            assert found == {(s, p, o.value) for s, p, o in _triples(rid, 6, tag="w")}
 
 
 def test_a_store_in_the_earlier_n_triples_layout_is_converted_once(tmp_path: Path) -> None:
@@ -503,3 +514,15 @@ def test_two_handles_agree_with_an_oracle_after_reopen(
     with RdflibGraphBackend(root) as reopened:
         for rid in _POOL:
             assert _actual(reopened, rid) == oracle.get(rid, set())
+
+
+def test_a_version_2_store_is_upgraded_in_place(tmp_path: Path) -> None:
+    # Version 2 files (one snapshot, L records) are valid version 3 files:
+    # only the format file changes, so version-2-only code refuses the store.
+    rid = new_ulid()
+    with RdflibGraphBackend(tmp_path) as backend:
+        backend.upsert(rid, _triples(rid, 3))
+    (tmp_path / "format").write_bytes(b"acms-graph-store 2\n")
+    with RdflibGraphBackend(tmp_path) as reopened:
+        assert len(reopened.subjects(rid)) == 3
+    assert (tmp_path / "format").read_bytes() == graph_store.FORMAT == b"acms-graph-store 3\n"

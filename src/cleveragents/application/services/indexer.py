@@ -109,10 +109,11 @@ _UNITS_VERSION = "units-4"
 DEFAULT_INDEX_FILE_BYTES = 1024 * 1024
 _EMBED_BATCH = EMBED_BATCH
 # A worker's batch: enough source to amortise the round trip, small enough
-# that the files in flight (2 batches per job) bound the memory.  The window
-# (4 MB of source with 2 jobs) keeps the workers busy while the writer
-# flushes one store batch (about as much).
-WORKER_BATCH_BYTES = 1024 * 1024
+# that the files in flight (2 batches per job) bound the memory (a planned
+# batch is ~9x its source in Python objects).  The window (2 MB of source
+# with 2 jobs) keeps the workers busy while the writer flushes one store
+# batch (about as much).
+WORKER_BATCH_BYTES = 512 * 1024
 _WORKER_BATCH_FILES = 256
 
 _log = structlog.get_logger("cleveragents.acms.indexer")

@@ -2,18 +2,25 @@
 
 Layout under the store's root::
 
-    format              "acms-graph-store 2": the layout below
+    format              "acms-graph-store 3": the layout below
     lock                flock'ed by writers so processes write one at a time
     graphs/<ULID>.graph one file per resource with a non-empty graph
 
 A ``.graph`` file is a 24-byte header (magic, 16 random bytes naming this
 file) followed by records, each ``kind length crc32 payload``:
 
-- one ``S`` record first: the whole graph, ``marshal`` of
+- ``S`` records first (at least one): the whole graph, ``marshal`` of
   ``{subject: {(predicate, object), ...}}`` (an object is an IRI ``str`` or a
-  literal ``(lexical, datatype IRI or None)``);
-- then any number of ``L`` records, one per committed write: ``marshal`` of
-  the ``(add?, s, p, o)`` operations that changed the graph.
+  literal ``(lexical, datatype IRI or None)``), in chunks of at most
+  :data:`SNAPSHOT_SUBJECTS` subjects (disjoint), so that no step of reading
+  or writing a file needs more than one chunk's objects at once;
+- then any number of ``L`` and ``C`` records, one per committed write.  An
+  ``L`` record is ``marshal`` of the ``(add?, s, p, o)`` operations that
+  changed the graph (written by a process that holds the graph); a ``C``
+  record is ``marshal`` of ``(subjects dropped, triples removed, {subject:
+  {(predicate, object)}} added)``, applied in that order (written by a
+  process that does not hold the graph: an indexer appends its changes
+  without loading the resource's graph, see :class:`WriteState`).
 
 Why this shape (figures in ``benchmarks/bench_graph_store.py``):
 
@@ -26,8 +33,12 @@ Why this shape (figures in ``benchmarks/bench_graph_store.py``):
   these files are written by this module only, and a CRC per record turns
   torn or damaged bytes into "not committed" or :class:`IndexUnavailableError`.
 - A write appends one record with one ``write()`` and fsyncs, so it costs
-  about the change, not the resource.  Once the log outgrows the snapshot a
-  fresh file (snapshot only) replaces the old one (compaction).
+  about the change, not the resource.  Once the log outgrows the snapshot
+  (a writer holding the graph), or more than a third of the triples written
+  are dead (a writer that does not: :class:`WriteState` counts them), a
+  fresh file (snapshot only) replaces the old one (compaction).  Appending
+  only new triples never compacts: indexing a resource from scratch writes
+  its graph once and never holds all of it.
 - Crash safety: a new file is written to a temporary name, fsynced and
   renamed over the old one; a record whose length or CRC does not check out
   (a writer killed mid-append) ends the committed part, is ignored by
@@ -67,12 +78,14 @@ from cleveragents.domain.models.acms.errors import IndexUnavailableError
 from cleveragents.domain.models.acms.ulids import is_ulid
 
 __all__ = [
+    "Change",
     "Cursor",
     "Edge",
     "GraphStore",
     "Obj",
     "Op",
     "ResourceGraph",
+    "WriteState",
     "sorted_edges",
     "term_str",
 ]
@@ -83,18 +96,28 @@ _log = structlog.get_logger("cleveragents.acms.graph_store")
 Obj = str | tuple[str, str | None]
 Edge = tuple[str, Obj]  # (predicate, object) of one subject
 Op = tuple[bool, str, str, Obj]  # (add?, subject, predicate, object)
+# (subjects whose triples go, single triples that go, triples added by subject)
+Change = tuple[list[str], list[tuple[str, str, Obj]], dict[str, set[Edge]]]
 _Key = tuple[int, int, int]  # (inode, size, mtime_ns)
 
-FORMAT = b"acms-graph-store 2\n"
+FORMAT = b"acms-graph-store 3\n"
+# Version 2 had no ``C`` records and one snapshot record: a subset of 3, so
+# a version 2 store is upgraded by rewriting this file alone.  The version
+# moved so that code knowing only version 2 refuses the store rather than
+# taking a ``C`` record for a torn tail (and cutting it).
+_FORMAT_2 = b"acms-graph-store 2\n"
 _SUFFIX = ".graph"
 _MAGIC = b"ACMSGRF\x02"
 _HEADER = len(_MAGIC) + 16
 _RECORD = struct.Struct("<cII")  # kind, payload length, crc32
-_SNAPSHOT, _LOG = b"S", b"L"
+_SNAPSHOT, _LOG, _CHANGE = b"S", b"L", b"C"
+_KINDS = (_SNAPSHOT, _LOG, _CHANGE)
 _MARSHAL_VERSION = 4
 
 # Fold the log into a new snapshot once it is larger than the snapshot and this.
 COMPACT_MIN_BYTES = 1 << 15
+# Subjects per snapshot chunk (about 10 triples each in a code graph).
+SNAPSHOT_SUBJECTS = 4096
 # A file modified this recently is checked by content, not by its stat
 # (coarse timestamps: ext4 and tmpfs tick every few ms, some file systems 1-2 s).
 _RACY_NS = 2_000_000_000
@@ -186,6 +209,31 @@ class ResourceGraph:
                 done.append(op)
         return done
 
+    def apply_change(self, change: Change, done: list[Op] | None = None) -> None:
+        """Apply a ``C`` record's change; append the operations that changed
+        the graph to ``done`` (None: nobody follows them, e.g. a fresh load)."""
+        drops, removes, adds = change
+        remove = self.remove
+        for s in drops:
+            for p, o in list(self.by_subject.get(s, ())):
+                remove(s, p, o)
+                if done is not None:
+                    done.append((False, s, p, o))
+        for s, p, o in removes:
+            if remove(s, p, o) and done is not None:
+                done.append((False, s, p, o))
+        add = self.add
+        for s, edges in adds.items():
+            if done is None and self.incoming is None and s not in self.by_subject and edges:
+                # A fresh load: adopt the loaded set as it is (no copy).
+                self.by_subject[s] = edges
+                self.size += len(edges)
+                self.edges.pop(s, None)
+                continue
+            for p, o in edges:
+                if add(s, p, o) and done is not None:
+                    done.append((True, s, p, o))
+
     def edges_of(self, s: str) -> tuple[list[Triple], list[str]]:
         cached = self.edges.get(s)
         if cached is None:
@@ -219,7 +267,7 @@ def _next_record(data: bytes | memoryview, pos: int) -> tuple[bytes, memoryview,
     kind, length, crc = _RECORD.unpack_from(data, pos)
     start = pos + _RECORD.size
     end = start + length
-    if kind not in (_SNAPSHOT, _LOG) or end > len(data):
+    if kind not in _KINDS or end > len(data):
         return None
     view = memoryview(data)
     if zlib.crc32(view[start:end], zlib.crc32(view[pos : pos + 5])) != crc:
@@ -249,6 +297,33 @@ def _loads(payload: memoryview, want: type, path: Path) -> object:
     if not isinstance(value, want):
         raise IndexUnavailableError(f"corrupt graph file {path}: unexpected record")
     return value
+
+
+def _decode(kind: bytes, payload: memoryview, path: Path) -> object:
+    """An ``L`` record's operations or a ``C`` record's change."""
+    if kind == _LOG:
+        return _loads(payload, list, path)
+    value = _loads(payload, tuple, path)
+    if (
+        len(cast(tuple[object, ...], value)) != 3
+        or not isinstance(value[0], list)  # type: ignore[index]
+        or not isinstance(value[1], list)  # type: ignore[index]
+        or not isinstance(value[2], dict)  # type: ignore[index]
+    ):
+        raise IndexUnavailableError(f"corrupt graph file {path}: unexpected change record")
+    return value
+
+
+def _apply_records(
+    graph: ResourceGraph, records: Iterable[tuple[bytes, object]], done: list[Op] | None
+) -> None:
+    for kind, value in records:
+        if kind == _LOG:
+            changed = graph.apply(cast(list[Op], value))
+            if done is not None:
+                done.extend(changed)
+        else:
+            graph.apply_change(cast(Change, value), done)
 
 
 # ---------------------------------------------------------------- files
@@ -337,6 +412,67 @@ class Cursor:
         return self.offset - self.snapshot_end
 
 
+@dataclass(slots=True)
+class WriteState:
+    """What a writer that does not hold a resource's graph knows of its file.
+
+    ``counts`` maps ``hash(subject)`` to the subject's triples (a hash, not
+    the IRI: about a tenth of the memory of the graph's subjects, and only
+    the compaction rule reads it, where a collision costs nothing but an
+    early or late compaction); ``live`` counts the triples the file holds,
+    ``dead`` those its log holds but the graph no longer does.
+    """
+
+    cursor: Cursor
+    counts: dict[int, int]
+    live: int = 0
+    dead: int = 0
+
+    def count(self, change: Change) -> None:
+        """Follow ``change`` in the counts."""
+        drops, removes, adds = change
+        counts = self.counts
+        for s in drops:
+            n = counts.pop(hash(s), 0)
+            self.live -= n
+            self.dead += n
+        for s, _p, _o in removes:
+            key = hash(s)
+            n = counts.get(key, 0)
+            if n:
+                if n == 1:
+                    del counts[key]
+                else:
+                    counts[key] = n - 1
+                self.live -= 1
+                self.dead += 1
+        for s, edges in adds.items():
+            key = hash(s)
+            counts[key] = counts.get(key, 0) + len(edges)
+            self.live += len(edges)
+
+    def count_ops(self, ops: Iterable[Op]) -> None:
+        """Follow an ``L`` record's operations (each one changed the graph)."""
+        counts = self.counts
+        for add, s, _p, _o in ops:
+            key = hash(s)
+            if add:
+                counts[key] = counts.get(key, 0) + 1
+                self.live += 1
+            else:
+                n = counts.get(key, 0) - 1
+                if n > 0:
+                    counts[key] = n
+                else:
+                    counts.pop(key, None)
+                self.live -= 1
+                self.dead += 1
+
+    def compaction_due(self) -> bool:
+        """More than a third of the triples the log wrote are dead."""
+        return self.dead * 2 > self.live and self.cursor.log_bytes() > COMPACT_MIN_BYTES
+
+
 class GraphStore:
     """The files of per-resource graphs under ``root`` (see the module docstring).
 
@@ -374,6 +510,11 @@ class GraphStore:
                     _write_new(path, FORMAT)
                     # Last: until it is gone, a killed conversion is redone.
                     (self.root / "generation").unlink(missing_ok=True)
+            return
+        if found == _FORMAT_2:
+            with self.writer_lock():
+                if path.read_bytes() == _FORMAT_2:
+                    _write_new(path, FORMAT)
             return
         if found != FORMAT:
             raise IndexUnavailableError(f"graph store {self.root} has an unknown format {found!r}")
@@ -487,16 +628,16 @@ class GraphStore:
                 # The same file: everything before ``offset`` is as it was
                 # read (appends only add, a cut only removes torn bytes).
                 assert graph is not None and cursor is not None
-                ops: list[Op] = []
+                done: list[Op] = []
                 if st.st_size > cursor.offset:
                     tail = _pread_all(fd, None, cursor.offset)
-                    ops, length = self._log_ops(tail, 0, path)
+                    records, length = self._log_records(tail, 0, path)
                     cursor.offset += length
+                    _apply_records(graph, records, done)
                 cursor.key, cursor.racy = _key(st), _racy(st)
-                if not ops:
-                    return graph, cursor, []
-                _log.debug("graph_store.followed", resource=rid, operations=len(ops))
-                return graph, cursor, graph.apply(ops)
+                if done:
+                    _log.debug("graph_store.followed", resource=rid, operations=len(done))
+                return graph, cursor, done
             data = _pread_all(fd, None, 0)
         finally:
             os.close(fd)
@@ -510,31 +651,37 @@ class GraphStore:
         first = _next_record(data, _HEADER)
         if first is None or first[0] != _SNAPSHOT:
             raise IndexUnavailableError(f"corrupt graph file {path}: no whole snapshot")
-        by_subject = _loads(first[1], dict, path)
-        graph = ResourceGraph(cast(dict[str, set[Edge]], by_subject))
-        ops, length = self._log_ops(data, first[2], path)
-        graph.apply(ops)
+        by_subject = cast(dict[str, set[Edge]], _loads(first[1], dict, path))
+        end = first[2]
+        while (chunk := _next_record(data, end)) is not None and chunk[0] == _SNAPSHOT:
+            by_subject.update(cast(dict[str, set[Edge]], _loads(chunk[1], dict, path)))
+            end = chunk[2]
+        graph = ResourceGraph(by_subject)
+        records, length = self._log_records(data, end, path)
+        _apply_records(graph, records, None)
         cursor = Cursor(
             st.st_ino,
             data[len(_MAGIC) : _HEADER],
-            first[2],
-            first[2] + length,
+            end,
+            end + length,
             _key(st),
             _racy(st),
         )
         return graph, cursor
 
-    def _log_ops(self, data: bytes, pos: int, path: Path) -> tuple[list[Op], int]:
-        """The operations of the whole records from ``pos``, and their length."""
-        ops: list[Op] = []
+    def _log_records(
+        self, data: bytes, pos: int, path: Path
+    ) -> tuple[list[tuple[bytes, object]], int]:
+        """The ``L`` and ``C`` records whole from ``pos`` (decoded), and their length."""
+        records: list[tuple[bytes, object]] = []
         start = pos
         while (found := _next_record(data, pos)) is not None:
             kind, payload, end = found
-            if kind != _LOG:
+            if kind == _SNAPSHOT:
                 break
-            ops.extend(cast(list[Op], _loads(payload, list, path)))
+            records.append((kind, _decode(kind, payload, path)))
             pos = end
-        return ops, pos - start
+        return records, pos - start
 
     # ------------------------------------------------------------ writing
     # Callers hold :meth:`writer_lock` and have just refreshed the resource.
@@ -554,8 +701,11 @@ class GraphStore:
 
     def append(self, rid: str, cursor: Cursor, ops: list[Op]) -> None:
         """Append one committed change; on failure the file is as before."""
+        self.append_record(rid, cursor, _record(_LOG, marshal.dumps(ops, _MARSHAL_VERSION)))
+
+    def append_record(self, rid: str, cursor: Cursor, data: bytes) -> None:
+        """Append one whole record; on failure the file is as before."""
         path = self.path(rid)
-        data = _record(_LOG, marshal.dumps(ops, _MARSHAL_VERSION))
         try:
             st = _append(path, cursor.ino, data)
         except OSError as exc:
@@ -568,8 +718,20 @@ class GraphStore:
     def replace(self, rid: str, graph: ResourceGraph) -> Cursor:
         """Write ``graph`` as ``rid``'s whole file (a new resource, or compaction)."""
         nonce = os.urandom(16)
-        snapshot = _record(_SNAPSHOT, marshal.dumps(graph.by_subject, _MARSHAL_VERSION))
-        data = _MAGIC + nonce + snapshot
+        subjects = list(graph.by_subject)
+        by_subject = graph.by_subject
+        chunks = [
+            _record(
+                _SNAPSHOT,
+                marshal.dumps(
+                    {s: by_subject[s] for s in subjects[i : i + SNAPSHOT_SUBJECTS]},
+                    _MARSHAL_VERSION,
+                ),
+            )
+            for i in range(0, max(len(subjects), 1), SNAPSHOT_SUBJECTS)
+        ]
+        data = b"".join([_MAGIC, nonce, *chunks])
+        del chunks
         try:
             st = _write_new(self.path(rid), data)
         except OSError as exc:
@@ -583,6 +745,100 @@ class GraphStore:
             _fsync_dir(self._graphs)
         except OSError as exc:
             raise IndexUnavailableError(f"cannot write graph of {rid}: {exc}") from exc
+
+    # ------------------------------------------------------------ writing without the graph
+    # Callers hold :meth:`writer_lock`.
+
+    def write_state(self, rid: str, state: WriteState | None) -> WriteState | None:
+        """Bring ``state`` up to date with ``rid``'s file, reading one record at a time.
+
+        ``None`` when the resource has no file.  A state of the same file
+        reads only the records appended since (by another process); else the
+        whole file is counted afresh, never holding more than one record.
+        """
+        path = self.path(rid)
+        try:
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            except FileNotFoundError:
+                return None
+            try:
+                st = os.fstat(fd)
+                header = _pread_all(fd, _HEADER, 0)
+                if len(header) < _HEADER or header[: len(_MAGIC)] != _MAGIC:
+                    raise IndexUnavailableError(f"corrupt graph file {path}: not a graph file")
+                nonce = header[len(_MAGIC) :]
+                same = (
+                    state is not None
+                    and state.cursor.ino == st.st_ino
+                    and state.cursor.nonce == nonce
+                    and st.st_size >= state.cursor.offset
+                )
+                if not same:
+                    cursor = Cursor(st.st_ino, nonce, _HEADER, _HEADER, _key(st), True)
+                    state = WriteState(cursor, {})
+                assert state is not None
+                self._count_records(fd, state, path, snapshot=not same)
+                state.cursor.key, state.cursor.racy = _key(st), True
+                return state
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise IndexUnavailableError(f"cannot read graph store {self.root}: {exc}") from exc
+
+    def _count_records(self, fd: int, state: WriteState, path: Path, *, snapshot: bool) -> None:
+        cursor = state.cursor
+        pos = cursor.offset
+        while True:
+            head = _pread_all(fd, _RECORD.size, pos)
+            if len(head) < _RECORD.size:
+                break
+            kind, length, crc = _RECORD.unpack(head)
+            if kind not in _KINDS or (pos == _HEADER and kind != _SNAPSHOT):
+                break
+            payload = _pread_all(fd, length, pos + _RECORD.size)
+            if len(payload) < length or zlib.crc32(payload, zlib.crc32(head[:5])) != crc:
+                break  # a torn tail: the next append cuts it
+            if kind == _SNAPSHOT:
+                if not snapshot:
+                    break
+                chunk = cast(dict[str, set[Edge]], _loads(memoryview(payload), dict, path))
+                state.count(([], [], chunk))
+                del chunk
+                cursor.snapshot_end = pos + _RECORD.size + length
+            else:
+                snapshot = False
+                value = _decode(kind, memoryview(payload), path)
+                if kind == _LOG:
+                    state.count_ops(cast(list[Op], value))
+                else:
+                    state.count(cast(Change, value))
+                del value
+            del payload
+            pos += _RECORD.size + length
+        if pos == _HEADER:
+            raise IndexUnavailableError(f"corrupt graph file {path}: no whole snapshot")
+        cursor.offset = pos
+
+    def append_change(self, rid: str, state: WriteState, change: Change) -> None:
+        """Append ``change`` as a ``C`` record (``state`` current, torn tail cut)."""
+        self.append_record(
+            rid, state.cursor, _record(_CHANGE, marshal.dumps(change, _MARSHAL_VERSION))
+        )
+        state.count(change)
+
+    def create(self, rid: str, change: Change) -> WriteState:
+        """A new file for ``rid`` holding what ``change`` adds (it has no file)."""
+        graph = ResourceGraph()
+        graph.apply_change(change)
+        return self.create_from(rid, graph)
+
+    def create_from(self, rid: str, graph: ResourceGraph) -> WriteState:
+        """Write ``graph`` as ``rid``'s whole file; the state of the new file."""
+        cursor = self.replace(rid, graph)
+        state = WriteState(cursor, {})
+        state.count(([], [], graph.by_subject))
+        return state
 
     @staticmethod
     def compaction_due(cursor: Cursor) -> bool:

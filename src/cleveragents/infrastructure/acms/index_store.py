@@ -156,6 +156,27 @@ def _stamp_key(rid: str) -> str:
     return f"catalog_written_ns:{rid}"
 
 
+def _malloc_trim() -> Callable[[], object] | None:
+    """glibc's ``malloc_trim(0)``, or None elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        trim: Callable[[int], int] = libc.malloc_trim
+    except (OSError, AttributeError):  # not glibc (musl has no malloc_trim)
+        return None
+    return lambda: trim(0)
+
+
+# Called after each batch is written.  The freed batch (Python objects,
+# Tantivy's indexing arena) otherwise stays in the C heap: glibc raises its
+# mmap threshold after large frees, so later large blocks come from the heap
+# and RSS keeps the high-water mark of every batch.
+_release_memory = _malloc_trim() or (lambda: None)
+
+
 def _contains(rid: str, path: str) -> list[WriteTriple]:
     return [(resource_uri(rid), UKO + "contains", file_uri(rid, path))]
 
@@ -167,12 +188,14 @@ def _file_subjects(subjects: Iterable[str]) -> set[str]:
 
 # What a session holds before it writes (text and vector per units/bytes,
 # graph and catalog per triples): the session's memory beyond the files in
-# flight.  Half the first round's batches: measured on 4.4 MB of stdlib,
-# quartered batches (2048 units / 4 MB / 60k triples) cut peak RSS by 13%
-# but cost 15% of the throughput (more commits); halved sits between.
-_BATCH_UNITS = 4096
-_BATCH_BYTES = 8 * 1024 * 1024
-_BATCH_TRIPLES = 120_000
+# flight.  A planned file costs about 9 bytes of Python objects per source
+# byte (units, metadata, triples, embeddings), so a batch of 8 MB of source
+# held ~70 MB and one of 120k triples ~30 MB.  Since a graph write appends
+# only its change (it no longer loads the resource's graph), small graph
+# batches cost little; the text batch pays a Tantivy commit each.
+_BATCH_UNITS = 1024
+_BATCH_BYTES = 2 * 1024 * 1024
+_BATCH_TRIPLES = 30_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -797,8 +820,10 @@ class StoreTransaction:
         self._pending.clear()
         self._pending_units = 0
         self._pending_bytes = 0
+        del units, rows, embeddings
         if len(self._graph_triples) >= store.batches.triples:
             self._flush_graph()
+        _release_memory()
 
     def _flush_graph(self) -> None:
         if not self._graph_records:

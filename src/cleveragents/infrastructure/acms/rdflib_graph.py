@@ -36,12 +36,9 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import structlog
-from rdflib import Graph, URIRef
-from rdflib import Literal as RdfLiteral
-from rdflib.plugins.stores.memory import Memory
 
 from cleveragents.domain.models.acms.backends import (
     GraphResult,
@@ -57,11 +54,14 @@ from cleveragents.domain.models.acms.errors import IndexUnavailableError
 from cleveragents.domain.models.acms.uko import UKO, resource_id_of
 from cleveragents.domain.models.acms.ulids import canonical_ulid, validate_scope
 from cleveragents.infrastructure.acms.graph_store import (
+    Change,
     Cursor,
+    Edge,
     GraphStore,
     Obj,
     Op,
     ResourceGraph,
+    WriteState,
 )
 from cleveragents.infrastructure.acms.graph_store import (
     sorted_edges as _sorted_edges,
@@ -69,8 +69,14 @@ from cleveragents.infrastructure.acms.graph_store import (
 from cleveragents.infrastructure.acms.graph_store import (
     term_str as _term_str,
 )
-from cleveragents.infrastructure.acms.sparql_guard import check_query_size
-from cleveragents.infrastructure.acms.sparql_worker import evaluate
+
+if TYPE_CHECKING:
+    from rdflib import Graph
+    from rdflib import Literal as RdfLiteral
+
+# rdflib (and the SPARQL sandbox over it) is imported by the first SPARQL
+# query: writing, traversal and triple lookups run on plain strings, so an
+# indexer or a traversal never pays its ~25 MB and its import time.
 
 __all__ = ["RdflibGraphBackend"]
 
@@ -129,11 +135,17 @@ def _validate_timeout(value: object) -> float:
 
 
 def _rdf_literal(o: tuple[str, str | None]) -> RdfLiteral:
+    from rdflib import Literal as RdfLiteral
+    from rdflib import URIRef
+
     # normalize=False keeps the lexical form exactly as written.
     return RdfLiteral(o[0], datatype=None if o[1] is None else URIRef(o[1]), normalize=False)
 
 
 def _rdf_graph(graphs: Iterable[ResourceGraph]) -> Graph:
+    from rdflib import Graph, URIRef
+    from rdflib.plugins.stores.memory import Memory
+
     # An explicit store instance: no plugin lookup, never a Dataset.
     graph = Graph(store=Memory())
     refs: dict[str, URIRef] = {}
@@ -257,6 +269,8 @@ class RdflibGraphBackend:
         # Loaded graphs, least recently used first; on disk each has a cursor.
         self._graphs: OrderedDict[str, ResourceGraph] = OrderedDict()
         self._cursors: dict[str, Cursor] = {}
+        # Resources this process writes without holding their graph.
+        self._writes: dict[str, WriteState] = {}
         self._unions: OrderedDict[frozenset[str], Graph] = OrderedDict()
         self._closed = False
         self._store: GraphStore | None = None
@@ -271,6 +285,7 @@ class RdflibGraphBackend:
             self._closed = True
             self._graphs.clear()
             self._cursors.clear()
+            self._writes.clear()
             self._unions.clear()
             if self._store is not None:
                 self._store.close()
@@ -318,6 +333,9 @@ class RdflibGraphBackend:
                 variables, or an error raised while evaluating.
             IndexUnavailableError: the store cannot be read.
         """
+        from cleveragents.infrastructure.acms.sparql_guard import check_query_size
+        from cleveragents.infrastructure.acms.sparql_worker import evaluate
+
         validate_non_empty(query, "query")
         check_query_size(query)
         canonical = validate_scope(scope)
@@ -346,6 +364,9 @@ class RdflibGraphBackend:
         Raises:
             as :meth:`sparql_query`, less the three-variable rule.
         """
+        from cleveragents.infrastructure.acms.sparql_guard import check_query_size
+        from cleveragents.infrastructure.acms.sparql_worker import evaluate
+
         validate_non_empty(query, "query")
         check_query_size(query)
         canonical = validate_scope(scope)
@@ -677,6 +698,7 @@ class RdflibGraphBackend:
                 self._forget(rid)
 
     def _forget(self, rid: str) -> None:
+        self._writes.pop(rid, None)
         self._graphs.pop(rid, None)
         self._cursors.pop(rid, None)
         self._drop_unions(rid)
@@ -692,6 +714,8 @@ class RdflibGraphBackend:
             if rid not in self._graphs or None in others:
                 del self._unions[key]  # a member is no longer held: rebuild when used
                 continue
+            from rdflib import URIRef
+
             union = self._unions[key]
             for add, s, p, o in done:
                 obj = URIRef(o) if isinstance(o, str) else _rdf_literal(o)
@@ -716,8 +740,13 @@ class RdflibGraphBackend:
         every read of resource graphs holds ``self._lock``, and SPARQL runs
         on union copies.  Call with both locks held.
         """
+        store = self._store
+        if store is not None and to_add and rid not in self._graphs:
+            self._append_change(store, rid, doomed, to_add, drop)
+            return
+        self._writes.pop(rid, None)  # this process follows the file through the graph
         res = self._load([rid]).get(rid)
-        store, cursor = self._store, self._cursors.get(rid)
+        cursor = self._cursors.get(rid)
         if store is not None and cursor is not None:
             store.cut_torn_tail(rid, cursor)
         ops: list[Op] = []
@@ -755,6 +784,50 @@ class RdflibGraphBackend:
         if store.compaction_due(cursor):
             try:
                 self._cursors[rid] = store.replace(rid, res)
+            except IndexUnavailableError as exc:  # the data is safe in the log: retry later
+                _log.warning("rdflib_graph.compaction_failed", resource=rid, error=str(exc))
+
+    def _append_change(
+        self,
+        store: GraphStore,
+        rid: str,
+        doomed: set[str],
+        to_add: list[tuple[str, str, Obj]],
+        drop: Sequence[tuple[str, str, Obj]],
+    ) -> None:
+        """Write a change that adds triples without loading the resource's graph.
+
+        The change goes to the file as one record naming the subjects to
+        drop (their triples need not be known); the graph cannot be empty
+        after it, so the file stays.  Only the per-subject counts of
+        :class:`WriteState` are held, so an indexer's memory follows its
+        batch, not the resource.  A compaction, when enough of the log is
+        dead, loads the graph for its duration only.  Call with both locks held.
+        """
+        adds: dict[str, set[Edge]] = {}
+        for s, p, o in to_add:
+            edges = adds.get(s)
+            if edges is None:
+                edges = adds[s] = set()
+            edges.add((p, o))
+        removes = [t for t in dict.fromkeys(drop) if t[0] not in doomed]
+        change: Change = (sorted(doomed), removes, adds)
+        state = store.write_state(rid, self._writes.get(rid))
+        if state is None:
+            state = store.create(rid, change)
+        else:
+            store.cut_torn_tail(rid, state.cursor)
+            store.append_change(rid, state, change)
+        self._writes[rid] = state
+        self._drop_unions(rid)
+        self._cursors.pop(rid, None)
+        if state.compaction_due():
+            fresh = store.refresh(rid, None, None)
+            if fresh is None:  # cannot happen under the writer lock
+                self._writes.pop(rid, None)
+                return
+            try:
+                self._writes[rid] = store.create_from(rid, fresh[0])
             except IndexUnavailableError as exc:  # the data is safe in the log: retry later
                 _log.warning("rdflib_graph.compaction_failed", resource=rid, error=str(exc))
 
