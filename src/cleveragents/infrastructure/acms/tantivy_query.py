@@ -23,12 +23,21 @@ Two syntaxes (``syntax=`` of the search):
   ``symbol_exact:w``, per identifier ``w`` of the   :data:`W_EXACT` = 4.0, for a
   query (:func:`identifiers`), case-folded        query naming one identifier
   ``symbol_case:w``, the same as written          :data:`W_CASE` x 4.0 = 1.0
-  ``"a b"`` on content, per adjacent pair of      :data:`W_PHRASE` = 2.0
-  parts of a multi-part identifier (at most 16)
-  ``"a b"`` on content, per adjacent pair of      :data:`W_PROXIMITY` = 2.0
-  query words, for a query of 3+ informative
-  words (3+ letters, no stop word; at most 16)
+  ``pairs:a|b``, per adjacent pair of parts of   :data:`W_PHRASE` = 2.0
+  a multi-part identifier (at most 16)
+  ``pairs:a|b``, per adjacent pair of query       :data:`W_PROXIMITY` = 2.0
+  words, for a query of 3+ informative words
+  (3+ letters, no stop word; at most 16)
+  ``calls:w``, per word of a list of 2-6 names    :data:`W_CALLS` = 2.0
   ==============================================  ==========================
+
+  ``pairs`` holds each adjacent pair of a unit's content terms as one token
+  (:func:`pair_terms`), so "a then b, adjacent" is one term lookup instead
+  of a phrase query that checks positions in every document holding both
+  words: over 100 synthetic shards the plain mode went from 1.74x the query
+  language's time to 1.20x, and the full eval from 0.943 to 0.946 MRR@10
+  (BM25 scores the pair as a term of its own, rarer than either word).  The
+  index holds ~1.65x the text bytes and the writer ~0.2 ms more per unit.
 
   An identifier is a word with two or more parts (``create_connection``),
   one starting or ending with ``_``, one next to code punctuation
@@ -93,6 +102,7 @@ __all__ = [
     "MAX_SLOPPY_PHRASES",
     "MAX_SLOPPY_PHRASE_TERMS",
     "MAX_WILDCARD_TERMS",
+    "PAIRS_ANALYZER_NAME",
     "SEARCH_FIELDS",
     "W_CASE",
     "W_EXACT",
@@ -105,6 +115,9 @@ __all__ = [
     "filter_query",
     "identifiers",
     "keyword_analyzer",
+    "pair_term",
+    "pair_terms",
+    "pairs_analyzer",
     "query_terms",
     "reraise_fatal",
 ]
@@ -112,6 +125,8 @@ __all__ = [
 ANALYZER_NAME = "cleveragents_code"
 # Whole value, lower-cased: ``symbol_exact`` (one value per defined name) and ``lang``.
 KEYWORD_ANALYZER_NAME = "cleveragents_keyword"
+# ``pairs``: each adjacent pair of content terms as one token (see pair_terms).
+PAIRS_ANALYZER_NAME = "cleveragents_pairs"
 
 # Plain-mode weights (see the module docstring; measured, not guessed).
 W_NAMES = 0.5
@@ -194,6 +209,24 @@ def keyword_analyzer() -> tantivy.TextAnalyzer:
         .filter(tantivy.Filter.lowercase())
         .build()
     )
+
+
+def pairs_analyzer() -> tantivy.TextAnalyzer:
+    return tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.whitespace()).build()
+
+
+def pair_term(a: str, b: str) -> str:
+    """The ``pairs`` token of the analysed terms ``a`` then ``b`` (adjacent)."""
+    return f"{a}|{b}"
+
+
+def pair_terms(terms: list[str]) -> str:
+    """The ``pairs`` field text of a unit: each adjacent pair of its analysed
+    content terms, in order and with repeats (a pair's frequency is what a
+    two-word phrase query on content counts).  A term query on this field
+    finds "a b" adjacent at the cost of one term lookup, where a phrase
+    query checks positions in every document holding both words."""
+    return " ".join(f"{a}|{b}" for a, b in itertools.pairwise(terms))
 
 
 def analysable(text: str) -> str:
@@ -580,8 +613,7 @@ class PlainQueryBuilder:
                 case = exact * W_CASE
                 clauses.append((should, boost(term(schema, "symbol_case", word), case)))
         for a, b in list(part_pairs)[:MAX_PROXIMITY_PAIRS]:
-            phrase = tantivy.Query.phrase_query(schema, "content", [a, b])
-            clauses.append((should, boost(phrase, W_PHRASE)))
+            clauses.append((should, boost(term(schema, "pairs", pair_term(a, b)), W_PHRASE)))
         for name in _called_names(query) if W_CALLS > 0 else ():
             clauses.append((should, boost(term(schema, "calls", name), W_CALLS)))
         informative = sum(1 for t in terms if _informative(t))
@@ -601,8 +633,8 @@ class PlainQueryBuilder:
                 and (a, b) not in seen
             )
             for a, b in list(pairs)[:MAX_PROXIMITY_PAIRS]:
-                phrase = tantivy.Query.phrase_query(schema, "content", [a, b])
-                clauses.append((should, boost(phrase, W_PROXIMITY)))
+                pair = term(schema, "pairs", pair_term(a, b))
+                clauses.append((should, boost(pair, W_PROXIMITY)))
         return tantivy.Query.boolean_query(clauses)
 
 

@@ -1,0 +1,70 @@
+"""The ``pairs`` field: each adjacent pair of content terms as one token, so
+the plain syntax's phrase boosts are term lookups.  Its Python tokenizer for
+ASCII text must produce exactly the engine analyzer's terms (oracle: the
+analyzer itself), and a pair query finds what a two-word phrase finds."""
+
+from __future__ import annotations
+
+import itertools
+
+import tantivy
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cleveragents.infrastructure.acms import tantivy_text
+from cleveragents.infrastructure.acms.tantivy_query import (
+    analysable,
+    code_analyzer,
+    pair_term,
+    pair_terms,
+)
+
+CODE_CHARS = st.sampled_from(
+    [*list("abcxyzABCXYZ019_ .,:;()[]{}'\"\n\t-+*/=<>#@!?"), "HTTPServer", "parseJsonV2", "x" * 120]
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(CODE_CHARS, max_size=80).map("".join))
+def test_python_terms_of_ascii_text_are_the_analyzers(text: str) -> None:
+    ready = analysable(text)
+    assert ready.isascii()
+    assert tantivy_text._content_terms(ready) == code_analyzer().analyze(ready)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.text(max_size=60))
+def test_any_text_gets_the_analyzers_terms(text: str) -> None:
+    ready = analysable(text)
+    assert tantivy_text._content_terms(ready) == code_analyzer().analyze(ready)
+
+
+def test_pair_terms_are_adjacent_pairs_in_order_with_repeats() -> None:
+    assert pair_terms(["a", "b", "a", "b"]) == "a|b b|a a|b"
+    assert pair_terms(["solo"]) == ""
+    assert pair_term("json", "token") == "json|token"
+
+
+def test_a_pair_query_matches_what_a_phrase_query_matches(tmp_path: object) -> None:
+    schema = tantivy_text._schema()
+    index = tantivy.Index(schema)
+    tantivy_text._register(index)
+    writer = index.writer(15_000_000, 1)
+    texts = [
+        "read the json token stream",
+        "token json read",  # both words, never adjacent in order
+        "parseJson token_stream; JSON Token",
+        "json\ntoken",
+    ]
+    for i, text in enumerate(texts):
+        writer.add_document(tantivy_text._document(f"u{i}", "R", text, {}))
+    writer.commit()
+    index.reload()
+    searcher = index.searcher()
+    words = ["read", "the", "json", "token", "stream", "parse"]
+    for a, b in itertools.product(words, words):
+        phrase = tantivy.Query.phrase_query(schema, "content", [a, b])
+        pair = tantivy.Query.term_query(schema, "pairs", pair_term(a, b))
+        want = {searcher.doc(d)["uko_uri"][0] for _, d in searcher.search(phrase, 10).hits}
+        got = {searcher.doc(d)["uko_uri"][0] for _, d in searcher.search(pair, 10).hits}
+        assert got == want, (a, b)
