@@ -713,6 +713,11 @@ class FaissVectorBackend:
             for _ in range(5):
                 try:
                     conn, present = self._refresh(wanted)
+                    if conn is not self._conn:
+                        # The file was swapped (a rebuild) while refreshing:
+                        # the old connection is closed and what was loaded
+                        # from it forgotten.  Start over on the new file.
+                        continue
                     hits = self._search(conn, query, present, top_k)
                     if not hits:
                         return []
@@ -721,6 +726,8 @@ class FaissVectorBackend:
                     self._recheck(present)
                     continue
                 except sqlite3.Error as exc:
+                    if conn is not self._conn:
+                        continue  # swapped under this pass, as above
                     raise IndexUnavailableError("cannot read the vector index") from exc
                 if len(rows) == len(hits):
                     break
