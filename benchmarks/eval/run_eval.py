@@ -32,10 +32,9 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 import structlog
 
 HERE = Path(__file__).resolve().parent
@@ -46,7 +45,9 @@ import questions as Q  # noqa: E402
 from baselines import Bm25Windows, GrepFiles, Hit  # noqa: E402
 
 from cleveragents.application.container import build_container  # noqa: E402
-from cleveragents.application.services.embedding_text import embedding_text  # noqa: E402
+from cleveragents.application.services.embedding_text import (  # noqa: E402
+    CompactTextEmbedder,
+)
 from cleveragents.application.services.fusion import (  # noqa: E402
     DEFAULT_CONFIDENT,
     DEFAULT_K,
@@ -130,28 +131,6 @@ def verdict_markdown(rows: list[dict]) -> list[str]:
         holds = "**yes**" if row["holds"] else "**NO**"
         lines.append(f"| {row['claim']} | " + " | ".join(cells) + f" | {holds} |")
     return lines
-
-
-class CompactEmbedder:
-    """An embedder that embeds :func:`embedding_text` of each text (the compact
-    units the issue asks for), under its own name so an index records it."""
-
-    def __init__(self, inner, max_words: int) -> None:
-        self.inner = inner
-        self.max_words = max_words
-
-    @property
-    def name(self) -> str:
-        return f"{self.inner.name}+compact{self.max_words}"
-
-    @property
-    def dimension(self) -> int:
-        return self.inner.dimension
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        if isinstance(texts, str):
-            raise TypeError("texts must be a sequence of str")
-        return self.inner.embed([embedding_text(t, max_words=self.max_words) for t in texts])
 
 
 def build_index(data_dir: Path, roots: dict[str, Path], embedder=None):
@@ -465,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
             from cleveragents.infrastructure.acms.minilm_embedder import MiniLMEmbedder
 
             inner = MiniLMEmbedder(max_tokens=args.minilm_tokens)
-            minilm = CompactEmbedder(inner, args.compact_words)
+            minilm = CompactTextEmbedder(inner, args.compact_words)
             ops, emb, scope, corpus_of, secs, units = build_index(
                 base / "data-minilm", roots, minilm
             )

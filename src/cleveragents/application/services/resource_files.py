@@ -34,14 +34,18 @@ import os
 import shlex
 import stat
 import subprocess
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from operator import attrgetter
 
 import structlog
 
 from cleveragents.domain.models.acms.errors import ResourceListingError
-from cleveragents.domain.models.acms.secret_filter import DEFAULT_SECRET_FILTER, SecretFilter
+from cleveragents.domain.models.acms.secret_filter import (
+    DEFAULT_SECRET_FILTER,
+    SecretFilter,
+    SecretRule,
+)
 
 __all__ = [
     "BINARY_EXTENSIONS",
@@ -328,7 +332,7 @@ def _listed(
     dir_fd: int | None = root_fd  # its descriptor, None when it is refused
     dir_reason = ""
     is_reg, is_lnk = stat.S_ISREG, stat.S_ISLNK
-    binary, rule_for, lstat = BINARY_EXTENSIONS, secrets.rule_for, os.stat
+    rule_for, lstat = secrets.rule_for, os.stat
     try:
         for rel_path in paths:
             directory, _, name = rel_path.rpartition("/")
@@ -341,20 +345,7 @@ def _listed(
             if name in ("", ".", "..") or "\0" in name or rel_path.startswith("/"):
                 _skip(rel_path, "outside_root")
                 continue
-            dot = name.rfind(".")  # _extension(name), inlined: once per file
-            if dot >= 0 and name[dot:].lower() in binary:
-                _skip(rel_path, "binary")
-                continue
-            secret = rule_for(rel_path)
-            if secret is not None:
-                _log.info(
-                    "context_hydrator.file_skipped",
-                    path=rel_path,
-                    reason="secret",
-                    rule=secret.pattern,
-                    why=secret.reason,
-                )
-                secret_skipped.append((rel_path, secret.pattern))
+            if _excluded(rel_path, name, rule_for, secret_skipped):
                 continue
             if dir_fd is None:
                 _skip(rel_path, dir_reason)
@@ -381,6 +372,32 @@ def _listed(
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
+def _excluded(
+    rel_path: str,
+    name: str,
+    rule_for: Callable[[str], SecretRule | None],
+    secret_skipped: list[tuple[str, str]],
+) -> bool:
+    """Whether a listed file is left out: a binary by its extension (skip
+    logged), or a path the secret filter denies (recorded in ``secret_skipped``)."""
+    dot = name.rfind(".")
+    if dot >= 0 and name[dot:].lower() in BINARY_EXTENSIONS:
+        _skip(rel_path, "binary")
+        return True
+    secret = rule_for(rel_path)
+    if secret is None:
+        return False
+    _log.info(
+        "context_hydrator.file_skipped",
+        path=rel_path,
+        reason="secret",
+        rule=secret.pattern,
+        why=secret.reason,
+    )
+    secret_skipped.append((rel_path, secret.pattern))
+    return True
+
+
 def _scan_directory(
     fd: int,
     prefix: str,
@@ -396,7 +413,7 @@ def _scan_directory(
     following a link; a symlink (to a directory too) is a file to refuse.
     """
     subdirs: list[str] = []
-    binary, rule_for = BINARY_EXTENSIONS, secrets.rule_for
+    rule_for = secrets.rule_for
     is_reg, is_lnk = stat.S_ISREG, stat.S_ISLNK
     try:
         with os.scandir(fd) as entries:
@@ -411,20 +428,7 @@ def _scan_directory(
                         subdirs.append(name)
                     continue
                 rel_path = prefix + name
-                dot = name.rfind(".")
-                if dot >= 0 and name[dot:].lower() in binary:
-                    _skip(rel_path, "binary")
-                    continue
-                secret = rule_for(rel_path)
-                if secret is not None:
-                    _log.info(
-                        "context_hydrator.file_skipped",
-                        path=rel_path,
-                        reason="secret",
-                        rule=secret.pattern,
-                        why=secret.reason,
-                    )
-                    secret_skipped.append((rel_path, secret.pattern))
+                if _excluded(rel_path, name, rule_for, secret_skipped):
                     continue
                 try:
                     st = entry.stat(follow_symlinks=False)

@@ -754,16 +754,19 @@ class TantivyTextBackend:
             TypeError / ValueError: ``resource_id`` is not a ULID.
             IndexUnavailableError: the index cannot be read.
         """
+        return {str(doc.get_first("uko_uri")) for doc in self._all_docs(resource_id)}
+
+    def _all_docs(self, resource_id: str) -> list[tantivy.Document]:
+        """Every stored document of a resource's shard (none without a shard)."""
         rid = canonical_ulid(resource_id)
         self._parser()
         shard = self._shard(rid)
         if shard is None or shard.num_docs == 0:
-            return set()
+            return []
         try:
-            hits = shard.searcher.search(
-                tantivy.Query.all_query(), shard.num_docs, count=False
-            ).hits
-            return {str(shard.searcher.doc(addr).get_first("uko_uri")) for _, addr in hits}
+            searcher = shard.searcher
+            hits = searcher.search(tantivy.Query.all_query(), shard.num_docs, count=False).hits
+            return [searcher.doc(addr) for _, addr in hits]
         except (OSError, ValueError) as exc:
             raise IndexUnavailableError(f"cannot read the text index: {exc}") from exc
 
@@ -776,17 +779,7 @@ class TantivyTextBackend:
             TypeError / ValueError: ``resource_id`` is not a ULID.
             IndexUnavailableError: the index cannot be read.
         """
-        rid = canonical_ulid(resource_id)
-        self._parser()
-        shard = self._shard(rid)
-        if shard is None or shard.num_docs == 0:
-            return iter(())
-        try:
-            searcher = shard.searcher
-            hits = searcher.search(tantivy.Query.all_query(), shard.num_docs, count=False).hits
-            stored = [_read_stored(searcher.doc(addr)) for _, addr in hits]
-        except (OSError, ValueError) as exc:
-            raise IndexUnavailableError(f"cannot read the text index: {exc}") from exc
+        stored = [_read_stored(doc) for doc in self._all_docs(resource_id)]
         stored.sort(key=lambda s: s.uri)
         return iter([IndexUnit(s.uri, s.content, s.metadata) for s in stored])
 
