@@ -30,6 +30,7 @@ for ``reason="secret"``, with the matching ``rule``).
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import shlex
 import stat
@@ -331,7 +332,6 @@ def _listed(
     current: str | None = ""  # the directory of the previous candidate
     dir_fd: int | None = root_fd  # its descriptor, None when it is refused
     dir_reason = ""
-    is_reg, is_lnk = stat.S_ISREG, stat.S_ISLNK
     rule_for, lstat = secrets.rule_for, os.stat
     try:
         for rel_path in paths:
@@ -350,20 +350,11 @@ def _listed(
             if dir_fd is None:
                 _skip(rel_path, dir_reason)
                 continue
-            try:
-                st = lstat(name, dir_fd=dir_fd, follow_symlinks=False)
-            except FileNotFoundError:
-                _log.debug("context_hydrator.vanished", path=rel_path)
-                _skip(rel_path, "vanished")
-                continue
-            except OSError as exc:
-                _skip(rel_path, "unreadable", error=str(exc))
-                continue
-            mode = st.st_mode
-            if not is_reg(mode):
-                _skip(rel_path, "symlink" if is_lnk(mode) else "not_regular")
-                continue
-            yield ListedFile(rel_path, st.st_size, st.st_mtime_ns)
+            found = _regular_file(
+                rel_path, functools.partial(lstat, name, dir_fd=dir_fd, follow_symlinks=False)
+            )
+            if found is not None:
+                yield found
     finally:
         for fd in fds:
             os.close(fd)
@@ -398,6 +389,26 @@ def _excluded(
     return True
 
 
+def _regular_file(rel_path: str, stat_of: Callable[[], os.stat_result]) -> ListedFile | None:
+    """``rel_path`` as listed when ``stat_of()`` (which never follows a link)
+    shows a regular file; else None, the skip logged (vanished, unreadable,
+    a symlink or not a regular file)."""
+    try:
+        st = stat_of()
+    except FileNotFoundError:
+        _log.debug("context_hydrator.vanished", path=rel_path)
+        _skip(rel_path, "vanished")
+        return None
+    except OSError as exc:
+        _skip(rel_path, "unreadable", error=str(exc))
+        return None
+    mode = st.st_mode
+    if not stat.S_ISREG(mode):
+        _skip(rel_path, "symlink" if stat.S_ISLNK(mode) else "not_regular")
+        return None
+    return ListedFile(rel_path, st.st_size, st.st_mtime_ns)
+
+
 def _scan_directory(
     fd: int,
     prefix: str,
@@ -414,7 +425,6 @@ def _scan_directory(
     """
     subdirs: list[str] = []
     rule_for = secrets.rule_for
-    is_reg, is_lnk = stat.S_ISREG, stat.S_ISLNK
     try:
         with os.scandir(fd) as entries:
             for entry in entries:
@@ -430,20 +440,11 @@ def _scan_directory(
                 rel_path = prefix + name
                 if _excluded(rel_path, name, rule_for, secret_skipped):
                     continue
-                try:
-                    st = entry.stat(follow_symlinks=False)
-                except FileNotFoundError:
-                    _log.debug("context_hydrator.vanished", path=rel_path)
-                    _skip(rel_path, "vanished")
-                    continue
-                except OSError as exc:
-                    _skip(rel_path, "unreadable", error=str(exc))
-                    continue
-                mode = st.st_mode
-                if not is_reg(mode):
-                    _skip(rel_path, "symlink" if is_lnk(mode) else "not_regular")
-                    continue
-                files.append(ListedFile(rel_path, st.st_size, st.st_mtime_ns))
+                found = _regular_file(
+                    rel_path, functools.partial(entry.stat, follow_symlinks=False)
+                )
+                if found is not None:
+                    files.append(found)
     except OSError as exc:
         _skip(prefix.rstrip("/") or ".", "unreadable", error=str(exc))
     return subdirs
