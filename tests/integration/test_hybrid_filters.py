@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cleveragents.application.container import build_container
+from cleveragents.application.services import fusion
 from cleveragents.application.services.fusion import FILTERED_VECTOR_FACTOR, hybrid_search
 from cleveragents.application.services.operations import AcmsOperations
 from cleveragents.domain.models.acms.errors import QueryError
@@ -269,3 +270,40 @@ def test_filtered_vector_candidates_are_exact_however_deep_they_rank(
         max_results=depth,
     )
     assert [h.uko_uri for h in hits] == admitted[:depth]
+
+
+def test_filtered_vector_candidates_stop_at_the_cap(
+    crowded: Corpus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A filter that admits only deep units reads at most the cap of vector
+    hits (each carries its content), then answers with what passed."""
+    monkeypatch.setattr(fusion, "MAX_FILTERED_CANDIDATES", 12)
+    asked: list[int] = []
+    c = build_container("local", crowded.ops.data_dir)
+    vectors = c.vector_backend()
+
+    class Depths:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(vectors, name)
+
+        def similarity_search(self, embedding: list[float], **kw: Any) -> Any:
+            asked.append(kw["top_k"])
+            return vectors.similarity_search(embedding, **kw)
+
+    view = ScopedView(
+        c.text_backend(),
+        Depths(),  # type: ignore[arg-type]
+        c.graph_backend(),
+        frozenset(crowded.resources),
+    )
+    hits = hybrid_search(
+        view,
+        crowded.embedder,
+        "split one header line into name and value",
+        path="odd/*",
+        weights=_weights({"vector": 1.0}),
+        depth=1,
+        max_results=1,
+    )
+    assert asked == [8, 12]  # depth x 8, then the cap; the odd files rank below both
+    assert hits == []

@@ -46,6 +46,7 @@ __all__ = [
     "DEFAULT_K",
     "DEFAULT_WEIGHTS",
     "FILTERED_VECTOR_FACTOR",
+    "MAX_FILTERED_CANDIDATES",
     "FusedHit",
     "HybridHit",
     "definition_query",
@@ -99,8 +100,11 @@ DEFAULT_WEIGHTS: Mapping[str, float] = MappingProxyType({"text": 1.0, "vector": 
 DEFAULT_CONFIDENT = 0.8
 # With a path or language filter, vector candidates are fetched this many
 # times deeper before filtering (the vector index has no filter of its own),
-# then four times deeper again until ``depth`` pass or the scope runs out.
+# then four times deeper again until ``depth`` pass, the scope runs out, or
+# MAX_FILTERED_CANDIDATES were fetched (each hit carries its content: a
+# filter that admits nothing must not read a whole large scope into memory).
 FILTERED_VECTOR_FACTOR = 8
+MAX_FILTERED_CANDIDATES = 16_384
 _MAX_IDENTIFIERS = 8
 
 
@@ -456,14 +460,17 @@ def _filtered_vector(
 ) -> list[VectorResult]:
     """The first ``depth`` vector hits that ``admits``, exactly as a filtering
     vector index would return them: deeper searches until enough pass or the
-    scope has no more units (a search returning fewer than it was asked)."""
+    scope has no more units (a search returning fewer than it was asked),
+    within the first :data:`MAX_FILTERED_CANDIDATES` hits (or ``depth`` x
+    :data:`FILTERED_VECTOR_FACTOR`, if larger)."""
     top = depth * FILTERED_VECTOR_FACTOR
+    cap = max(top, MAX_FILTERED_CANDIDATES)
     while True:
         wide = view.similarity_search(vector, top_k=top)
         kept = [r for r in wide if admits(r.uko_uri)]
-        if len(kept) >= depth or len(wide) < top:
+        if len(kept) >= depth or len(wide) < top or top >= cap:
             return kept[:depth]
-        top *= 4
+        top = min(top * 4, cap)
 
 
 def _unique(uris: Iterable[str]) -> list[str]:
