@@ -424,7 +424,8 @@ def _scan_directory(
     following a link; a symlink (to a directory too) is a file to refuse.
     """
     subdirs: list[str] = []
-    rule_for = secrets.rule_for
+    rule_for, add = secrets.rule_for, files.append
+    binary, is_reg = BINARY_EXTENSIONS, stat.S_ISREG
     try:
         with os.scandir(fd) as entries:
             for entry in entries:
@@ -438,13 +439,25 @@ def _scan_directory(
                         subdirs.append(name)
                     continue
                 rel_path = prefix + name
-                if _excluded(rel_path, name, rule_for, secret_skipped):
+                # The checks of _excluded and _regular_file, inlined for the
+                # common file (a re-run lists every file of the resource);
+                # anything else takes the functions, which log the skip.
+                dot = name.rfind(".")
+                if (dot >= 0 and name[dot:].lower() in binary) or rule_for(rel_path) is not None:
+                    _excluded(rel_path, name, rule_for, secret_skipped)
+                    continue
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    st = None
+                if st is not None and is_reg(st.st_mode):
+                    add(ListedFile(rel_path, st.st_size, st.st_mtime_ns))
                     continue
                 found = _regular_file(
                     rel_path, functools.partial(entry.stat, follow_symlinks=False)
                 )
                 if found is not None:
-                    files.append(found)
+                    add(found)
     except OSError as exc:
         _skip(prefix.rstrip("/") or ".", "unreadable", error=str(exc))
     return subdirs

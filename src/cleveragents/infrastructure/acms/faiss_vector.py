@@ -76,6 +76,7 @@ from cleveragents.domain.models.acms.backends import (
 from cleveragents.domain.models.acms.errors import IndexUnavailableError
 from cleveragents.domain.models.acms.uko import resource_id_of
 from cleveragents.domain.models.acms.ulids import canonical_ulid, validate_scope
+from cleveragents.infrastructure.acms.sqlite_distinct import distinct_sql
 
 __all__ = ["DimensionMismatchError", "FaissVectorBackend"]
 
@@ -95,6 +96,8 @@ DEFAULT_CACHE_BYTES = 512 * 1024 * 1024
 _ABSENT_LIMIT = 4096
 
 _log = structlog.get_logger("cleveragents.acms.faiss_vector")
+
+_RESOURCE_IDS = distinct_sql("units", "resource_id")  # through units_resource_id
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -902,7 +905,7 @@ class FaissVectorBackend:
 
     def resource_ids(self) -> set[str]:
         """ULIDs of the resources that have at least one unit."""
-        return {row[0] for row in self._query("SELECT DISTINCT resource_id FROM units")}
+        return {row[0] for row in self._query(_RESOURCE_IDS)}
 
     def _query(self, sql: str, *args: object) -> list[Any]:
         with self._lock:

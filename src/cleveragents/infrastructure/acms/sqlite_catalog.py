@@ -19,12 +19,14 @@ import json
 import os
 import sqlite3
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from types import MappingProxyType
 
 from cleveragents.domain.models.acms.errors import IndexUnavailableError
 from cleveragents.domain.models.acms.indexing import FileRecord
+from cleveragents.infrastructure.acms.sqlite_distinct import distinct_sql
 
 __all__ = ["SqliteCatalog"]
 
@@ -53,6 +55,11 @@ def _fsdecode(raw: bytes) -> str:
     return raw.decode(_FS_ENCODING, "surrogateescape")
 
 
+_RESOURCE_IDS = distinct_sql("files", "resource_id")  # through the primary key
+
+# Resources whose file_stats answer is kept (the oldest goes first).
+_STATS_CACHE_RESOURCES = 8
+
 # Paths per ``get`` query: under SQLite's default host-parameter limit.
 _GET_BATCH = 500
 
@@ -74,6 +81,10 @@ class SqliteCatalog:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self._path = str(path)
         self._identity: tuple[int, int] | None = None
+        # file_stats answers, per resource, with the database state they read.
+        self._stats_cache: dict[
+            str, tuple[tuple[sqlite3.Connection, int, int], Mapping[str, tuple[int, int]]]
+        ] = {}
         self._db = self._open()
 
     def _open(self) -> sqlite3.Connection:
@@ -142,19 +153,40 @@ class SqliteCatalog:
         records = (_record(r) for r in rows)
         return {rec.path: rec for rec in records}
 
-    def file_stats(self, resource_id: str) -> dict[str, tuple[int, int]]:
-        """``(size, mtime_ns)`` of every file of a resource, by path.
+    def file_stats(self, resource_id: str) -> Mapping[str, tuple[int, int]]:
+        """``(size, mtime_ns)`` of every file of a resource, by path (read-only).
 
         What a re-run compares the listing with: it reads neither the unit
         URIs nor the subjects (see :meth:`get` for the few files that changed).
+
+        The last answer per resource is kept and given again while the
+        database is unchanged: no row changed through this connection
+        (``total_changes``) and no other connection committed (``PRAGMA
+        data_version``), outside any open transaction.  A long-lived host
+        that re-runs often (``acms watch``) then reads nothing on a re-run
+        where nothing changed.
         """
         try:
-            rows = self._conn.execute(
+            conn = self._conn
+            version = (
+                None
+                if conn.in_transaction
+                else (conn, conn.total_changes, conn.execute("PRAGMA data_version").fetchone()[0])
+            )
+            cached = self._stats_cache.get(resource_id)
+            if version is not None and cached is not None and cached[0] == version:
+                return cached[1]
+            rows = conn.execute(
                 "SELECT path, size, mtime_ns FROM files WHERE resource_id = ?", (resource_id,)
             ).fetchall()
         except sqlite3.Error as exc:
             raise IndexUnavailableError(f"catalog {self._path}: {exc}") from exc
-        return {_fsdecode(path): (size, mtime) for path, size, mtime in rows}
+        stats = MappingProxyType({_fsdecode(path): (size, mtime) for path, size, mtime in rows})
+        if version is not None:
+            if len(self._stats_cache) >= _STATS_CACHE_RESOURCES:
+                self._stats_cache.pop(next(iter(self._stats_cache)))
+            self._stats_cache[resource_id] = (version, stats)
+        return stats
 
     def get(self, resource_id: str, paths: Iterable[str]) -> dict[str, FileRecord]:
         """The records of some files of a resource (paths with no record are left out)."""
@@ -210,7 +242,7 @@ class SqliteCatalog:
 
     def resource_ids(self) -> set[str]:
         """Resources with at least one record."""
-        rows = self._conn.execute("SELECT DISTINCT resource_id FROM files").fetchall()
+        rows = self._conn.execute(_RESOURCE_IDS).fetchall()
         return {r[0] for r in rows}
 
     def get_meta(self, key: str) -> str | None:

@@ -98,8 +98,8 @@ class Catalog(Protocol):
         """Every record of a resource, by path."""
         ...
 
-    def file_stats(self, resource_id: str) -> dict[str, tuple[int, int]]:
-        """``(size, mtime_ns)`` of every file of a resource, by path."""
+    def file_stats(self, resource_id: str) -> Mapping[str, tuple[int, int]]:
+        """``(size, mtime_ns)`` of every file of a resource, by path (read-only)."""
         ...
 
     def get(self, resource_id: str, paths: Iterable[str]) -> dict[str, FileRecord]:
