@@ -16,11 +16,13 @@ seconds of each process (the writer's apart): on cores other work keeps
 busy, wall time is noise, while ``max(writer CPU, total CPU / 2)`` bounds
 the wall time on two idle cores.
 
-Peak memory is reported twice: the sum of the processes' RSS (shared pages,
-such as the modules a fork server shares with its workers, count once per
-process) and the sum of their PSS (``/proc/<pid>/smaps_rollup``: a shared
+Peak memory is reported three ways: the sum of the processes' RSS (shared
+pages, such as the modules a fork server shares with its workers, count once
+per process), the sum of their PSS (``/proc/<pid>/smaps_rollup``: a shared
 page is split among the processes that map it, so the sum is the memory the
-tree actually occupies).
+tree actually occupies), and the sum of their anonymous RSS (``RssAnon``:
+without code and Tantivy's memory-mapped segments, which a merge reads in
+and the kernel can drop).
 
 Variants, interleaved (``--repeats`` rounds, medians reported):
 
@@ -177,15 +179,21 @@ def _pss_kb(pid: int) -> int:
     return 0
 
 
-def _rss_kb(pid: int) -> int:
+def _rss_kb(pid: int) -> tuple[int, int]:
+    """``(VmRSS, RssAnon)`` of ``pid`` in KB: all resident pages, and those
+    not backed by a file (the rest are code and Tantivy's mapped segments,
+    which the kernel can drop and re-read)."""
+    rss = anon = 0
     try:
         with open(f"/proc/{pid}/status") as fh:
             for line in fh:
                 if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
+                    rss = int(line.split()[1])
+                elif line.startswith("RssAnon:"):
+                    anon = int(line.split()[1])
     except OSError:
         pass
-    return 0
+    return rss, anon
 
 
 def measure(src: Path, tree: Path, data: Path, jobs: int | None) -> dict[str, Any]:
@@ -196,11 +204,13 @@ def measure(src: Path, tree: Path, data: Path, jobs: int | None) -> dict[str, An
     if jobs is not None:
         cmd += ["--jobs", str(jobs)]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True)
-    peak = peak_pss = 0
+    peak = peak_pss = peak_anon = 0
     cpu: dict[int, float] = {}  # cumulative per process: the last sample counts
     while proc.poll() is None:
         pids = _tree_pids(proc.pid)
-        peak = max(peak, sum(_rss_kb(p) for p in pids))
+        sizes = [_rss_kb(p) for p in pids]
+        peak = max(peak, sum(rss for rss, _ in sizes))
+        peak_anon = max(peak_anon, sum(anon for _, anon in sizes))
         peak_pss = max(peak_pss, sum(_pss_kb(p) for p in pids))
         for p in pids:
             cpu[p] = max(cpu.get(p, 0.0), _cpu_s(p))
@@ -211,6 +221,7 @@ def measure(src: Path, tree: Path, data: Path, jobs: int | None) -> dict[str, An
     result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     result["peak_rss_mb"] = peak / 1024
     result["peak_pss_mb"] = peak_pss / 1024
+    result["peak_anon_mb"] = peak_anon / 1024
     # CPU of the whole run (indexing and the re-runs; the writer's share
     # apart): on a machine that other work keeps busy, wall time says little,
     # and max(writer, total / cores) is the floor on dedicated cores.
@@ -245,9 +256,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     base_jobs = [int(j) for j in args.base_jobs.split(",") if j]
     rows = run(args.quick, args.repeats or (1 if args.quick else 3), args.base, base_jobs)
-    print_rows(rows)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
+    print_rows(rows)
     return 0
 
 
@@ -290,6 +301,7 @@ def run(quick: bool, repeats: int, base: str, base_jobs: list[int]) -> dict[str,
             "mb_per_s": indexed_mb / med["full_s"],
             "rss_over_source": med["peak_rss_mb"] / source_mb,
             "pss_over_source": med["peak_pss_mb"] / source_mb,
+            "anon_over_source": med["peak_anon_mb"] / source_mb,
             "no_change_vs_walk": med["no_change_s"] / med["bare_walk_s"],
             "no_change_cpu_vs_walk": med["no_change_cpu_s"] / med["bare_walk_cpu_s"],
             # Throughput if the run had 2 cores to itself: the writer and
@@ -315,7 +327,8 @@ def print_rows(rows: dict[str, Any]) -> None:
     )
     print(
         f"{'variant':<11} {'full s':>8} {'MB/s':>6} {'vs base':>8} {'peak RSS MB':>11} "
-        f"{'RSS/src':>7} {'PSS MB':>7} {'PSS/src':>7} {'no-change s':>11} {'vs walk':>7}"
+        f"{'RSS/src':>7} {'PSS MB':>7} {'PSS/src':>7} {'anon/src':>8} {'no-change s':>11} "
+        f"{'vs walk':>7}"
     )
     names = rows["variants"]
     for name in names:
@@ -324,7 +337,8 @@ def print_rows(rows: dict[str, Any]) -> None:
             f"{name:<11} {r['full_s']:>8.2f} {r['mb_per_s']:>6.2f} "
             f"{r['throughput_vs_today']:>7.2f}x {r['peak_rss_mb']:>11.0f} "
             f"{r['rss_over_source']:>6.1f}x {r['peak_pss_mb']:>7.0f} "
-            f"{r['pss_over_source']:>6.1f}x {r['no_change_s']:>11.3f} "
+            f"{r['pss_over_source']:>6.1f}x {r['anon_over_source']:>7.1f}x "
+            f"{r['no_change_s']:>11.3f} "
             f"{r['no_change_vs_walk']:>6.2f}x"
         )
     print(f"jobs=2 / jobs=1 throughput: {rows['jobs2_vs_jobs1']:.2f}x")
@@ -333,7 +347,7 @@ def print_rows(rows: dict[str, Any]) -> None:
         "wall / CPU: "
         + ", ".join(
             f"{n} {rows[n]['no_change_vs_walk']:.2f}x / {rows[n]['no_change_cpu_vs_walk']:.2f}x"
-            for n in ("today", "jobs=1", "jobs=2")
+            for n in names
         )
     )
     head = "MB/s on 2 idle cores"
