@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import pickle
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cleveragents.domain.models.acms.backends import (
     GraphResult,
     IndexUnit,
+    Literal,
     TextResult,
     VectorResult,
     validate_depth,
@@ -147,3 +149,33 @@ class TestIndexUnit:
     def test_rejects_non_str_metadata(self) -> None:
         with pytest.raises(TypeError):
             IndexUnit(unit_uri(new_ulid(), "a.py", "L1-L1"), "x", {"n": 1})  # type: ignore[dict-item]
+
+
+# ---------------------------------------------------------------- pickling
+
+
+_META_TEXT = st.text(max_size=12)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    path=st.text(alphabet="abcxyz/._-", min_size=1, max_size=20).filter(
+        lambda p: not p.startswith("/")
+    ),
+    content=st.text(max_size=50),
+    metadata=st.dictionaries(_META_TEXT, _META_TEXT, max_size=4),
+    value=st.text(max_size=20),
+    datatype=st.one_of(st.none(), st.just("http://www.w3.org/2001/XMLSchema#integer")),
+)
+def test_units_and_literals_survive_pickling(
+    path: str, content: str, metadata: dict[str, str], value: str, datatype: str | None
+) -> None:
+    """What planning workers send back is equal to what they made (the
+    units' fast unpickling skips the constructor's checks)."""
+    unit = IndexUnit(unit_uri("01JD0000000000000000000000", path, "L1-L2"), content, metadata)
+    literal = Literal(value, datatype)
+    for protocol in (2, pickle.HIGHEST_PROTOCOL):
+        back, lit = pickle.loads(pickle.dumps((unit, literal), protocol=protocol))
+        assert back == unit
+        assert type(back) is IndexUnit and back.resource_id == unit.resource_id
+        assert lit == literal and type(lit) is Literal

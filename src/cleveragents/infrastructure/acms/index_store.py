@@ -51,7 +51,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -63,6 +63,7 @@ from ulid import ULID
 
 from cleveragents.domain.models.acms.backends import (
     GraphIndex,
+    GroupedWrites,
     IndexUnit,
     StoredUnits,
     TextIndex,
@@ -412,9 +413,14 @@ class ManagedIndexStore:
         An exception leaves what was written and the dirty marker: the
         resource's next session repairs it.
         """
-        tx = StoreTransaction(self, canonical_ulid(resource_id), identity)
-        yield tx
-        tx.commit()
+        rid = canonical_ulid(resource_id)
+        text = self.text
+        # A session writes in batches: Tantivy keeps its writer between them.
+        grouped = text.grouped_writes(rid) if isinstance(text, GroupedWrites) else nullcontext()
+        with grouped:
+            tx = StoreTransaction(self, rid, identity)
+            yield tx
+            tx.commit()
         if tx.wrote:
             self._wrote()
 

@@ -387,6 +387,9 @@ class TantivyTextBackend:
         self._lock = threading.RLock()
         self._write_lock = threading.Lock()
         self._shards: dict[str, _Shard] = {}
+        # Writers kept open by grouped_writes (guarded by _write_lock): the
+        # resource's index and its writer, None until the first write.
+        self._held: dict[str, tuple[tantivy.Index, tantivy.IndexWriter] | None] = {}
         self._ram: dict[str, tantivy.Index] = {}
         self._commits: dict[str, int] = {}
         # Built queries of the parser ``_parsed_for`` (a query that passed the
@@ -429,6 +432,10 @@ class TantivyTextBackend:
     def close(self) -> None:
         """Release every shard; later calls fail."""
         with self._write_lock, self._lock:
+            for rid in list(self._held):
+                held = self._held.pop(rid)
+                if held is not None:
+                    _settle(held[1])
             self._index = None
             self._shards.clear()
             self._ram.clear()
@@ -958,6 +965,44 @@ class TantivyTextBackend:
         _log.info("acms.tantivy_text.shard_migrated", resource_id=rid, units=len(stored))
         return self._new_index(final)
 
+    @contextlib.contextmanager
+    def grouped_writes(self, resource_id: str) -> Iterator[None]:
+        """Keep the resource's writer open between the writes of the block.
+
+        Each write still commits (and is visible) when it returns; what
+        changes is that Tantivy's segment merges, which a write otherwise
+        waits for, run in the background while the caller prepares the next
+        batch, and are waited for once, when the block ends.  The writer
+        lock of the resource's shard is held for the whole block (other
+        writers of it wait, as they would for one long write).
+
+        Raises:
+            ValueError: an invalid ULID, or the resource's writes are
+                already grouped.
+        """
+        rid = canonical_ulid(resource_id)
+        with self._write_lock:
+            if rid in self._held:
+                raise ValueError(f"the writes of {rid} are already grouped")
+            self._held[rid] = None
+        try:
+            yield
+        finally:
+            with self._write_lock:
+                held = self._held.pop(rid, None)
+                if held is not None:
+                    _settle(held[1])
+
+    def _writer_for(self, rid: str, index: tantivy.Index) -> tantivy.IndexWriter:
+        """The writer a grouped block kept for ``index``, or a new one."""
+        held = self._held.get(rid)
+        if held is not None:
+            if held[0] is index:
+                return held[1]
+            self._held[rid] = None  # the shard was replaced: its writer goes
+            _settle(held[1])
+        return self._acquire_writer(index)
+
     def _write(
         self, rid: str, change: Callable[[tantivy.IndexWriter], None], *, create: bool
     ) -> None:
@@ -966,7 +1011,8 @@ class TantivyTextBackend:
             if index is None:
                 return
             directory = self._directory(rid)
-            writer = self._acquire_writer(index)
+            writer = self._writer_for(rid, index)
+            keep = False
             try:
                 change(writer)
                 writer.commit()
@@ -986,6 +1032,7 @@ class TantivyTextBackend:
                     )
                     with self._lock:
                         self._shards[rid] = shard
+                    keep = rid in self._held
             except BaseException as exc:
                 with contextlib.suppress(OSError, ValueError):
                     writer.rollback()
@@ -994,9 +1041,12 @@ class TantivyTextBackend:
                     raise
                 raise IndexUnavailableError(f"cannot write the text index: {exc}") from exc
             finally:
-                # Lets merges finish and releases the writer lock.
-                with contextlib.suppress(OSError, ValueError):
-                    writer.wait_merging_threads()
+                if keep:
+                    self._held[rid] = (index, writer)
+                else:
+                    if rid in self._held:
+                        self._held[rid] = None
+                    _settle(writer)
                 del writer
 
     def _remove(self, rid: str) -> None:
@@ -1047,6 +1097,13 @@ class TantivyTextBackend:
             f"the text index at {self._path!r} stayed locked by another writer "
             f"for {self._lock_timeout:g} s"
         ) from exc
+
+
+def _settle(writer: tantivy.IndexWriter) -> None:
+    """Let the writer's merges finish and release its lock (the writer is
+    spent afterwards)."""
+    with contextlib.suppress(OSError, ValueError):
+        writer.wait_merging_threads()
 
 
 def _seconds(value: object, name: str, *, allow_zero: bool) -> float:

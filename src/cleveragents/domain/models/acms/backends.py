@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -34,6 +35,7 @@ __all__ = [
     "GraphBackend",
     "GraphIndex",
     "GraphResult",
+    "GroupedWrites",
     "IndexUnit",
     "Literal",
     "StoredUnits",
@@ -381,6 +383,22 @@ class IndexUnit:
         assert rid is not None  # checked in __post_init__
         return rid
 
+    def __reduce__(self) -> tuple[object, tuple[str, str, Mapping[str, str]]]:
+        # Planning workers send units back by the ten thousand; the default
+        # for a slotted dataclass (``fields()`` per object) cost the writer
+        # more than the unit's own checks.
+        return (_unit_from_pickle, (self.uko_uri, self.content, self.metadata))
+
+
+def _unit_from_pickle(uko_uri: str, content: str, metadata: Mapping[str, str]) -> IndexUnit:
+    """A pickled unit, rebuilt without checking it again: it was checked when
+    it was made, and unpickling trusts its input anyway."""
+    unit = object.__new__(IndexUnit)
+    object.__setattr__(unit, "uko_uri", uko_uri)
+    object.__setattr__(unit, "content", content)
+    object.__setattr__(unit, "metadata", metadata)
+    return unit
+
 
 @dataclass(frozen=True, slots=True)
 class Literal:
@@ -388,6 +406,9 @@ class Literal:
 
     value: str
     datatype: str | None = None
+
+    def __reduce__(self) -> tuple[type[Literal], tuple[str, str | None]]:
+        return (Literal, (self.value, self.datatype))  # see IndexUnit.__reduce__
 
 
 WriteTriple = tuple[str, str, "str | Literal"]
@@ -439,6 +460,20 @@ class StoredUnits(Protocol):
         Raises:
             NotImplementedError: this index cannot read its units back.
             IndexUnavailableError: the index cannot be read.
+        """
+        ...
+
+
+@runtime_checkable
+class GroupedWrites(Protocol):
+    """A text index that can group the writes of one resource's session."""
+
+    def grouped_writes(self, resource_id: str) -> AbstractContextManager[None]:
+        """Within the block, the resource's writes may share engine state
+        (Tantivy keeps its writer, so segment merges run in the background
+        between commits instead of after each one).  Each write is still
+        committed when it returns; leaving the block waits for background
+        work and releases what was kept.
         """
         ...
 

@@ -1,0 +1,225 @@
+"""``TantivyTextBackend.grouped_writes``: one writer for a session's batches.
+
+Oracle: the same writes made one by one on a backend that groups nothing
+(every query's URIs, order and scores, and the stored units, must agree).
+The writer lock is what grouping changes; it is checked from a second
+backend on the same directory (as another process's writer would see it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from ulid import ULID
+
+from cleveragents.application.services.indexer import Indexer
+from cleveragents.domain.models.acms.backends import GroupedWrites, IndexUnit
+from cleveragents.domain.models.acms.errors import IndexUnavailableError
+from cleveragents.domain.models.acms.uko import unit_uri
+from cleveragents.infrastructure.acms.hashing_embedder import HashingEmbedder
+from cleveragents.infrastructure.acms.index_store import ManagedIndexStore
+from cleveragents.infrastructure.acms.memory_indexes import (
+    MemoryCatalog,
+    MemoryGraphIndex,
+    MemoryTextIndex,
+    MemoryVectorIndex,
+)
+from cleveragents.infrastructure.acms.tantivy_text import TantivyTextBackend
+
+RID = str(ULID())
+OTHER = str(ULID())
+WORDS = ["alpha", "beta", "gamma", "delta", "needle", "hay"]
+
+
+def _unit(rid: str, n: int, text: str) -> IndexUnit:
+    return IndexUnit(unit_uri(rid, f"f{n}.py", "L1-L5"), text, {"path": f"f{n}.py"})
+
+
+def _state(b: TantivyTextBackend, rid: str) -> tuple[object, ...]:
+    scope = frozenset({rid})
+    found = [
+        [(r.uko_uri, round(r.score, 6)) for r in b.search(w, scope=scope, max_results=50)]
+        for w in WORDS
+    ]
+    return (sorted(b.unit_uris(rid)), found)
+
+
+def test_is_a_grouped_writes_index_and_the_memory_index_is_not(tmp_path: Path) -> None:
+    b = TantivyTextBackend(tmp_path / "t")
+    assert isinstance(b, GroupedWrites)
+    assert not isinstance(MemoryTextIndex(), GroupedWrites)
+    b.close()
+
+
+_OPS = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("upsert"),
+            st.lists(
+                st.tuples(st.integers(0, 5), st.lists(st.sampled_from(WORDS), min_size=1)),
+                min_size=1,
+                max_size=4,
+            ),
+        ),
+        st.tuples(st.just("delete"), st.lists(st.integers(0, 5), max_size=3)),
+        st.tuples(st.just("delete_all"), st.just([])),
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(ops=_OPS)
+def test_grouped_writes_equal_the_same_writes_ungrouped(
+    tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, list[object]]]
+) -> None:
+    root = tmp_path_factory.mktemp("grouped")
+    grouped, plain = TantivyTextBackend(root / "g"), TantivyTextBackend(root / "p")
+
+    def apply(b: TantivyTextBackend, op: str, arg: list[object]) -> None:
+        if op == "upsert":
+            b.upsert(RID, [_unit(RID, n, " ".join(ws)) for n, ws in arg])  # type: ignore[misc]
+        elif op == "delete":
+            b.delete(RID, [unit_uri(RID, f"f{n}.py", "L1-L5") for n in arg])
+        else:
+            b.delete(RID)
+
+    try:
+        with grouped.grouped_writes(RID):
+            for op, arg in ops:
+                apply(grouped, op, arg)
+                apply(plain, op, arg)
+                # Every write is committed and visible when it returns.
+                assert _state(grouped, RID) == _state(plain, RID)
+        assert _state(grouped, RID) == _state(plain, RID)
+        grouped.upsert(RID, [_unit(RID, 9, "after the block")])  # a fresh writer
+        assert unit_uri(RID, "f9.py", "L1-L5") in grouped.unit_uris(RID)
+    finally:
+        grouped.close()
+        plain.close()
+
+
+def _other_writer_blocked(path: Path, rid: str) -> bool:
+    """Whether another backend's writer of ``rid`` waits for the lock."""
+    other = TantivyTextBackend(path, lock_timeout=0.2)
+    try:
+        other.upsert(rid, [_unit(rid, 7, "from another writer")])
+    except IndexUnavailableError as exc:
+        assert "locked" in str(exc)
+        return True
+    finally:
+        other.close()
+    return False
+
+
+def test_the_lock_is_held_in_the_block_and_released_after(tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    b = TantivyTextBackend(path)
+    b.upsert(RID, [_unit(RID, 0, "alpha")])
+    b.upsert(OTHER, [_unit(OTHER, 0, "alpha")])
+    with b.grouped_writes(RID):
+        assert not _other_writer_blocked(path, RID)  # nothing written yet: no writer
+        b.upsert(RID, [_unit(RID, 1, "beta")])
+        assert _other_writer_blocked(path, RID)  # positive control: the kept writer
+        assert not _other_writer_blocked(path, OTHER)  # another shard's lock is free
+    assert not _other_writer_blocked(path, RID)
+    b.close()
+
+
+def test_an_error_in_the_block_releases_the_writer(tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    b = TantivyTextBackend(path)
+    with pytest.raises(RuntimeError, match="caller failed"), b.grouped_writes(RID):
+        b.upsert(RID, [_unit(RID, 1, "beta")])
+        raise RuntimeError("caller failed")
+    assert not _other_writer_blocked(path, RID)
+    b.close()
+
+
+def test_close_in_the_block_releases_the_writer(tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    b = TantivyTextBackend(path)
+    with b.grouped_writes(RID):
+        b.upsert(RID, [_unit(RID, 1, "beta")])
+        b.close()
+        assert not _other_writer_blocked(path, RID)
+
+
+def test_a_removed_shard_is_written_again_in_the_same_block(tmp_path: Path) -> None:
+    b = TantivyTextBackend(tmp_path / "t")
+    with b.grouped_writes(RID):
+        b.upsert(RID, [_unit(RID, 1, "beta")])
+        b.delete(RID)  # the shard is removed; its writer goes with it
+        assert RID not in b.resource_ids()
+        b.upsert(RID, [_unit(RID, 2, "gamma")])
+        assert b.unit_uris(RID) == {unit_uri(RID, "f2.py", "L1-L5")}
+    assert [r.uko_uri for r in b.search("gamma", scope=frozenset({RID}))] == [
+        unit_uri(RID, "f2.py", "L1-L5")
+    ]
+    b.close()
+
+
+def test_grouping_twice_is_refused(tmp_path: Path) -> None:
+    b = TantivyTextBackend(tmp_path / "t")
+    with (
+        b.grouped_writes(RID),
+        pytest.raises(ValueError, match="already grouped"),
+        b.grouped_writes(RID),
+    ):
+        pass
+    with b.grouped_writes(RID):  # the refused block left nothing behind
+        b.upsert(RID, [_unit(RID, 1, "beta")])
+    with pytest.raises(ValueError), b.grouped_writes("not-a-ulid"):
+        pass
+    b.close()
+
+
+class _Watching(TantivyTextBackend):
+    """Records, per write, whether a writer was kept for it (by a grouped
+    block, from an earlier write of the block)."""
+
+    seen: list[bool]
+
+    def upsert(self, *args: Any, **kwargs: Any) -> None:
+        self.seen.append(self._held.get(RID) is not None)
+        super().upsert(*args, **kwargs)
+
+
+class _Ungrouped(TantivyTextBackend):
+    """The reference: grouping is a no-op, every write waits for its merges."""
+
+    @contextlib.contextmanager
+    def grouped_writes(self, resource_id: str) -> Iterator[None]:
+        yield
+
+
+def test_a_store_session_groups_its_text_writes(tmp_path: Path) -> None:
+    """The index store's session keeps the writer across its batches (one
+    unit per batch here), and the index equals one written without grouping."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for n in range(6):
+        (repo / f"m{n}.py").write_text(f"def function_{n}():\n    return {n}  # needle\n")
+    grouped, plain = _Watching(tmp_path / "g"), _Ungrouped(tmp_path / "p")
+    grouped.seen = []
+    for text in (grouped, plain):
+        store = ManagedIndexStore.over(
+            text, MemoryVectorIndex(8), MemoryGraphIndex(), MemoryCatalog(), batch_units=1
+        )
+        Indexer(store, HashingEmbedder(8)).index_resource(RID, repo, "directory")
+    # The first batch opened the writer; every later one wrote through it.
+    assert len(grouped.seen) >= 6 and grouped.seen[0] is False and all(grouped.seen[1:])
+    assert not grouped._held  # released when the session ended
+    assert _state(grouped, RID) == _state(plain, RID)
+    assert not _other_writer_blocked(tmp_path / "g", RID)
+    grouped.close()
+    plain.close()
