@@ -45,3 +45,13 @@ def test_local_profile_round_trip(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert rows == [(file_uri(rid, "a.py"), UKO + "path", "a.py")]
     for sub in ("text", "vectors", "graph"):
         assert (tmp_path / "data" / sub).is_dir()
+
+
+def test_local_workers_prepare_the_text_the_tantivy_index_writes(tmp_path: Path) -> None:
+    """The local profile's planning workers run the text index's preparer,
+    so the one writer process does not analyse unit text itself."""
+    from cleveragents.infrastructure.acms.text_analysis import prepare_content
+
+    c = build_container("local", tmp_path / "data")
+    spec = c.indexer().spec
+    assert spec is not None and spec.text_preparer is prepare_content

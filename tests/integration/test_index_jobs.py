@@ -22,6 +22,7 @@ import sysconfig
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 from structlog.testing import capture_logs
@@ -31,6 +32,7 @@ from cleveragents.application.services.indexer import Indexer, PlannerSpec
 from cleveragents.domain.models.acms.indexing import IndexStats
 from cleveragents.infrastructure.acms.hashing_embedder import HashingEmbedder
 from cleveragents.infrastructure.acms.index_store import ManagedIndexStore
+from cleveragents.infrastructure.acms.text_analysis import prepare_content
 from cleveragents.infrastructure.acms.tree_sitter_code import TreeSitterCodeParser
 
 DIM = 64
@@ -56,9 +58,15 @@ def make_tree(root: Path) -> Path:
     return root
 
 
-def indexer_at(data: Path) -> Indexer:
+def indexer_at(data: Path, *, prepared: bool = False) -> Indexer:
+    """``prepared``: workers also run the text index's preparer (as the
+    container sets them up), so the writer indexes their prepared text."""
     store = ManagedIndexStore.open(data, dimension=DIM)
-    spec = PlannerSpec(functools.partial(HashingEmbedder, DIM), TreeSitterCodeParser)
+    spec = PlannerSpec(
+        functools.partial(HashingEmbedder, DIM),
+        TreeSitterCodeParser,
+        text_preparer=prepare_content if prepared else None,
+    )
     return Indexer(store, HashingEmbedder(DIM), code_parser=TreeSitterCodeParser(), spec=spec)
 
 
@@ -108,9 +116,10 @@ def contents(indexer: Indexer, *, bm25: bool = True) -> dict[str, object]:
     }
 
 
-def test_two_jobs_write_what_one_job_writes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("prepared", [False, True], ids=["writer-analyses", "workers-prepare"])
+def test_two_jobs_write_what_one_job_writes(tmp_path: Path, prepared: bool) -> None:
     tree = make_tree(tmp_path / "tree")
-    one, two = indexer_at(tmp_path / "one"), indexer_at(tmp_path / "two")
+    one, two = indexer_at(tmp_path / "one"), indexer_at(tmp_path / "two", prepared=prepared)
     stats_one = run(one, tree, 1)
     with capture_logs() as logs:
         stats_two = run(two, tree, 2)
@@ -190,12 +199,19 @@ def test_a_failing_file_is_skipped_and_the_run_goes_on(
     reference.store.close()
 
 
-def test_workers_import_no_engine(tmp_path: Path) -> None:
-    spec = PlannerSpec(functools.partial(HashingEmbedder, DIM), TreeSitterCodeParser)
+@pytest.mark.parametrize("preparer", [None, prepare_content], ids=["plain", "preparer"])
+def test_workers_import_no_engine(tmp_path: Path, preparer: Any) -> None:
+    """Not even with the text index's preparer: on ASCII text it analyses in
+    Python (the engine's analyzer is loaded for other text only)."""
+    spec = PlannerSpec(
+        functools.partial(HashingEmbedder, DIM), TreeSitterCodeParser, text_preparer=preparer
+    )
     with PlannerPool(spec, 2) as pool:
-        pool.submit(RID, pool.listing(["a.py"]), [("a.py", b"x = 1\n")]).result()
+        outcomes = pool.submit(RID, pool.listing(["a.py"]), [("a.py", b"x = 1\n")]).result()
         executor = pool._executor()
         loaded = executor.submit(eval, "sorted(__import__('sys').modules)").result()
+    plan = outcomes[0][0]  # type: ignore[index]
+    assert (plan.prepared is not None) == (preparer is not None)
     assert "tree_sitter" in loaded  # the parser was built in the worker
     assert not [m for m in loaded if m.split(".")[0] in {"tantivy", "faiss", "rdflib"}]
 

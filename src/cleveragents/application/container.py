@@ -36,7 +36,12 @@ from typing import TYPE_CHECKING
 
 from dependency_injector import containers, providers
 
-from cleveragents.domain.models.acms.backends import GraphIndex, TextIndex, VectorIndex
+from cleveragents.domain.models.acms.backends import (
+    GraphIndex,
+    PreparedWrites,
+    TextIndex,
+    VectorIndex,
+)
 from cleveragents.domain.models.acms.embedding import Embedder
 from cleveragents.domain.models.acms.registry import ProjectRepository, ResourceRegistry
 from cleveragents.domain.models.acms.stubs import (
@@ -133,7 +138,11 @@ def _indexer(store: ManagedIndexStore, embedder: Embedder, kind: str = "hashing"
 
     # Worker processes build their own parser and embedder from the spec.
     factory, identity = _embedder_factory(kind, embedder.dimension)
-    spec = PlannerSpec(factory, TreeSitterCodeParser, embedder_identity=identity)
+    text = store.text
+    preparer = text.preparer if isinstance(text, PreparedWrites) else None
+    spec = PlannerSpec(
+        factory, TreeSitterCodeParser, embedder_identity=identity, text_preparer=preparer
+    )
     return Indexer(store, embedder, code_parser=TreeSitterCodeParser(), spec=spec)
 
 

@@ -110,6 +110,9 @@ class PlannerSpec:
     # overrides the container's embedder): workers must embed exactly as the
     # index's recorded identity says.
     embedder_identity: str | None = None
+    # The text index's ``PreparedWrites.preparer`` (a picklable function):
+    # workers run it on each unit's content, so the writer does not.
+    text_preparer: Callable[[str], object] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +122,8 @@ class FilePlan:
     units: tuple[IndexUnit, ...]
     triples: tuple[WriteTriple, ...]
     subjects: tuple[str, ...]
+    # One ``PlannerSpec.text_preparer`` result per unit, when a worker ran it.
+    prepared: tuple[object, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,12 +277,18 @@ def plan_batch(
     embedder: Embedder,
     files: PathLookup,
     fault: tuple[str, str] | None = None,
+    preparer: Callable[[str], object] | None = None,
 ) -> list[Outcome]:
-    """Plan and embed a batch of files; a file whose planning raises is a failure."""
+    """Plan and embed a batch of files; a file whose planning raises is a
+    failure.  ``preparer`` (the text index's) runs on each unit's content."""
     plans: list[FilePlan | PlanFailure] = []
     for path, data in items:
         try:
-            plans.append(plan_file(resource_id, path, data, parser, files, fault))
+            plan = plan_file(resource_id, path, data, parser, files, fault)
+            if preparer is not None:
+                prepared = tuple(preparer(u.content) for u in plan.units)
+                plan = FilePlan(plan.units, plan.triples, plan.subjects, prepared)
+            plans.append(plan)
         except Exception as exc:  # one hostile file must not stop the run
             plans.append(PlanFailure("parse_failed", f"{type(exc).__name__}: {exc}"[:200]))
     texts = [u.content for p in plans if isinstance(p, FilePlan) for u in p.units]
@@ -297,7 +308,7 @@ def plan_batch(
 def _plan_in_worker(
     resource_id: str, listing_file: str, items: Sequence[tuple[str, bytes]]
 ) -> list[Outcome]:
-    assert _Worker.embedder is not None
+    assert _Worker.embedder is not None and _Worker.spec is not None
     return plan_batch(
         resource_id,
         items,
@@ -305,6 +316,7 @@ def _plan_in_worker(
         embedder=_Worker.embedder,
         files=_lookup(listing_file),
         fault=_Worker.fault,
+        preparer=_Worker.spec.text_preparer,
     )
 
 
@@ -372,7 +384,9 @@ class PlannerPool:
                 else _WorkerContext()
             )
             # Imported once in the fork server, not once per worker.
-            context.set_forkserver_preload([__name__])
+            preparer = self.spec.text_preparer
+            modules = [__name__] + ([preparer.__module__] if preparer is not None else [])
+            context.set_forkserver_preload(modules)
             self._pool = ProcessPoolExecutor(
                 self.jobs,
                 mp_context=context,

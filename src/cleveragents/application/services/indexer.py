@@ -128,6 +128,7 @@ class _Planned:
     subjects: tuple[str, ...]
     old: FileRecord | None
     size: int
+    prepared: tuple[object, ...] | None = None
 
 
 @dataclass(slots=True)
@@ -660,6 +661,7 @@ class IndexSession:
             plan.subjects,
             work.old,
             len(work.data),
+            plan.prepared,
         )
 
     def _embed_pending(self) -> None:
@@ -691,6 +693,7 @@ class IndexSession:
                 triples=tuple(p.triples),
                 subjects=p.subjects,
                 size=p.size,
+                prepared=p.prepared,
             )
         )
 

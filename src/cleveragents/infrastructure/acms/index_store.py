@@ -65,6 +65,7 @@ from cleveragents.domain.models.acms.backends import (
     GraphIndex,
     GroupedWrites,
     IndexUnit,
+    PreparedWrites,
     StoredUnits,
     TextIndex,
     VectorIndex,
@@ -804,7 +805,16 @@ class StoreTransaction:
             uri for d in self._pending if d.old for uri in d.old.unit_uris if uri not in new_uris
         }
         self._mark_dirty()
-        store.text.upsert(rid, units, delete_uris=stale)
+        text = store.text
+        if isinstance(text, PreparedWrites) and any(d.prepared for d in self._pending):
+            prepared = [
+                p
+                for d in self._pending
+                for p in (d.prepared if d.prepared is not None else (None,) * len(d.units))
+            ]
+            text.upsert_prepared(rid, units, prepared, delete_uris=stale)
+        else:
+            text.upsert(rid, units, delete_uris=stale)
         checkpoint("index.text")
         store.vector.upsert(rid, units, embeddings, delete_uris=stale)
         checkpoint("index.vector")

@@ -89,6 +89,13 @@ import tantivy
 
 from cleveragents.domain.models.acms.errors import QueryError
 from cleveragents.domain.models.acms.text_query import MAX_PLAIN_TERMS
+from cleveragents.infrastructure.acms.text_analysis import (
+    MAX_TOKEN_CHARS,
+    TOKEN_PATTERN,
+    analysable,
+    pair_term,
+    pair_terms,
+)
 
 __all__ = [
     "ANALYZER_NAME",
@@ -153,10 +160,9 @@ CALLS_MAX_WORDS = 6
 _IDENTIFIER = re.compile(r"[^\W\d]\w*")
 # Rust regex (no look-around): a capitalised or lower-case word, an upper-case
 # run, a number, or any other run of letters.  Acronyms followed by a word
-# ("HTTPServer") are split before analysis by _ACRONYM_BOUNDARY.
-_TOKEN_PATTERN = r"\p{Lu}?\p{Ll}+|\p{Lu}+|\p{N}+|\p{L}+"
-_ACRONYM_BOUNDARY = re.compile(r"(?<=[A-Z])(?=[A-Z][a-z])")
-_MAX_TOKEN_CHARS = 100
+# ("HTTPServer") are split before analysis (``text_analysis.analysable``).
+_TOKEN_PATTERN = TOKEN_PATTERN
+_MAX_TOKEN_CHARS = MAX_TOKEN_CHARS
 
 # Query caps.  Tantivy's parser recurses once per nesting level (parentheses,
 # NOT chains) and overflows the native stack, killing the process with
@@ -213,27 +219,6 @@ def keyword_analyzer() -> tantivy.TextAnalyzer:
 
 def pairs_analyzer() -> tantivy.TextAnalyzer:
     return tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.whitespace()).build()
-
-
-def pair_term(a: str, b: str) -> str:
-    """The ``pairs`` token of the analysed terms ``a`` then ``b`` (adjacent)."""
-    return f"{a}|{b}"
-
-
-def pair_terms(terms: list[str]) -> str:
-    """The ``pairs`` field text of a unit: each adjacent pair of its analysed
-    content terms, in order and with repeats (a pair's frequency is what a
-    two-word phrase query on content counts).  A term query on this field
-    finds "a b" adjacent at the cost of one term lookup, where a phrase
-    query checks positions in every document holding both words."""
-    return " ".join(map("|".join, itertools.pairwise(terms)))  # = pair_term of each
-
-
-def analysable(text: str) -> str:
-    """Text as the analyzer should see it: acronyms split, surrogates replaced."""
-    if not text.isascii():
-        text = text.encode("utf-8", "replace").decode("utf-8")
-    return _ACRONYM_BOUNDARY.sub("_", text)
 
 
 def _nesting(query: str) -> int:

@@ -34,7 +34,6 @@ import json
 import math
 import os
 import queue
-import re
 import threading
 import time
 from collections import OrderedDict
@@ -77,10 +76,14 @@ from cleveragents.infrastructure.acms.tantivy_query import (
     code_analyzer,
     filter_query,
     keyword_analyzer,
-    pair_terms,
     pairs_analyzer,
     query_terms,
     reraise_fatal,
+)
+from cleveragents.infrastructure.acms.text_analysis import (
+    ASCII_TOKEN,
+    content_terms,
+    prepare_content,
 )
 
 __all__ = ["TantivyTextBackend"]
@@ -104,10 +107,9 @@ _LOCK_BACKOFF_START = 0.01
 _LOCK_BACKOFF_MAX = 0.5
 _META = "meta.json"
 _MISSING = object()
-# The code analyzer on ASCII text (``tantivy_query``: the acronym split, then
-# ``_TOKEN_PATTERN``), for ``match_lines``.  Over-long tokens are not dropped
-# here: a query term is never one, so membership tests agree.
-_ASCII_TOKEN = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
+# The code analyzer on ASCII text, for ``match_lines`` (``text_analysis``).
+_ASCII_TOKEN = ASCII_TOKEN
+_content_terms = content_terms
 _TRASH_PREFIX = ".trash-"
 
 
@@ -164,13 +166,31 @@ _SCHEMA_FIELDS = frozenset(
 )
 
 
-def _document(uri: str, rid: str, content: str, metadata: Mapping[str, str]) -> tantivy.Document:
+def _check_prepared(prepared: object) -> tuple[str, str] | None:
+    if prepared is None:
+        return None
+    if (
+        type(prepared) is not tuple
+        or len(prepared) != 2
+        or type(prepared[0]) is not str
+        or type(prepared[1]) is not str
+    ):
+        raise TypeError("each prepared entry must be None or what prepare_content returns")
+    return prepared
+
+
+def _document(
+    uri: str,
+    rid: str,
+    content: str,
+    metadata: Mapping[str, str],
+    prepared: tuple[str, str] | None = None,
+) -> tantivy.Document:
     doc = tantivy.Document()
     doc.add_text("uko_uri", uri)
     doc.add_text("resource_id", rid)
-    ready = analysable(content)
+    ready, pairs = prepare_content(content) if prepared is None else prepared
     doc.add_text("content", ready)
-    pairs = pair_terms(_content_terms(ready))
     if pairs:
         doc.add_text("pairs", pairs)
     path = metadata.get("path")
@@ -193,23 +213,6 @@ def _document(uri: str, rid: str, content: str, metadata: Mapping[str, str]) -> 
     doc.add_bytes("body", content.encode("utf-8", "surrogatepass"))
     doc.add_bytes("metadata", json.dumps(dict(metadata), sort_keys=True).encode("ascii"))
     return doc
-
-
-_ANALYZERS = threading.local()
-
-
-def _content_terms(ready: str) -> list[str]:
-    """The content field's terms of analysis-ready text, in order: on ASCII
-    text the analyzer's rules in Python (``_ASCII_TOKEN``, lower-cased, terms
-    of 100+ characters dropped as ``remove_long`` does; ~1.5x faster than a
-    call into the engine's analyzer), else the analyzer itself."""
-    if ready.isascii():
-        return [t for t in " ".join(_ASCII_TOKEN.findall(ready)).lower().split() if len(t) < 100]
-    analyzer = getattr(_ANALYZERS, "code", None)
-    if analyzer is None:
-        analyzer = _ANALYZERS.code = code_analyzer()
-    terms: list[str] = analyzer.analyze(ready)
-    return terms
 
 
 @dataclass(frozen=True, slots=True)
@@ -822,16 +825,55 @@ class TantivyTextBackend:
             ValueError: an invalid ULID, or a unit or URI of another resource.
             IndexUnavailableError: the change could not be written.
         """
+        self._upsert(resource_id, units, None, delete_uris)
+
+    @property
+    def preparer(self) -> Callable[[str], tuple[str, str]]:
+        """:func:`prepare_content`: what a planning worker runs on each unit's
+        content so this process does not (see :meth:`upsert_prepared`)."""
+        return prepare_content
+
+    def upsert_prepared(
+        self,
+        resource_id: str,
+        units: Sequence[IndexUnit],
+        prepared: Sequence[object],
+        *,
+        delete_uris: Iterable[str] = (),
+    ) -> None:
+        """:meth:`upsert`, with ``prepare_content(unit.content)`` (or None) per unit.
+
+        The prepared text is trusted to be that function's result (only its
+        shape is checked): it is what the content field indexes.
+
+        Raises:
+            TypeError: a unit or a prepared entry of the wrong type.
+            ValueError: as :meth:`upsert`, or not one prepared entry per unit.
+            IndexUnavailableError: the change could not be written.
+        """
+        if isinstance(prepared, str | bytes) or not isinstance(prepared, Sequence):
+            raise TypeError("prepared must be a sequence with one entry per unit")
+        if not isinstance(units, Sequence) or len(prepared) != len(units):
+            raise ValueError("prepared must have one entry per unit")
+        self._upsert(resource_id, units, [_check_prepared(p) for p in prepared], delete_uris)
+
+    def _upsert(
+        self,
+        resource_id: str,
+        units: Sequence[IndexUnit],
+        prepared: Sequence[tuple[str, str] | None] | None,
+        delete_uris: Iterable[str],
+    ) -> None:
         rid = canonical_ulid(resource_id)
         if isinstance(units, str | bytes) or not isinstance(units, Sequence):
             raise TypeError("units must be a sequence of IndexUnit")
-        latest: dict[str, IndexUnit] = {}
-        for unit in units:
+        latest: dict[str, tuple[IndexUnit, tuple[str, str] | None]] = {}
+        for n, unit in enumerate(units):
             if not isinstance(unit, IndexUnit):
                 raise TypeError(f"units must be IndexUnit, not {type(unit).__name__}")
             if unit.resource_id != rid:
                 raise ValueError(f"unit {unit.uko_uri[:80]!r} does not belong to {rid}")
-            latest[unit.uko_uri] = unit
+            latest[unit.uko_uri] = (unit, None if prepared is None else prepared[n])
         removed = self._own_uris(rid, delete_uris, "delete_uris")
         if not latest and not removed:
             return
@@ -839,8 +881,10 @@ class TantivyTextBackend:
         def change(writer: tantivy.IndexWriter) -> None:
             for uri in removed | latest.keys():
                 writer.delete_documents_by_term("uko_uri", uri)
-            for unit in latest.values():
-                writer.add_document(_document(unit.uko_uri, rid, unit.content, unit.metadata))
+            for unit, ready in latest.values():
+                writer.add_document(
+                    _document(unit.uko_uri, rid, unit.content, unit.metadata, ready)
+                )
 
         self._write(rid, change, create=bool(latest))
 

@@ -19,7 +19,7 @@ backend has a path.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -38,6 +38,7 @@ __all__ = [
     "GroupedWrites",
     "IndexUnit",
     "Literal",
+    "PreparedWrites",
     "StoredUnits",
     "TextBackend",
     "TextIndex",
@@ -474,6 +475,38 @@ class GroupedWrites(Protocol):
         between commits instead of after each one).  Each write is still
         committed when it returns; leaving the block waits for background
         work and releases what was kept.
+        """
+        ...
+
+
+@runtime_checkable
+class PreparedWrites(Protocol):
+    """A text index whose per-unit analysis can be done ahead of the write.
+
+    ``preparer`` is a picklable function of a unit's content (a planning
+    worker process runs it); ``upsert_prepared`` writes units with what it
+    returned, so the one writer process does not analyse the text itself.
+    """
+
+    @property
+    def preparer(self) -> Callable[[str], object]:
+        """The function to run on each unit's content before the write."""
+        ...
+
+    def upsert_prepared(
+        self,
+        resource_id: str,
+        units: Sequence[IndexUnit],
+        prepared: Sequence[object],
+        *,
+        delete_uris: Iterable[str] = (),
+    ) -> None:
+        """:meth:`TextIndex.upsert` with ``preparer(unit.content)`` (or None,
+        to analyse here) for each unit, in order.
+
+        Raises:
+            TypeError / ValueError: as ``upsert``, or ``prepared`` is not one
+                entry per unit of the preparer's shape.
         """
         ...
 

@@ -67,6 +67,9 @@ class FileDelta:
     triples: tuple[WriteTriple, ...] = ()
     subjects: tuple[str, ...] = ()
     size: int = field(default=0, compare=False)
+    # The text index's preparer result per unit (``PreparedWrites``), when
+    # a planning worker ran it; None: the text index analyses at the write.
+    prepared: tuple[object, ...] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.kind not in ("index", "touch", "delete"):
@@ -78,6 +81,8 @@ class FileDelta:
             raise ValueError(f"a {self.kind} delta needs the file's new record")
         if self.units and (self.embeddings is None or self.embeddings.shape[0] != len(self.units)):
             raise ValueError("an index delta needs one embedding row per unit")
+        if self.prepared is not None and len(self.prepared) != len(self.units):
+            raise ValueError("a delta's prepared text needs one entry per unit")
 
 
 @dataclass(frozen=True, slots=True)

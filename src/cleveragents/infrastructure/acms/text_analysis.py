@@ -1,0 +1,91 @@
+"""The text index's analysis of a unit's content, importable without Tantivy.
+
+The ``content`` field's analyzer (``tantivy_query.code_analyzer``: a regex
+tokenizer, over-long terms dropped, lower-cased) sees text whose acronyms
+were split first (:func:`analysable`); the ``pairs`` field holds each
+adjacent pair of those terms.  On ASCII text the same terms come from
+Python's ``re`` here (property-tested equal to the engine's analyzer in
+``test_pairs_field.py``), so a planning worker can prepare a unit's fields
+(:func:`prepare_content`) without loading the engine; other text asks the
+engine's analyzer, imported on first need.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import tantivy
+
+__all__ = [
+    "ACRONYM_BOUNDARY",
+    "ASCII_TOKEN",
+    "MAX_TOKEN_CHARS",
+    "TOKEN_PATTERN",
+    "analysable",
+    "content_terms",
+    "pair_term",
+    "pair_terms",
+    "prepare_content",
+]
+
+# The engine tokenizer's pattern (Rust regex syntax); acronym runs
+# ("HTTPServer") are split before analysis by ACRONYM_BOUNDARY.
+TOKEN_PATTERN = r"\p{Lu}?\p{Ll}+|\p{Lu}+|\p{N}+|\p{L}+"
+ACRONYM_BOUNDARY = re.compile(r"(?<=[A-Z])(?=[A-Z][a-z])")
+MAX_TOKEN_CHARS = 100
+# The analyzer on ASCII text (the acronym split, then TOKEN_PATTERN), for
+# pairs and ``match_lines``.  Over-long tokens are not dropped here: callers
+# that need it drop them (a query term is never one).
+ASCII_TOKEN = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
+
+_ANALYZERS = threading.local()
+
+
+def analysable(text: str) -> str:
+    """Text as the analyzer should see it: acronyms split, surrogates replaced."""
+    if not text.isascii():
+        text = text.encode("utf-8", "replace").decode("utf-8")
+    return ACRONYM_BOUNDARY.sub("_", text)
+
+
+def content_terms(ready: str) -> list[str]:
+    """The content field's terms of :func:`analysable` text, in order: on
+    ASCII text the analyzer's rules in Python (lower-cased, terms of 100+
+    characters dropped as ``remove_long`` does; ~1.5x faster than a call
+    into the engine's analyzer), else the analyzer itself."""
+    if ready.isascii():
+        terms = " ".join(ASCII_TOKEN.findall(ready)).lower().split()
+        return [t for t in terms if len(t) < MAX_TOKEN_CHARS]
+    analyzer: tantivy.TextAnalyzer | None = getattr(_ANALYZERS, "code", None)
+    if analyzer is None:
+        from cleveragents.infrastructure.acms.tantivy_query import code_analyzer
+
+        analyzer = _ANALYZERS.code = code_analyzer()
+    found: list[str] = analyzer.analyze(ready)
+    return found
+
+
+def pair_term(a: str, b: str) -> str:
+    """The ``pairs`` token of the analysed terms ``a`` then ``b`` (adjacent)."""
+    return f"{a}|{b}"
+
+
+def pair_terms(terms: list[str]) -> str:
+    """The ``pairs`` field text of a unit: each adjacent pair of its analysed
+    content terms, in order and with repeats (a pair's frequency is what a
+    two-word phrase query on content counts).  A term query on this field
+    finds "a b" adjacent at the cost of one term lookup, where a phrase
+    query checks positions in every document holding both words."""
+    return " ".join(map("|".join, itertools.pairwise(terms)))  # = pair_term of each
+
+
+def prepare_content(content: str) -> tuple[str, str]:
+    """A unit's content as the ``content`` field takes it and its ``pairs``
+    field text: the analysis a planning worker does ahead of the write
+    (``PreparedWrites.preparer`` of the Tantivy text index)."""
+    ready = analysable(content)
+    return ready, pair_terms(content_terms(ready))
