@@ -37,7 +37,7 @@ import stat
 import subprocess
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from operator import attrgetter
+from typing import NamedTuple
 
 import structlog
 
@@ -135,9 +135,11 @@ _READ_CHUNK = 64 * 1024
 _PATH_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-@dataclass(frozen=True, slots=True)
-class ListedFile:
+class ListedFile(NamedTuple):
     """A regular file found under a resource root (from ``lstat``; nothing read).
+
+    A named tuple, not a dataclass: a re-run lists every file of every
+    resource, and a tuple is built (and sorted by path) in half the time.
 
     Attributes:
         rel_path: POSIX path relative to the root; undecodable bytes are kept
@@ -506,7 +508,7 @@ def _walk_listed(
     finally:
         for fd, _, _ in stack:
             os.close(fd)
-    files.sort(key=attrgetter("rel_path"))
+    files.sort()  # by path: the first field, unique
     secret_skipped.sort()
     return files
 
