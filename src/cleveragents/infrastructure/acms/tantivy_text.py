@@ -805,6 +805,15 @@ class TantivyTextBackend:
             self._parser()
         found = set()
         for rid in self._present():
+            if self._path is not None and rid not in self._shards:
+                # Not opened yet: its commit record says how many documents
+                # it holds (opening each shard made a CLI's prune cost ~1.5 ms
+                # per resource of the data directory).
+                docs = _committed_docs(os.path.join(self._resolved, rid, _META))
+                if docs is not None:
+                    if docs:
+                        found.add(rid)
+                    continue
             shard = self._shard(rid)
             if shard is not None and shard.num_docs:
                 found.add(rid)
@@ -1141,6 +1150,27 @@ class TantivyTextBackend:
             f"the text index at {self._path!r} stayed locked by another writer "
             f"for {self._lock_timeout:g} s"
         ) from exc
+
+
+def _committed_docs(meta_path: str) -> int | None:
+    """The live documents of a shard's last commit, from its ``meta.json``
+    (each segment's ``max_doc`` less its deleted documents); None when the
+    file is missing or not of the shape this reads (the caller then opens
+    the shard)."""
+    try:
+        with open(meta_path, "rb") as fh:
+            meta = json.loads(fh.read())
+        total = 0
+        for segment in meta["segments"]:
+            deletes = segment["deletes"]
+            deleted = 0 if deletes is None else deletes["num_deleted_docs"]
+            docs = segment["max_doc"] - deleted
+            if type(docs) is not int or docs < 0:
+                return None
+            total += docs
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return total
 
 
 def _settle(writer: tantivy.IndexWriter) -> None:
