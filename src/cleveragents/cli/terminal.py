@@ -65,6 +65,11 @@ def _json_escape(match: re.Match[str]) -> str:
 def json_text(data: object, *, default: Callable[[Any], Any] | None = None) -> str:
     """``data`` as indented JSON that round-trips exactly and is safe on a terminal.
 
+    One exception JSON itself imposes: a string holding a lone high surrogate
+    right before a lone low surrogate (never valid text; file names decoded
+    with ``surrogateescape`` hold low surrogates only) reads back as the one
+    character the pair encodes, as ``\ud800\udc80`` means in any JSON.
+
     Raises:
         TypeError: ``data`` holds a value ``default`` cannot convert.
     """

@@ -57,7 +57,7 @@ def _fsdecode(raw: bytes) -> str:
 
 _RESOURCE_IDS = distinct_sql("files", "resource_id")  # through the primary key
 
-# Resources whose file_stats answer is kept (the oldest goes first).
+# Resources whose file_stats answer is kept (past it, the answers are dropped).
 _STATS_CACHE_RESOURCES = 8
 
 # Paths per ``get`` query: under SQLite's default host-parameter limit.
@@ -184,7 +184,7 @@ class SqliteCatalog:
         stats = MappingProxyType({_fsdecode(path): (size, mtime) for path, size, mtime in rows})
         if version is not None:
             if len(self._stats_cache) >= _STATS_CACHE_RESOURCES:
-                self._stats_cache.pop(next(iter(self._stats_cache)))
+                self._stats_cache.clear()  # a re-run of many resources: start over
             self._stats_cache[resource_id] = (version, stats)
         return stats
 
