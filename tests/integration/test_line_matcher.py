@@ -17,7 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cleveragents.domain.models.acms.text_query import MAX_MATCH_LINES, LineMatcher
-from cleveragents.infrastructure.acms.tantivy_text import _ASCII_TOKEN, TantivyTextBackend
+from cleveragents.infrastructure.acms.tantivy_text import TantivyTextBackend
+from cleveragents.infrastructure.acms.text_analysis import ASCII_TOKEN
 
 
 def match_lines_oracle(
@@ -78,7 +79,7 @@ _start = st.none() | st.sampled_from(["1", "40", " 7", "x", ""]) | st.integers(-
 def test_line_matcher_equals_the_per_line_oracle(
     analyse: Callable[[str], Iterable[str]], content: str, terms: list[str], start: str | None
 ) -> None:
-    matcher = LineMatcher(terms, analyse, ascii_token=_ASCII_TOKEN)
+    matcher = LineMatcher(terms, analyse, ascii_token=ASCII_TOKEN)
     assert matcher.lines(content, start) == match_lines_oracle(content, start, terms, analyse)
 
 
@@ -91,7 +92,7 @@ def test_line_matcher_keeps_the_first_lines_only(
     analyse: Callable[[str], Iterable[str]], lines: list[str], start: str | None
 ) -> None:
     content = "\n".join(lines)
-    matcher = LineMatcher(["parse"], analyse, ascii_token=_ASCII_TOKEN)
+    matcher = LineMatcher(["parse"], analyse, ascii_token=ASCII_TOKEN)
     got = matcher.lines(content, start)
     assert got == match_lines_oracle(content, start, ["parse"], analyse)
     assert len([n for n in got.split(",") if n]) <= MAX_MATCH_LINES
@@ -99,6 +100,6 @@ def test_line_matcher_keeps_the_first_lines_only(
 
 def test_worked_example(analyse: Callable[[str], Iterable[str]]) -> None:
     content = "def parseJSON(x):\n    return jsonify(x)\n\n# JSON here\nxml2json"
-    matcher = LineMatcher(["json"], analyse, ascii_token=_ASCII_TOKEN)
+    matcher = LineMatcher(["json"], analyse, ascii_token=ASCII_TOKEN)
     # line 41 (parse|JSON), not 42 (jsonify is one token), 44, 45 (xml|2|json)
     assert matcher.lines(content, "41") == "41,44,45"

@@ -12,9 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cleveragents.infrastructure.acms import tantivy_text
-from cleveragents.infrastructure.acms.tantivy_query import (
+from cleveragents.infrastructure.acms.tantivy_query import code_analyzer
+from cleveragents.infrastructure.acms.text_analysis import (
     analysable,
-    code_analyzer,
+    content_terms,
     pair_term,
     pair_terms,
 )
@@ -29,14 +30,14 @@ CODE_CHARS = st.sampled_from(
 def test_python_terms_of_ascii_text_are_the_analyzers(text: str) -> None:
     ready = analysable(text)
     assert ready.isascii()
-    assert tantivy_text._content_terms(ready) == code_analyzer().analyze(ready)
+    assert content_terms(ready) == code_analyzer().analyze(ready)
 
 
 @settings(max_examples=100, deadline=None)
 @given(st.text(max_size=60))
 def test_any_text_gets_the_analyzers_terms(text: str) -> None:
     ready = analysable(text)
-    assert tantivy_text._content_terms(ready) == code_analyzer().analyze(ready)
+    assert content_terms(ready) == code_analyzer().analyze(ready)
 
 
 def test_pair_terms_are_adjacent_pairs_in_order_with_repeats() -> None:

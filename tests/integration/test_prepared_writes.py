@@ -103,6 +103,8 @@ def test_prepared_entries_are_checked(tmp_path: Path) -> None:
         b.upsert_prepared(RID, [unit], [])
     with pytest.raises(TypeError, match="one entry per unit"):
         b.upsert_prepared(RID, [unit], "ab")
+    with pytest.raises(TypeError, match="units must be a sequence"):
+        b.upsert_prepared(RID, iter([unit]), [None])  # type: ignore[arg-type]
     for bad in (("alpha beta",), ["alpha beta", "alpha|beta"], ("alpha beta", 1), "x"):
         with pytest.raises(TypeError, match="prepared entry"):
             b.upsert_prepared(RID, [unit], [bad])

@@ -265,7 +265,7 @@ def test_a_reader_opened_before_the_migration_follows_it(tmp_path: Path) -> None
 def test_the_ascii_line_tokenizer_agrees_with_the_analyzer(line: str) -> None:
     """``match_lines`` tokenizes ASCII lines in Python; it must read them as
     the engine's analyzer does (tokens of 100+ characters aside)."""
-    from cleveragents.infrastructure.acms.tantivy_query import analysable
+    from cleveragents.infrastructure.acms.text_analysis import analysable
 
     backend = TantivyTextBackend()
     engine = [t for t in code_analyzer().analyze(analysable(line)) if len(t) < 100]

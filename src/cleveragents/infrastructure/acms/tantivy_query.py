@@ -32,7 +32,7 @@ Two syntaxes (``syntax=`` of the search):
   ==============================================  ==========================
 
   ``pairs`` holds each adjacent pair of a unit's content terms as one token
-  (:func:`pair_terms`), so "a then b, adjacent" is one term lookup instead
+  (``text_analysis.pair_terms``), so "a then b, adjacent" is one term lookup instead
   of a phrase query that checks positions in every document holding both
   words: over 100 synthetic shards the plain mode went from 1.74x the query
   language's time to 1.20x, and the full eval from 0.943 to 0.946 MRR@10
@@ -94,7 +94,6 @@ from cleveragents.infrastructure.acms.text_analysis import (
     TOKEN_PATTERN,
     analysable,
     pair_term,
-    pair_terms,
 )
 
 __all__ = [
@@ -117,13 +116,10 @@ __all__ = [
     "W_PHRASE",
     "PlainQueryBuilder",
     "QueryBuilder",
-    "analysable",
     "code_analyzer",
     "filter_query",
     "identifiers",
     "keyword_analyzer",
-    "pair_term",
-    "pair_terms",
     "pairs_analyzer",
     "query_terms",
     "reraise_fatal",
@@ -158,11 +154,6 @@ MAX_PLAIN_IDENTIFIERS = 16
 W_CALLS = 2.0
 CALLS_MAX_WORDS = 6
 _IDENTIFIER = re.compile(r"[^\W\d]\w*")
-# Rust regex (no look-around): a capitalised or lower-case word, an upper-case
-# run, a number, or any other run of letters.  Acronyms followed by a word
-# ("HTTPServer") are split before analysis (``text_analysis.analysable``).
-_TOKEN_PATTERN = TOKEN_PATTERN
-_MAX_TOKEN_CHARS = MAX_TOKEN_CHARS
 
 # Query caps.  Tantivy's parser recurses once per nesting level (parentheses,
 # NOT chains) and overflows the native stack, killing the process with
@@ -202,8 +193,8 @@ SEARCH_FIELDS = ["content", "path"]
 
 def code_analyzer() -> tantivy.TextAnalyzer:
     return (
-        tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.regex(_TOKEN_PATTERN))
-        .filter(tantivy.Filter.remove_long(_MAX_TOKEN_CHARS))
+        tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.regex(TOKEN_PATTERN))
+        .filter(tantivy.Filter.remove_long(MAX_TOKEN_CHARS))
         .filter(tantivy.Filter.lowercase())
         .build()
     )
@@ -514,7 +505,7 @@ def identifiers(analyzer: tantivy.TextAnalyzer, query: str) -> list[tuple[str, l
     alone = len(matches) == 1
     for match in matches:
         word = match.group()
-        if word in found or len(word) > _MAX_TOKEN_CHARS:
+        if word in found or len(word) > MAX_TOKEN_CHARS:
             continue
         parts = analyzer.analyze(analysable(word))
         if not parts:

@@ -72,7 +72,6 @@ from cleveragents.infrastructure.acms.tantivy_query import (
     PAIRS_ANALYZER_NAME,
     PlainQueryBuilder,
     QueryBuilder,
-    analysable,
     code_analyzer,
     filter_query,
     keyword_analyzer,
@@ -82,7 +81,7 @@ from cleveragents.infrastructure.acms.tantivy_query import (
 )
 from cleveragents.infrastructure.acms.text_analysis import (
     ASCII_TOKEN,
-    content_terms,
+    analysable,
     prepare_content,
 )
 
@@ -107,9 +106,6 @@ _LOCK_BACKOFF_START = 0.01
 _LOCK_BACKOFF_MAX = 0.5
 _META = "meta.json"
 _MISSING = object()
-# The code analyzer on ASCII text, for ``match_lines`` (``text_analysis``).
-_ASCII_TOKEN = ASCII_TOKEN
-_content_terms = content_terms
 _TRASH_PREFIX = ".trash-"
 
 
@@ -647,7 +643,7 @@ class TantivyTextBackend:
         matcher = self._matchers.get(key)
         if matcher is None:
             terms = query_terms(self._analyzer, query, syntax=syntax)
-            matcher = LineMatcher(terms, self._line_terms, ascii_token=_ASCII_TOKEN)
+            matcher = LineMatcher(terms, self._line_terms, ascii_token=ASCII_TOKEN)
             with self._lock:
                 self._matchers[key] = matcher
                 while len(self._matchers) > _PARSED_CACHE_SIZE:
@@ -656,7 +652,7 @@ class TantivyTextBackend:
 
     def _line_terms(self, line: str) -> Iterable[str]:
         if line.isascii():  # the analyzer's rules, in Python (no engine call)
-            return map(str.lower, _ASCII_TOKEN.findall(line))
+            return map(str.lower, ASCII_TOKEN.findall(line))
         return self._analyzer.analyze(analysable(line))
 
     def _build(self, query: str, options: TextOptions) -> tantivy.Query | None:
@@ -860,9 +856,11 @@ class TantivyTextBackend:
             ValueError: as :meth:`upsert`, or not one prepared entry per unit.
             IndexUnavailableError: the change could not be written.
         """
+        if isinstance(units, str | bytes) or not isinstance(units, Sequence):
+            raise TypeError("units must be a sequence of IndexUnit")
         if isinstance(prepared, str | bytes) or not isinstance(prepared, Sequence):
             raise TypeError("prepared must be a sequence with one entry per unit")
-        if not isinstance(units, Sequence) or len(prepared) != len(units):
+        if len(prepared) != len(units):
             raise ValueError("prepared must have one entry per unit")
         self._upsert(resource_id, units, [_check_prepared(p) for p in prepared], delete_uris)
 

@@ -32,8 +32,10 @@ __all__ = [
     "prepare_content",
 ]
 
-# The engine tokenizer's pattern (Rust regex syntax); acronym runs
-# ("HTTPServer") are split before analysis by ACRONYM_BOUNDARY.
+# The engine tokenizer's pattern (Rust regex, no look-around): a capitalised
+# or lower-case word, an upper-case run, a number, or any other run of
+# letters.  Acronym runs ("HTTPServer") are split before analysis by
+# ACRONYM_BOUNDARY.
 TOKEN_PATTERN = r"\p{Lu}?\p{Ll}+|\p{Lu}+|\p{N}+|\p{L}+"
 ACRONYM_BOUNDARY = re.compile(r"(?<=[A-Z])(?=[A-Z][a-z])")
 MAX_TOKEN_CHARS = 100
