@@ -10,26 +10,16 @@ subjects) against a fresh index of the changed tree.
 
 from __future__ import annotations
 
-import functools
 import shutil
 from pathlib import Path
 
-import pytest
-from tests.integration.test_index_jobs import DIM, RID, contents, make_tree
+from tests.integration.test_index_jobs import RID, assert_same_index, indexer_at, make_tree
 
-from cleveragents.application.services.indexer import Indexer, PlannerSpec
-from cleveragents.infrastructure.acms.hashing_embedder import HashingEmbedder
+from cleveragents.application.services.indexer import Indexer
 from cleveragents.infrastructure.acms.index_store import ManagedIndexStore
-from cleveragents.infrastructure.acms.tree_sitter_code import TreeSitterCodeParser
 
 TINY = {"batch_units": 3, "batch_bytes": 4096, "batch_triples": 40}
 HUGE = {"batch_units": 10**6, "batch_bytes": 10**9, "batch_triples": 10**8}
-
-
-def indexer_at(data: Path, batches: dict[str, int]) -> Indexer:
-    store = ManagedIndexStore.open(data, dimension=DIM, **batches)  # type: ignore[arg-type]
-    spec = PlannerSpec(functools.partial(HashingEmbedder, DIM), TreeSitterCodeParser)
-    return Indexer(store, HashingEmbedder(DIM), code_parser=TreeSitterCodeParser(), spec=spec)
 
 
 def index(ix: Indexer, tree: Path) -> None:
@@ -37,18 +27,8 @@ def index(ix: Indexer, tree: Path) -> None:
 
 
 def same(a: Indexer, b: Indexer, *, bm25: bool = True) -> None:
-    ca, cb = contents(a, bm25=bm25), contents(b, bm25=bm25)
-    assert len(ca["triples"]) > 100  # type: ignore[arg-type]
-    for key in ("records", "text_units", "vector_units", "triples", "text"):
-        assert ca[key] == cb[key], key
-    va, vb = ca["vectors"], cb["vectors"]
-    assert isinstance(va, dict) and isinstance(vb, dict)
-    for q in va:
-        assert [u for u, _ in va[q]] == [u for u, _ in vb[q]], q
-        assert [s for _, s in va[q]] == pytest.approx([s for _, s in vb[q]], abs=1e-6), q
-    for ix in (a, b):
-        assert isinstance(ix.store, ManagedIndexStore)
-        assert ix.store.verify([RID]) == []
+    contents_a = assert_same_index(a, b, bm25=bm25)
+    assert len(contents_a["triples"]) > 100  # type: ignore[arg-type]
 
 
 def close(*indexers: Indexer) -> None:
@@ -59,7 +39,7 @@ def close(*indexers: Indexer) -> None:
 
 def test_tiny_and_huge_batches_store_the_same_index(tmp_path: Path) -> None:
     tree = make_tree(tmp_path / "tree")
-    tiny, huge = indexer_at(tmp_path / "tiny", TINY), indexer_at(tmp_path / "huge", HUGE)
+    tiny, huge = indexer_at(tmp_path / "tiny", **TINY), indexer_at(tmp_path / "huge", **HUGE)
     index(tiny, tree)
     index(huge, tree)
     try:
@@ -74,7 +54,7 @@ def test_tiny_and_huge_batches_store_the_same_index(tmp_path: Path) -> None:
 
 def test_an_incremental_run_in_tiny_batches_equals_a_fresh_index(tmp_path: Path) -> None:
     tree = make_tree(tmp_path / "tree")
-    ix = indexer_at(tmp_path / "inc", TINY)
+    ix = indexer_at(tmp_path / "inc", **TINY)
     index(ix, tree)
     # Change files (their subjects are dropped and re-added) and delete some.
     core = tree / "pkg" / "core.py"
@@ -84,7 +64,7 @@ def test_an_incremental_run_in_tiny_batches_equals_a_fresh_index(tmp_path: Path)
     decoder = tree / "json" / "decoder.py"
     decoder.write_text(decoder.read_text().replace("def py_scanstring", "def py_scan_string"))
     index(ix, tree)
-    fresh = indexer_at(tmp_path / "fresh", HUGE)
+    fresh = indexer_at(tmp_path / "fresh", **HUGE)
     index(fresh, tree)
     try:
         # Tantivy counts deleted documents in BM25 until segments merge.

@@ -58,10 +58,11 @@ def make_tree(root: Path) -> Path:
     return root
 
 
-def indexer_at(data: Path, *, prepared: bool = False) -> Indexer:
+def indexer_at(data: Path, *, prepared: bool = False, **batches: int) -> Indexer:
     """``prepared``: workers also run the text index's preparer (as the
-    container sets them up), so the writer indexes their prepared text."""
-    store = ManagedIndexStore.open(data, dimension=DIM)
+    container sets them up), so the writer indexes their prepared text.
+    ``batches``: the store's ``batch_units`` / ``batch_bytes`` / ``batch_triples``."""
+    store = ManagedIndexStore.open(data, dimension=DIM, **batches)  # type: ignore[arg-type]
     spec = PlannerSpec(
         functools.partial(HashingEmbedder, DIM),
         TreeSitterCodeParser,
@@ -116,6 +117,23 @@ def contents(indexer: Indexer, *, bm25: bool = True) -> dict[str, object]:
     }
 
 
+def assert_same_index(a: Indexer, b: Indexer, *, bm25: bool = True) -> dict[str, object]:
+    """Both indexers' stores hold the same resource (``contents``; vectors
+    within float tolerance) and each passes ``verify``; ``a``'s contents."""
+    ca, cb = contents(a, bm25=bm25), contents(b, bm25=bm25)
+    for key in ("records", "text_units", "vector_units", "triples", "text"):
+        assert ca[key] == cb[key], key
+    va, vb = ca["vectors"], cb["vectors"]
+    assert isinstance(va, dict) and isinstance(vb, dict)
+    for q in va:
+        assert [u for u, _ in va[q]] == [u for u, _ in vb[q]], q
+        assert [s for _, s in va[q]] == pytest.approx([s for _, s in vb[q]], abs=1e-6), q
+    for ix in (a, b):
+        assert isinstance(ix.store, ManagedIndexStore)
+        assert ix.store.verify([RID]) == []
+    return ca
+
+
 @pytest.mark.parametrize("prepared", [False, True], ids=["writer-analyses", "workers-prepare"])
 def test_two_jobs_write_what_one_job_writes(tmp_path: Path, prepared: bool) -> None:
     tree = make_tree(tmp_path / "tree")
@@ -126,18 +144,10 @@ def test_two_jobs_write_what_one_job_writes(tmp_path: Path, prepared: bool) -> N
     assert any(e["event"] == "indexer.workers_started" for e in logs)  # not planned in process
     assert stats_two.files_indexed == stats_one.files_indexed > 10
     assert stats_two.units_written == stats_one.units_written
-    a, b = contents(one), contents(two)
+    a = assert_same_index(one, two)
     assert len(a["records"]) == stats_one.files_indexed  # type: ignore[arg-type]
-    for key in ("records", "text_units", "vector_units", "triples", "text"):
-        assert a[key] == b[key], key
-    va, vb = a["vectors"], b["vectors"]
-    assert isinstance(va, dict) and isinstance(vb, dict)
-    for q in va:
-        assert [u for u, _ in va[q]] == [u for u, _ in vb[q]], q
-        assert [s for _, s in va[q]] == pytest.approx([s for _, s in vb[q]], abs=1e-6), q
     for ix in (one, two):
         assert isinstance(ix.store, ManagedIndexStore)
-        assert ix.store.verify([RID]) == []
         ix.store.close()
 
 
