@@ -34,6 +34,7 @@ from cleveragents.cli.main import (
     UsageError,
     add_global_options,
     add_reindex_options,
+    check_rebuild_options,
     configure_logging,
     data_dir_of,
     format_report,
@@ -140,8 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         progress, done = progress_reporter(args.json)
         try:
             if args.rebuild:
-                if args.project or args.resource:
-                    raise UsageError("--rebuild rebuilds every resource; drop --project/--resource")
+                check_rebuild_options(args)
                 report = ops.rebuild(
                     lock_timeout=args.lock_timeout, progress=progress, jobs=args.jobs
                 )

@@ -168,6 +168,26 @@ def test_bad_input_exits_2_with_one_clear_line(
     assert done.stdout == ""
 
 
+@pytest.mark.parametrize(
+    "extra",
+    [("--full",), ("--project", "local/alpha"), ("--resource", "01ARZ3NDEKTSV4RRFFQ69G5FAV")],
+)
+def test_rebuild_refuses_a_selection_or_full_in_both_entry_points(
+    world: dict[str, Any], extra: tuple[str, ...]
+) -> None:
+    cli = world["cli"]
+    for done in (
+        cli.run("reindex", "--rebuild", *extra, ok=False),
+        cli.reindex("--rebuild", *extra),
+    ):
+        assert done.returncode == 2, (done.stdout, done.stderr)
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+        assert (
+            "--rebuild rebuilds every resource: drop --project, --resource and --full" in lines[0]
+        )
+
+
 def test_verify_passes_then_fails_after_tampering(tmp_path: Path) -> None:
     cli = Cli(tmp_path / "data")
     cli.run("project", "add", "local/x")

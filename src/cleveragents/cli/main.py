@@ -53,6 +53,14 @@ class UsageError(Exception):
     """Bad command-line usage (exit 2)."""
 
 
+def check_rebuild_options(args: argparse.Namespace) -> None:
+    """``--rebuild`` rebuilds every resource from nothing: it takes no
+    selection and no ``--full`` (what ``acms reindex`` and
+    ``scripts/reindex.py`` both refuse, in the same words)."""
+    if args.project or args.resource or args.full:
+        raise UsageError("--rebuild rebuilds every resource: drop --project, --resource and --full")
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         # One line, not argparse's usage block.
@@ -496,10 +504,7 @@ def run(args: argparse.Namespace, out: Output) -> int:
         return _resource(ops, args, out)
     if command == "reindex":
         if args.rebuild:
-            if args.project or args.resource or args.full:
-                raise UsageError(
-                    "--rebuild rebuilds every resource: drop --project, --resource and --full"
-                )
+            check_rebuild_options(args)
             report = ops.rebuild(lock_timeout=args.lock_timeout, jobs=args.jobs)
         else:
             report = ops.reindex(
