@@ -345,6 +345,19 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _continues(cursor: Cursor | None, st: os.stat_result, header: bytes) -> bool:
+    """Whether the open file (``st``, its first ``_HEADER`` bytes) is the one
+    ``cursor`` read, grown or not: the same inode and nonce, and not cut below
+    the cursor.  Then only the records after ``cursor.offset`` are new
+    (appends only add; a cut only removes torn bytes)."""
+    return (
+        cursor is not None
+        and cursor.ino == st.st_ino
+        and cursor.nonce == header[len(_MAGIC) :]
+        and st.st_size >= cursor.offset
+    )
+
+
 def _pread_all(fd: int, size: int | None, offset: int) -> bytes:
     """``size`` bytes (``None``: all) from ``offset``; fewer only at the end.
 
@@ -617,17 +630,8 @@ class GraphStore:
             # The stat before the read: an append after it shows as a change next time.
             st = os.fstat(fd)
             header = _pread_all(fd, _HEADER, 0)
-            same = (
-                graph is not None
-                and cursor is not None
-                and cursor.ino == st.st_ino
-                and cursor.nonce == header[len(_MAGIC) :]
-                and st.st_size >= cursor.offset
-            )
-            if same:
-                # The same file: everything before ``offset`` is as it was
-                # read (appends only add, a cut only removes torn bytes).
-                assert graph is not None and cursor is not None
+            if graph is not None and _continues(cursor, st, header):
+                assert cursor is not None  # the same file: see _continues
                 done: list[Op] = []
                 if st.st_size > cursor.offset:
                     tail = _pread_all(fd, None, cursor.offset)
@@ -767,14 +771,9 @@ class GraphStore:
                 header = _pread_all(fd, _HEADER, 0)
                 if len(header) < _HEADER or header[: len(_MAGIC)] != _MAGIC:
                     raise IndexUnavailableError(f"corrupt graph file {path}: not a graph file")
-                nonce = header[len(_MAGIC) :]
-                same = (
-                    state is not None
-                    and state.cursor.ino == st.st_ino
-                    and state.cursor.nonce == nonce
-                    and st.st_size >= state.cursor.offset
-                )
+                same = state is not None and _continues(state.cursor, st, header)
                 if not same:
+                    nonce = header[len(_MAGIC) :]
                     cursor = Cursor(st.st_ino, nonce, _HEADER, _HEADER, _key(st), True)
                     state = WriteState(cursor, {})
                 assert state is not None
