@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import json
 import math
 import os
@@ -99,6 +100,11 @@ DEFAULT_QUERY_TIMEOUT = 5.0
 MAX_SEARCH_THREADS = 32
 
 _SCORE_HALF = 8.0  # the raw BM25 score that normalises to 0.5
+#: Shards kept open between searches (least recently used closed beyond it).
+#: An open shard holds ~8 memory maps per segment: unbounded, a long-lived
+#: service over thousands of resources would reach the kernel's map limit
+#: (``vm.max_map_count``, 65,530 by default) and fail every open.
+DEFAULT_MAX_OPEN_SHARDS = 512
 _WRITER_HEAP = 50_000_000
 _PARSED_CACHE_SIZE = 64  # built queries kept (they depend on the query text only)
 _SCOPE_CACHE_SIZE = 64  # validated scopes kept
@@ -346,6 +352,10 @@ class TantivyTextBackend:
             before :class:`IndexUnavailableError`.
         query_timeout: seconds a search may take before it is abandoned with
             :class:`QueryLimitError` (positive, finite).
+        max_open_shards: shards kept open between searches; beyond it the
+            least recently searched are closed (and reopened on need).  A
+            search over more resources than this opens them all for its
+            duration, then keeps the most recent.
 
     Scores: the raw BM25 score ``raw`` is reported as ``raw / (raw + 8.0)``,
     a fixed monotone map into 0..1 (0 for no relevance, 0.5 at a raw score of
@@ -371,8 +381,10 @@ class TantivyTextBackend:
         view_cache_size: int = 8,
         lock_timeout: float = 30.0,
         query_timeout: float = DEFAULT_QUERY_TIMEOUT,
+        max_open_shards: int = DEFAULT_MAX_OPEN_SHARDS,
     ) -> None:
         validate_positive_int(view_cache_size, "view_cache_size")
+        self._max_open = validate_positive_int(max_open_shards, "max_open_shards")
         self._lock_timeout = _seconds(lock_timeout, "lock_timeout", allow_zero=True)
         self._timeout = _seconds(query_timeout, "query_timeout", allow_zero=False)
         self._path = None if index_path is None else os.fspath(index_path)
@@ -386,6 +398,10 @@ class TantivyTextBackend:
         self._lock = threading.RLock()
         self._write_lock = threading.Lock()
         self._shards: dict[str, _Shard] = {}
+        # When each shard was last used (a tick of _clock): the least recent
+        # are closed first once more than max_open_shards are open.
+        self._used: dict[str, int] = {}
+        self._clock = itertools.count()
         # Writers kept open by grouped_writes (guarded by _write_lock): the
         # resource's index and its writer, None until the first write.
         self._held: dict[str, tuple[tantivy.Index, tantivy.IndexWriter] | None] = {}
@@ -487,9 +503,28 @@ class TantivyTextBackend:
         generation = self._generation(rid)
         cached = self._shards.get(rid)
         if cached is not None and cached.generation == generation:
+            self._used[rid] = next(self._clock)
             return cached
         with self._lock:
             return self._load(rid)
+
+    def _keep(self, shard: _Shard) -> None:
+        """Cache ``shard`` as its resource's latest (the caller holds ``_lock``);
+        beyond ``max_open_shards``, close the least recently used quarter.
+
+        Closing is dropping the reference: a search that still holds the
+        shard keeps it open until it returns.
+        """
+        self._shards[shard.rid] = shard
+        self._used[shard.rid] = next(self._clock)
+        if len(self._shards) <= self._max_open:
+            return
+        used = self._used
+        by_age = sorted(self._shards, key=lambda rid: used.get(rid, -1))
+        for rid in by_age[: len(by_age) - max(1, self._max_open * 3 // 4)]:
+            del self._shards[rid]
+        self._used = {rid: used.get(rid, -1) for rid in self._shards}
+        _log.debug("acms.tantivy_text.shards_closed", closed=len(by_age) - len(self._shards))
 
     def _load(self, rid: str) -> _Shard | None:
         if self._path is not None and self._follow():
@@ -526,7 +561,7 @@ class TantivyTextBackend:
                 return None
             raise IndexUnavailableError(f"cannot read the text index of {rid}: {exc}") from exc
         shard = _Shard(rid, index, searcher, generation, searcher.num_docs, current, directory)
-        self._shards[rid] = shard
+        self._keep(shard)
         _log.debug(
             "acms.tantivy_text.shard_loaded",
             resource_id=rid,
@@ -1082,7 +1117,7 @@ class TantivyTextBackend:
                         rid, index, searcher, generation, searcher.num_docs, True, directory
                     )
                     with self._lock:
-                        self._shards[rid] = shard
+                        self._keep(shard)
                     keep = rid in self._held
             except BaseException as exc:
                 with contextlib.suppress(OSError, ValueError):
