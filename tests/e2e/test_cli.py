@@ -304,7 +304,7 @@ _ENGINE_PROBE = (
     "import sys\n"
     "import cleveragents.cli.main as m\n"
     "code = m.main(sys.argv[1:])\n"
-    "engines = sorted(e for e in ('tantivy', 'faiss', 'rdflib') if e in sys.modules)\n"
+    "engines = sorted(e for e in ('tantivy', 'faiss', 'rdflib', 'numpy') if e in sys.modules)\n"
     "print(engines, file=sys.stderr)\n"
     "sys.exit(code)\n"
 )
@@ -314,7 +314,7 @@ _ENGINE_PROBE = (
     ("args", "engines"),
     [
         (("search", "text", "aardvark"), ["tantivy"]),
-        (("search", "vector", "aardvark engine"), ["faiss"]),
+        (("search", "vector", "aardvark engine"), ["faiss", "numpy"]),
         (("sparql", "SELECT ?s ?p ?o WHERE { ?s ?p ?o } LIMIT 1"), ["rdflib"]),
         (("triples", "uko://x"), []),  # the graph store reads plain strings
         (("traverse", "uko://x"), []),

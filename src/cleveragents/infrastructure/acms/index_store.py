@@ -56,8 +56,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
-import numpy.typing as npt
 import structlog
 from ulid import ULID
 
@@ -88,6 +86,9 @@ from cleveragents.infrastructure.acms.reindex_lock import LOCK_FILE, ReindexLock
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
+
+    import numpy as np
+    import numpy.typing as npt
 
 __all__ = [
     "CATALOG_FILE",
@@ -792,6 +793,8 @@ class StoreTransaction:
         in far larger batches)."""
         if not self._pending:
             return
+        import numpy as np  # here: a process that only queries never loads it
+
         rid, store = self.resource_id, self._store
         units: list[IndexUnit] = [u for d in self._pending for u in d.units]
         rows = [d.embeddings for d in self._pending if d.units and d.embeddings is not None]

@@ -20,10 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
-
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from cleveragents.domain.models.acms.backends import (
     GraphIndex,
@@ -33,6 +30,10 @@ from cleveragents.domain.models.acms.backends import (
     WriteTriple,
 )
 from cleveragents.domain.models.acms.indexing import FileRecord, IndexStats
+
+if TYPE_CHECKING:  # annotations only: a query process need not load numpy
+    import numpy as np
+    import numpy.typing as npt
 
 __all__ = [
     "Catalog",

@@ -319,6 +319,7 @@ class SecretFilter:
         "_gate",
         "_name_re",
         "_path_re",
+        "_rules",
         "allow",
         "enabled",
     )
@@ -335,7 +336,11 @@ class SecretFilter:
         rules = tuple(rules)
         self._name_re, self._path_re = _compile(r.pattern for r in rules)
         self._gate = _Gate.of(r.pattern for r in rules)
-        self._each = tuple((rule, *_compile([rule.pattern])) for rule in rules)
+        # One regex per rule, to name the rule that matched: compiled on the
+        # first match (57 compiles, ~20 ms of every process's start).
+        self._rules = rules
+        self._each: tuple[tuple[SecretRule, re.Pattern[str] | None, re.Pattern[str] | None], ...]
+        self._each = ()
         self._allow_name, self._allow_path = _compile(self.allow)
 
     def __repr__(self) -> str:
@@ -364,6 +369,8 @@ class SecretFilter:
             return None
         if _matches(self._allow_name, self._allow_path, rel_path):
             return None
+        if not self._each:
+            self._each = tuple((rule, *_compile([rule.pattern])) for rule in self._rules)
         for rule, name_re, path_re in self._each:
             if _matches(name_re, path_re, rel_path):
                 return rule
