@@ -88,9 +88,19 @@ _OPERATORS = {"AND", "NOT", "&&", "||", "!", "TO"}
 
 
 def code_terms(text: str) -> str:
-    """The searchable terms of ``text``, lower case, space separated."""
+    """The searchable terms of ``text``, lower case, space separated.
+
+    A term of 100 UTF-8 bytes or more is dropped, as Tantivy's
+    ``remove_long`` drops it: a long identifier is found, or not, alike
+    on both engines.
+    """
     split = _ACRONYM_BOUNDARY.sub(" ", text)
-    return " ".join(t.lower() for t in _TOKEN.findall(split) if len(t) <= _MAX_TOKEN_CHARS)
+    return " ".join(
+        t.lower()
+        for t in _TOKEN.findall(split)
+        if len(t) < _MAX_TOKEN_CHARS
+        and (t.isascii() or len(t.encode("utf-8", "surrogatepass")) < _MAX_TOKEN_CHARS)
+    )
 
 
 def parse_query(query: str) -> list[str]:
