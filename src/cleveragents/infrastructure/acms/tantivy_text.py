@@ -453,6 +453,7 @@ class TantivyTextBackend:
                     _settle(held[1])
             self._index = None
             self._shards.clear()
+            self._used.clear()
             self._ram.clear()
             self._parsed.clear()
             self._parsed_for = None
@@ -480,6 +481,7 @@ class TantivyTextBackend:
         with self._lock:
             self._resolved = resolved
             self._shards.clear()
+            self._used.clear()
             # One index for every resource, directly in the directory.
             self._legacy = os.path.exists(os.path.join(resolved, _META))
         return True
