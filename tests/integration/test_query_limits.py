@@ -36,8 +36,11 @@ def _children() -> set[int]:
     """Live or zombie children of this process (any thread's)."""
     found: set[int] = set()
     for task in os.listdir("/proc/self/task"):
-        with open(f"/proc/self/task/{task}/children") as fh:
-            found.update(int(pid) for pid in fh.read().split())
+        try:
+            with open(f"/proc/self/task/{task}/children") as fh:
+                found.update(int(pid) for pid in fh.read().split())
+        except FileNotFoundError:  # the thread ended since the listing
+            continue
     return found
 
 
