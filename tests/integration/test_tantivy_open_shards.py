@@ -47,6 +47,14 @@ def _write_all(path: Path) -> None:
         writer.close()
 
 
+@pytest.fixture
+def indexed(tmp_path: Path) -> Path:
+    """A text index directory holding every resource of RIDS."""
+    path = tmp_path / "text"
+    _write_all(path)
+    return path
+
+
 def _mapped_shards(path: Path) -> set[str]:
     """Shard directories under ``path`` with a file mapped in this process."""
     root = str(path) + "/"
@@ -63,9 +71,8 @@ def _answer(backend: TantivyTextBackend, scope: frozenset[str]) -> list[tuple[st
     return [(r.uko_uri, r.score) for r in backend.search("shared", scope=scope, max_results=50)]
 
 
-def test_searching_each_resource_keeps_at_most_the_bound_open(tmp_path: Path) -> None:
-    path = tmp_path / "text"
-    _write_all(path)
+def test_searching_each_resource_keeps_at_most_the_bound_open(indexed: Path) -> None:
+    path = indexed
     backend = TantivyTextBackend(path, max_open_shards=3)
     try:
         seen = 0
@@ -80,9 +87,8 @@ def test_searching_each_resource_keeps_at_most_the_bound_open(tmp_path: Path) ->
         backend.close()
 
 
-def test_the_least_recently_searched_shard_is_closed_first(tmp_path: Path) -> None:
-    path = tmp_path / "text"
-    _write_all(path)
+def test_the_least_recently_searched_shard_is_closed_first(indexed: Path) -> None:
+    path = indexed
     backend = TantivyTextBackend(path, max_open_shards=3)
     try:
         hot, *others = RIDS
@@ -94,9 +100,8 @@ def test_the_least_recently_searched_shard_is_closed_first(tmp_path: Path) -> No
         backend.close()
 
 
-def test_a_scope_wider_than_the_bound_is_answered_whole(tmp_path: Path) -> None:
-    path = tmp_path / "text"
-    _write_all(path)
+def test_a_scope_wider_than_the_bound_is_answered_whole(indexed: Path) -> None:
+    path = indexed
     bounded = TantivyTextBackend(path, max_open_shards=2)
     reference = TantivyTextBackend(path)
     try:
