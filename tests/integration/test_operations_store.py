@@ -8,12 +8,14 @@ import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from cleveragents.application.services.operations import AcmsOperations
 from cleveragents.bootstrap import bootstrap
 from cleveragents.domain.models.acms.errors import ConflictError
+from cleveragents.domain.models.acms.uko import path_of
 from cleveragents.infrastructure.acms.index_store import coarse_clock_ns
 
 
@@ -117,3 +119,28 @@ def test_a_same_size_rewrite_within_the_catalog_tick_is_indexed(
     ops.reindex()
     assert view.search("bravoword")
     assert view.search("alphaword") == []
+
+
+def test_status_counts_each_index_without_loading_a_graph(
+    ops: AcmsOperations, tree: Path, tmp_path: Path
+) -> None:
+    """``status`` costs metadata: units from each index's commit records, the
+    graph's file subjects from the catalog; the oracle lists them all."""
+    (tree / "pkg" / "more.py").write_text("class Wombat:\n    def dig(self):\n        pass\n")
+    ops.add_project("local/s")
+    rid = ops.add_resource(str(tree), "local/s").resource_id
+    ops.reindex()
+    fresh = bootstrap(tmp_path / "data", embedding_dimension=16)
+    try:
+        (row,) = fresh.status()["resources"]
+        store = fresh._store()
+        graph: Any = store.graph
+        assert graph._graphs == {}  # the counts loaded no resource graph
+        units = store.text.unit_uris(rid)
+        assert row["text_units"] == len(units) == row["vector_units"] >= 2
+        assert units == store.vector.unit_uris(rid)
+        file_subjects = {s for s in graph.subjects(rid) if path_of(s) is not None}
+        assert row["graph_subjects"] == len(file_subjects) > 2
+        assert row["files"] == 2
+    finally:
+        fresh._store().close()

@@ -36,6 +36,24 @@ def _opened(path: Path) -> set[str]:
         b.close()
 
 
+def _opened_counts(path: Path) -> dict[str, int]:
+    """Units per resource, listed by a backend that opened every shard."""
+    b = TantivyTextBackend(path)
+    try:
+        return {rid: len(b.unit_uris(rid)) for rid in RIDS}
+    finally:
+        b.close()
+
+
+def _fresh_counts(path: Path) -> tuple[dict[str, int], int]:
+    """A new backend's ``unit_count`` of each resource, and the shards it opened."""
+    b = TantivyTextBackend(path)
+    try:
+        return {rid: b.unit_count(rid) for rid in RIDS}, len(b._shards)
+    finally:
+        b.close()
+
+
 def _fresh(path: Path) -> tuple[set[str], int]:
     """A new backend's answer, and how many shards it opened for it."""
     b = TantivyTextBackend(path)
@@ -70,6 +88,27 @@ def test_fresh_answer_equals_the_opened_shards(
     ids, opened = _fresh(path)
     assert ids == _opened(path)
     assert opened == 0  # answered from the commit records alone
+    counts, opened = _fresh_counts(path)
+    assert counts == _opened_counts(path)
+    assert opened == 0
+
+
+def test_unit_count_follows_another_writers_commits(tmp_path: Path) -> None:
+    """A reader that has the shard open still counts the latest commit."""
+    path = tmp_path / "text"
+    rid = RIDS[0]
+    writer, reader = TantivyTextBackend(path), TantivyTextBackend(path)
+    try:
+        writer.upsert(rid, [_unit(rid, n) for n in range(3)])
+        assert reader.search("shared", scope=frozenset([rid]))  # opens the shard
+        assert reader.unit_count(rid) == 3
+        writer.delete(rid, [unit_uri(rid, "f0.py", "L1-L2")])
+        assert reader.unit_count(rid) == 2
+        writer.delete(rid)
+        assert reader.unit_count(rid) == 0
+    finally:
+        writer.close()
+        reader.close()
 
 
 def test_an_emptied_shard_left_behind_is_not_a_resource(tmp_path: Path) -> None:

@@ -39,6 +39,7 @@ import pytest
 from ulid import ULID
 
 from cleveragents.domain.models.acms.backends import (
+    CountedUnits,
     GraphBackend,
     GraphIndex,
     GraphResult,
@@ -483,6 +484,17 @@ class TextIndexContract(TextBackendContract):
             new.uko_uri
         }
 
+    def test_unit_count_follows_upserts_and_deletes(
+        self, backend: Any, corpus: dict[str, list[IndexUnit]]
+    ) -> None:
+        a, b, loud = _counted(backend, corpus)
+        old = corpus[a][0]
+        backend.upsert(a, [IndexUnit(old.uko_uri, "zulu replaced", dict(old.metadata))])
+        backend.upsert(a, [_unit(a, "a/new.py", 1, "yankee")], delete_uris=[corpus[a][1].uko_uri])
+        backend.delete(b, [corpus[b][0].uko_uri])
+        backend.delete(loud)
+        _assert_unit_counts(backend, {a: 5, b: 4, loud: 0, new_ulid(): 0})
+
     def test_upsert_rejects_unit_of_other_resource(
         self, backend: Any, corpus: dict[str, list[IndexUnit]]
     ) -> None:
@@ -492,6 +504,22 @@ class TextIndexContract(TextBackendContract):
         with pytest.raises(ValueError):
             backend.upsert(a, [], delete_uris=[corpus[b][0].uko_uri])
         assert backend.unit_uris(b) == {u.uko_uri for u in corpus[b]}
+
+
+def _counted(backend: Any, corpus: dict[str, Any]) -> list[str]:
+    """The corpus's resources, after checking the index counts them as it
+    lists them (skips an index that counts by listing: not a CountedUnits)."""
+    if not isinstance(backend, CountedUnits):
+        pytest.skip("this index counts a resource's units by listing them")
+    _assert_unit_counts(backend, {rid: len(units) for rid, units in corpus.items()})
+    with pytest.raises(ValueError):
+        backend.unit_count("not-a-ulid")
+    return list(corpus)
+
+
+def _assert_unit_counts(backend: Any, expected: dict[str, int]) -> None:
+    for rid, n in expected.items():
+        assert backend.unit_count(rid) == n == len(backend.unit_uris(rid)), rid
 
 
 # ===================================================================== vector
@@ -652,6 +680,18 @@ class VectorIndexContract(VectorBackendContract):
         backend.delete(b)
         assert backend.similarity_search(_vec(1), scope=frozenset({b})) == []
         assert b not in backend.resource_ids()
+
+    def test_unit_count_follows_upserts_and_deletes(
+        self, backend: Any, corpus: dict[str, Any]
+    ) -> None:
+        a, b, loud = _counted(backend, corpus)
+        unit, _ = corpus[a][0]
+        backend.upsert(a, [unit], _embeddings([_vec(7)]))
+        added = _unit(a, "a-new.py", 1, "a-new")
+        backend.upsert(a, [added], _embeddings([_vec(3)]), delete_uris=[corpus[a][1][0].uko_uri])
+        backend.delete(b, [corpus[b][0][0].uko_uri])
+        backend.delete(loud)
+        _assert_unit_counts(backend, {a: 6, b: 5, loud: 0, new_ulid(): 0})
 
     def test_upsert_rejects_bad_embeddings(self, backend: Any, corpus: dict[str, Any]) -> None:
         a = next(iter(corpus))

@@ -551,7 +551,9 @@ class AcmsOperations:
     # ------------------------------------------------------------ status and verify
 
     def status(self) -> dict[str, Any]:
-        """Resources, last indexed time, unit counts per backend, sizes on disk,
+        """Resources, last indexed time, unit counts per index and the graph's
+        file subjects (from commit records and the catalog: reading no unit
+        and loading no graph; ``verify`` compares them), sizes on disk,
         the secret filter per resource, and the paths of the data directory
         that others may read."""
         store = self._store()

@@ -903,6 +903,13 @@ class FaissVectorBackend:
         rid = canonical_ulid(resource_id)
         return {row[0] for row in self._query("SELECT uri FROM units WHERE resource_id = ?", rid)}
 
+    def unit_count(self, resource_id: str) -> int:
+        """How many units a resource has (as committed in SQLite; no vector
+        and no URI is read)."""
+        rid = canonical_ulid(resource_id)
+        count: int = self._query("SELECT COUNT(*) FROM units WHERE resource_id = ?", rid)[0][0]
+        return count
+
     def resource_ids(self) -> set[str]:
         """ULIDs of the resources that have at least one unit."""
         return {row[0] for row in self._query(_RESOURCE_IDS)}

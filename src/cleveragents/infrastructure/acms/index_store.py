@@ -60,6 +60,7 @@ import structlog
 from ulid import ULID
 
 from cleveragents.domain.models.acms.backends import (
+    CountedUnits,
     GraphIndex,
     GroupedWrites,
     IndexUnit,
@@ -182,6 +183,12 @@ _release_memory = _malloc_trim() or (lambda: None)
 
 def _contains(rid: str, path: str) -> list[WriteTriple]:
     return [(resource_uri(rid), UKO + "contains", file_uri(rid, path))]
+
+
+def _unit_count(index: TextIndex | VectorIndex, rid: str) -> int:
+    if isinstance(index, CountedUnits):
+        return index.unit_count(rid)
+    return len(index.unit_uris(rid))
 
 
 def _file_subjects(subjects: Iterable[str]) -> set[str]:
@@ -502,14 +509,22 @@ class ManagedIndexStore:
         return problems
 
     def counts(self, resource_id: str) -> dict[str, int]:
-        """Files with units in the catalog, and units per index, of one resource."""
+        """Of one resource: its files with units and its graph's file subjects
+        as the catalog records them, and the units each index holds.
+
+        It costs the resource's metadata, not its data: an index that can
+        (:class:`CountedUnits`) counts from its own commit records, and the
+        subjects come from the catalog, since counting them in the graph
+        loads the graph whole (``verify`` compares the two).
+        """
         rid = canonical_ulid(resource_id)
         records = self.catalog.records(rid)
         return {
             "files": sum(1 for rec in records.values() if rec.unit_uris),
-            "text_units": len(self.text.unit_uris(rid)),
-            "vector_units": len(self.vector.unit_uris(rid)),
-            "graph_subjects": len(self.graph.subjects(rid)),
+            "text_units": _unit_count(self.text, rid),
+            "vector_units": _unit_count(self.vector, rid),
+            # Each file's subjects are URIs under the file (the planner's rule).
+            "graph_subjects": len({s for rec in records.values() for s in rec.graph_subjects}),
         }
 
     # ------------------------------------------------------------ the data directory

@@ -226,6 +226,11 @@ class MemoryTextIndex(_Closable):
         with self._lock:
             return set(self._docs.get(canonical_ulid(resource_id), {}))
 
+    def unit_count(self, resource_id: str) -> int:
+        """How many units a resource has."""
+        with self._lock:
+            return len(self._docs.get(canonical_ulid(resource_id), {}))
+
     def units(self, resource_id: str) -> Iterator[IndexUnit]:
         """Every unit stored for a resource, in URI order."""
         with self._lock:
@@ -321,6 +326,11 @@ class MemoryVectorIndex(_Closable):
         """URIs of a resource's units."""
         with self._lock:
             return set(self._rows.get(canonical_ulid(resource_id), {}))
+
+    def unit_count(self, resource_id: str) -> int:
+        """How many units a resource has."""
+        with self._lock:
+            return len(self._rows.get(canonical_ulid(resource_id), {}))
 
     def resource_ids(self) -> set[str]:
         """Resources with at least one unit."""

@@ -826,6 +826,26 @@ class TantivyTextBackend:
         stored.sort(key=lambda s: s.uri)
         return iter([IndexUnit(s.uri, s.content, s.metadata) for s in stored])
 
+    def unit_count(self, resource_id: str) -> int:
+        """How many units ``resource_id`` has, as of its shard's last commit:
+        read from the shard's ``meta.json`` (no document is read, and an
+        unopened shard stays closed).
+
+        Raises:
+            ValueError: an invalid ULID.
+            IndexUnavailableError: the index cannot be read.
+        """
+        rid = canonical_ulid(resource_id)
+        self._parser()
+        if self._path is not None:
+            self._follow()
+            self._parser()
+            docs = _committed_docs(os.path.join(self._resolved, rid, _META))
+            if docs is not None:
+                return docs
+        shard = self._shard(rid)  # in RAM, or a commit record of another shape
+        return 0 if shard is None else shard.num_docs
+
     def resource_ids(self) -> set[str]:
         """ULIDs of the resources that have at least one unit.
 

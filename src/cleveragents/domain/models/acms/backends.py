@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "TRAVERSAL_DIRECTIONS",
+    "CountedUnits",
     "GraphBackend",
     "GraphIndex",
     "GraphResult",
@@ -447,6 +448,21 @@ class TextIndex(TextBackend, Protocol):
 
     def close(self) -> None:
         """Release the index's files and memory; further calls fail."""
+        ...
+
+
+@runtime_checkable
+class CountedUnits(Protocol):
+    """An index that counts a resource's units from its own records, without
+    reading the units (``status`` over a large resource)."""
+
+    def unit_count(self, resource_id: str) -> int:
+        """``len(unit_uris(resource_id))`` as of the index's last commit.
+
+        Raises:
+            ValueError: an invalid ULID.
+            IndexUnavailableError: the index cannot be read.
+        """
         ...
 
 
