@@ -15,7 +15,7 @@ import pytest
 from cleveragents.application.services.operations import AcmsOperations
 from cleveragents.bootstrap import bootstrap
 from cleveragents.domain.models.acms.errors import ConflictError
-from cleveragents.domain.models.acms.uko import path_of
+from cleveragents.domain.models.acms.uko import file_uri, path_of
 from cleveragents.infrastructure.acms.index_store import coarse_clock_ns
 
 
@@ -142,5 +142,40 @@ def test_status_counts_each_index_without_loading_a_graph(
         file_subjects = {s for s in graph.subjects(rid) if path_of(s) is not None}
         assert row["graph_subjects"] == len(file_subjects) > 2
         assert row["files"] == 2
+    finally:
+        fresh._store().close()
+
+
+def test_session_read_asks_the_catalog_and_loads_no_graph(
+    ops: AcmsOperations, tree: Path, tmp_path: Path
+) -> None:
+    """``read`` serves indexed files only, decided from one catalog row: the
+    resource's graph stays unloaded.  Oracle for "indexed": the graph holds
+    the file's node (what ``read`` asked before)."""
+    (tree / "blob.bin").write_bytes(b"\x00\x01binary\x00" * 10)
+    (tree / ".env").write_text("API_KEY=hunter2\n")
+    (tree / "empty.py").write_text("")
+    ops.add_project("local/s")
+    rid = ops.add_resource(str(tree), "local/s").resource_id
+    ops.reindex()
+    fresh = bootstrap(tmp_path / "data", embedding_dimension=16)
+    try:
+        session = fresh.agent_session(projects=["local/s"])
+        store = fresh._store()
+        answer = session.read(file_uri(rid, "pkg/core.py"))
+        assert answer["results"][0]["text"] == "def quokka_function():"
+        paths = ("pkg/core.py", "empty.py", "blob.bin", ".env", "missing.py")
+        readable = set()
+        for path in paths:
+            try:
+                session.read(file_uri(rid, path))
+                readable.add(path)
+            except ValueError as exc:
+                assert "not an indexed file" in str(exc)
+        graph: Any = store.graph
+        assert graph._graphs == {}  # no answer loaded the graph
+        only = frozenset({rid})
+        in_graph = {p for p in paths if graph.get_triples(file_uri(rid, p), scope=only).triples}
+        assert readable == in_graph == {"pkg/core.py", "empty.py"}
     finally:
         fresh._store().close()

@@ -72,6 +72,8 @@ _NAME_NODE = name_uri("x")[:-1]
 #: Reads a file of a resource: (resource id, relative path, max bytes) -> text,
 #: or None when it cannot be read safely (vanished, a symlink, too large).
 FileReader = Callable[[str, str, int], str | None]
+#: Whether a file of a resource is indexed: (resource id, relative path) -> bool.
+IndexedCheck = Callable[[str, str], bool]
 
 
 def render(response: Mapping[str, Any]) -> str:
@@ -233,6 +235,10 @@ class AgentSession:
         embedder: the index's own embedder (queries are embedded with it).
         scope: the operator's scope.
         read_file: reads an indexed file from its resource (for :meth:`read`).
+        is_indexed: whether a file is indexed (for :meth:`read`; the index
+            store's catalog answers with one row).  Without it, :meth:`read`
+            asks the graph for the file's triples, which loads the
+            resource's graph.
     """
 
     def __init__(
@@ -244,6 +250,7 @@ class AgentSession:
         embedder: Embedder,
         scope: SessionScope,
         read_file: FileReader,
+        is_indexed: IndexedCheck | None = None,
     ) -> None:
         self._text = text
         self._vector = vector
@@ -251,6 +258,7 @@ class AgentSession:
         self._embedder = embedder
         self._scope = scope
         self._read_file = read_file
+        self._is_indexed = is_indexed
 
     @property
     def scope(self) -> SessionScope:
@@ -571,8 +579,12 @@ class AgentSession:
         if last is not None and last < first:
             raise ValueError("end_line must not be before start_line")
         own = file_uri(rid, path)
-        alone = ScopedView(self._text, self._vector, self._graph, frozenset({rid}))
-        if not alone.get_triples(own).triples:
+        if self._is_indexed is not None:
+            indexed = self._is_indexed(rid, path)
+        else:
+            alone = ScopedView(self._text, self._vector, self._graph, frozenset({rid}))
+            indexed = bool(alone.get_triples(own).triples)
+        if not indexed:
             raise ValueError(f"{own} is not an indexed file of this scope")
         text = self._read_file(rid, path, 4 * MAX_BUDGET)
         if text is None:

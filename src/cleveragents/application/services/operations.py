@@ -347,6 +347,13 @@ class AcmsOperations:
             rids |= self.scope((), resources)
         registry = self.resources
 
+        def is_indexed(rid: str, path: str) -> bool:
+            try:
+                store = self._store()
+            except AcmsError:  # the stub profile wires no store and indexes nothing
+                return False
+            return store.indexed_file(rid, path)
+
         def read(rid: str, path: str, max_bytes: int) -> str | None:
             resource = registry.get(rid)
             if resource is None:
@@ -361,6 +368,7 @@ class AcmsOperations:
             embedder=self._embedder(),
             scope=SessionScope(resources=frozenset(rids), projects=by_project),
             read_file=read,
+            is_indexed=is_indexed,
         )
 
     def sparql_results(self, query: str, scope: frozenset[str]) -> dict[str, Any]:

@@ -508,6 +508,15 @@ class ManagedIndexStore:
                     problems.append(VerifyProblem(rid, name, len(missing), len(extra), sample))
         return problems
 
+    def indexed_file(self, resource_id: str, path: str) -> bool:
+        """Whether the catalog records the file's node among the graph
+        subjects of ``path`` (every planned text file has one; a binary file
+        is recorded without): one row read, where asking the graph for the
+        node's triples loads the resource's graph."""
+        rid = canonical_ulid(resource_id)
+        record = self.catalog.get(rid, [path]).get(path)
+        return record is not None and file_uri(rid, path) in record.graph_subjects
+
     def counts(self, resource_id: str) -> dict[str, int]:
         """Of one resource: its files with units and its graph's file subjects
         as the catalog records them, and the units each index holds.

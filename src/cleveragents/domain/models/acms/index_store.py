@@ -287,6 +287,16 @@ class MaintainedStore(IndexStore, Protocol):
         """Files and units per index of one resource."""
         ...
 
+    def indexed_file(self, resource_id: str, path: str) -> bool:
+        """Whether the store indexed ``path`` of a resource as a text file
+        (its file node is in the graph); a file left out, ignored, secret or
+        binary, is not.
+
+        Raises:
+            ValueError: an invalid ULID.
+        """
+        ...
+
     def bytes_on_disk(self) -> dict[str, int]:
         """Sizes of the live indexes and the registry."""
         ...
