@@ -14,7 +14,7 @@ import pytest
 
 from cleveragents.application.services.operations import AcmsOperations
 from cleveragents.bootstrap import bootstrap
-from cleveragents.domain.models.acms.errors import ConflictError
+from cleveragents.domain.models.acms.errors import ConflictError, IndexUnavailableError
 from cleveragents.domain.models.acms.uko import file_uri, path_of
 from cleveragents.infrastructure.acms.index_store import coarse_clock_ns
 
@@ -177,5 +177,24 @@ def test_session_read_asks_the_catalog_and_loads_no_graph(
         only = frozenset({rid})
         in_graph = {p for p in paths if graph.get_triples(file_uri(rid, p), scope=only).triples}
         assert readable == in_graph == {"pkg/core.py", "empty.py"}
+    finally:
+        fresh._store().close()
+
+
+def test_session_read_reports_an_unreadable_catalog(
+    ops: AcmsOperations, tree: Path, tmp_path: Path
+) -> None:
+    """A catalog that cannot be read is an error the caller sees, not a file
+    said to be unindexed."""
+    ops.add_project("local/s")
+    rid = ops.add_resource(str(tree), "local/s").resource_id
+    ops.reindex()
+    fresh = bootstrap(tmp_path / "data", embedding_dimension=16)
+    try:
+        session = fresh.agent_session(projects=["local/s"])
+        catalog: Any = fresh._store().catalog
+        Path(catalog._path).unlink()
+        with pytest.raises(IndexUnavailableError, match="catalog"):
+            session.read(file_uri(rid, "pkg/core.py"))
     finally:
         fresh._store().close()

@@ -348,11 +348,9 @@ class AcmsOperations:
         registry = self.resources
 
         def is_indexed(rid: str, path: str) -> bool:
-            try:
-                store = self._store()
-            except AcmsError:  # the stub profile wires no store and indexes nothing
-                return False
-            return store.indexed_file(rid, path)
+            # Any error (no store in this profile, an unreadable catalog)
+            # reaches the caller, as the graph's did.
+            return self._store().indexed_file(rid, path)
 
         def read(rid: str, path: str, max_bytes: int) -> str | None:
             resource = registry.get(rid)
