@@ -63,6 +63,7 @@ from cleveragents.infrastructure.acms.milvus_common import (
     unit_id,
     uris_of,
 )
+from cleveragents.infrastructure.acms.text_analysis import ACRONYM_BOUNDARY, MAX_TOKEN_CHARS
 
 if TYPE_CHECKING:
     from pymilvus import MilvusClient
@@ -77,8 +78,6 @@ _OUTPUT = ["uko_uri", "content", "meta"]
 # As the Tantivy analyser: a capitalised or lower-case word, an upper-case run,
 # a number, or any other run of letters; acronyms split before a word.
 _TOKEN = re.compile(r"[A-Z]?[a-z]+|[A-Z]+|[0-9]+|[^\W\d_]+")
-_ACRONYM_BOUNDARY = re.compile(r"(?<=[A-Z])(?=[A-Z][a-z])")
-_MAX_TOKEN_CHARS = 100
 
 _LEXEME = re.compile(r'\s+|"[^"]*"|[()]|[^\s()"]+')
 _INTERNAL_FIELD = re.compile(r"^(resource_id|uko_uri|id|terms|sparse|meta)\s*:", re.IGNORECASE)
@@ -94,12 +93,12 @@ def code_terms(text: str) -> str:
     ``remove_long`` drops it: a long identifier is found, or not, alike
     on both engines.
     """
-    split = _ACRONYM_BOUNDARY.sub(" ", text)
+    split = ACRONYM_BOUNDARY.sub(" ", text)
     return " ".join(
         t.lower()
         for t in _TOKEN.findall(split)
-        if len(t) < _MAX_TOKEN_CHARS
-        and (t.isascii() or len(t.encode("utf-8", "surrogatepass")) < _MAX_TOKEN_CHARS)
+        if len(t) < MAX_TOKEN_CHARS
+        and (t.isascii() or len(t.encode("utf-8", "surrogatepass")) < MAX_TOKEN_CHARS)
     )
 
 
