@@ -235,10 +235,9 @@ class AgentSession:
         embedder: the index's own embedder (queries are embedded with it).
         scope: the operator's scope.
         read_file: reads an indexed file from its resource (for :meth:`read`).
-        is_indexed: whether a file is indexed (for :meth:`read`; the index
-            store's catalog answers with one row).  Without it, :meth:`read`
-            asks the graph for the file's triples, which loads the
-            resource's graph.
+        is_indexed: whether a file is indexed (for :meth:`read`: only such
+            files are read; the index store's catalog answers with one row,
+            where asking the graph would load the resource's graph).
     """
 
     def __init__(
@@ -250,7 +249,7 @@ class AgentSession:
         embedder: Embedder,
         scope: SessionScope,
         read_file: FileReader,
-        is_indexed: IndexedCheck | None = None,
+        is_indexed: IndexedCheck,
     ) -> None:
         self._text = text
         self._vector = vector
@@ -579,12 +578,7 @@ class AgentSession:
         if last is not None and last < first:
             raise ValueError("end_line must not be before start_line")
         own = file_uri(rid, path)
-        if self._is_indexed is not None:
-            indexed = self._is_indexed(rid, path)
-        else:
-            alone = ScopedView(self._text, self._vector, self._graph, frozenset({rid}))
-            indexed = bool(alone.get_triples(own).triples)
-        if not indexed:
+        if not self._is_indexed(rid, path):
             raise ValueError(f"{own} is not an indexed file of this scope")
         text = self._read_file(rid, path, 4 * MAX_BUDGET)
         if text is None:
