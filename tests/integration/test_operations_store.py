@@ -7,6 +7,7 @@ import os
 import stat
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -121,17 +122,29 @@ def test_a_same_size_rewrite_within_the_catalog_tick_is_indexed(
     assert view.search("alphaword") == []
 
 
+@contextmanager
+def indexed_then_reopened(
+    ops: AcmsOperations, tree: Path, data: Path
+) -> Iterator[tuple[str, AcmsOperations]]:
+    """``tree`` indexed as project ``local/s``, then the data directory opened
+    afresh (as a new process would: nothing loaded yet)."""
+    ops.add_project("local/s")
+    rid = ops.add_resource(str(tree), "local/s").resource_id
+    ops.reindex()
+    fresh = bootstrap(data, embedding_dimension=16)
+    try:
+        yield rid, fresh
+    finally:
+        fresh._store().close()
+
+
 def test_status_counts_each_index_without_loading_a_graph(
     ops: AcmsOperations, tree: Path, tmp_path: Path
 ) -> None:
     """``status`` costs metadata: units from each index's commit records, the
     graph's file subjects from the catalog; the oracle lists them all."""
     (tree / "pkg" / "more.py").write_text("class Wombat:\n    def dig(self):\n        pass\n")
-    ops.add_project("local/s")
-    rid = ops.add_resource(str(tree), "local/s").resource_id
-    ops.reindex()
-    fresh = bootstrap(tmp_path / "data", embedding_dimension=16)
-    try:
+    with indexed_then_reopened(ops, tree, tmp_path / "data") as (rid, fresh):
         (row,) = fresh.status()["resources"]
         store = fresh._store()
         graph: Any = store.graph
@@ -142,8 +155,6 @@ def test_status_counts_each_index_without_loading_a_graph(
         file_subjects = {s for s in graph.subjects(rid) if path_of(s) is not None}
         assert row["graph_subjects"] == len(file_subjects) > 2
         assert row["files"] == 2
-    finally:
-        fresh._store().close()
 
 
 def test_session_read_asks_the_catalog_and_loads_no_graph(
@@ -155,11 +166,7 @@ def test_session_read_asks_the_catalog_and_loads_no_graph(
     (tree / "blob.bin").write_bytes(b"\x00\x01binary\x00" * 10)
     (tree / ".env").write_text("API_KEY=hunter2\n")
     (tree / "empty.py").write_text("")
-    ops.add_project("local/s")
-    rid = ops.add_resource(str(tree), "local/s").resource_id
-    ops.reindex()
-    fresh = bootstrap(tmp_path / "data", embedding_dimension=16)
-    try:
+    with indexed_then_reopened(ops, tree, tmp_path / "data") as (rid, fresh):
         session = fresh.agent_session(projects=["local/s"])
         store = fresh._store()
         answer = session.read(file_uri(rid, "pkg/core.py"))
@@ -177,8 +184,6 @@ def test_session_read_asks_the_catalog_and_loads_no_graph(
         only = frozenset({rid})
         in_graph = {p for p in paths if graph.get_triples(file_uri(rid, p), scope=only).triples}
         assert readable == in_graph == {"pkg/core.py", "empty.py"}
-    finally:
-        fresh._store().close()
 
 
 def test_session_read_reports_an_unreadable_catalog(
@@ -186,15 +191,9 @@ def test_session_read_reports_an_unreadable_catalog(
 ) -> None:
     """A catalog that cannot be read is an error the caller sees, not a file
     said to be unindexed."""
-    ops.add_project("local/s")
-    rid = ops.add_resource(str(tree), "local/s").resource_id
-    ops.reindex()
-    fresh = bootstrap(tmp_path / "data", embedding_dimension=16)
-    try:
+    with indexed_then_reopened(ops, tree, tmp_path / "data") as (rid, fresh):
         session = fresh.agent_session(projects=["local/s"])
         catalog: Any = fresh._store().catalog
         Path(catalog._path).unlink()
         with pytest.raises(IndexUnavailableError, match="catalog"):
             session.read(file_uri(rid, "pkg/core.py"))
-    finally:
-        fresh._store().close()
