@@ -11,6 +11,15 @@ Table ``meta`` holds catalog-wide settings (``embedder``) and the indexer's
 per-resource ``dirty:<ULID>`` markers (see the indexer's crash-safety notes).
 Every write is one transaction (WAL, ``synchronous=FULL``): a SIGKILL leaves
 each row and marker as of the last commit.
+
+Threads (``acms serve``: request threads and the watcher) share one catalog
+and its one connection, so every call holds the catalog's lock: a thread's
+transaction never takes in another thread's statements (a second ``BEGIN``
+would fail, a read would see uncommitted rows), and following a rebuild's
+swap never closes the connection under another thread's statement (which
+crashed the interpreter).  Calls are short (one statement or one write
+batch); waiting for one costs a reader less than a connection per thread
+would cost to open and keep.
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ import json
 import os
 import sqlite3
 import sys
+import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -85,18 +95,23 @@ class SqliteCatalog:
         self._stats_cache: dict[
             str, tuple[tuple[sqlite3.Connection, int, int], Mapping[str, tuple[int, int]]]
         ] = {}
+        self._lock = threading.RLock()  # see the module docstring
         self._db = self._open()
 
     def _open(self) -> sqlite3.Connection:
         try:
             if self._path != ":memory:":
                 Path(self._path).parent.mkdir(parents=True, exist_ok=True)
+                # Before connecting: a swap in between makes the identity
+                # older than the file opened, so the next call reopens once
+                # more rather than keeping the old file for good.
+                before = self._stat()
             conn = sqlite3.connect(
                 self._path, timeout=30.0, isolation_level=None, check_same_thread=False
             )
             if self._path != ":memory:":
                 conn.execute("PRAGMA journal_mode=WAL")
-                self._identity = self._stat()
+                self._identity = self._stat() if before is None else before
             conn.execute("PRAGMA synchronous=FULL")
             conn.executescript(_SCHEMA)
         except (OSError, sqlite3.Error) as exc:
@@ -117,6 +132,7 @@ class SqliteCatalog:
         The live catalog is reached through a link into a generation
         directory (see ``index_layout``); SQLite resolved that link when it
         opened, so the old connection only ever touches the old files.
+        Callers hold the lock.
         """
         if self._path != ":memory:":
             identity = self._stat()
@@ -128,28 +144,33 @@ class SqliteCatalog:
         return self._db
 
     @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        try:
-            self._conn.execute("BEGIN IMMEDIATE")
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        """The connection, with the lock held; SQLite errors translated."""
+        with self._lock:
             try:
                 yield self._conn
+            except sqlite3.Error as exc:
+                raise IndexUnavailableError(f"catalog {self._path}: {exc}") from exc
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        with self._read() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
             except BaseException:
-                self._conn.execute("ROLLBACK")
+                conn.execute("ROLLBACK")
                 raise
-            self._conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            raise IndexUnavailableError(f"catalog {self._path}: {exc}") from exc
+            conn.execute("COMMIT")
 
     def records(self, resource_id: str) -> dict[str, FileRecord]:
         """Every file record of a resource, by path."""
-        try:
-            rows = self._conn.execute(
+        with self._read() as conn:
+            rows = conn.execute(
                 "SELECT path, size, mtime_ns, sha256, unit_uris, graph_subjects "
                 "FROM files WHERE resource_id = ?",
                 (resource_id,),
             ).fetchall()
-        except sqlite3.Error as exc:
-            raise IndexUnavailableError(f"catalog {self._path}: {exc}") from exc
         records = (_record(r) for r in rows)
         return {rec.path: rec for rec in records}
 
@@ -166,8 +187,7 @@ class SqliteCatalog:
         that re-runs often (``acms watch``) then reads nothing on a re-run
         where nothing changed.
         """
-        try:
-            conn = self._conn
+        with self._read() as conn:
             version = (
                 None
                 if conn.in_transaction
@@ -179,8 +199,6 @@ class SqliteCatalog:
             rows = conn.execute(
                 "SELECT path, size, mtime_ns FROM files WHERE resource_id = ?", (resource_id,)
             ).fetchall()
-        except sqlite3.Error as exc:
-            raise IndexUnavailableError(f"catalog {self._path}: {exc}") from exc
         stats = MappingProxyType({_fsdecode(path): (size, mtime) for path, size, mtime in rows})
         if version is not None:
             if len(self._stats_cache) >= _STATS_CACHE_RESOURCES:
@@ -192,10 +210,10 @@ class SqliteCatalog:
         """The records of some files of a resource (paths with no record are left out)."""
         keys = [os.fsencode(p) for p in paths]
         out: dict[str, FileRecord] = {}
-        try:
+        with self._read() as conn:
             for i in range(0, len(keys), _GET_BATCH):
                 part = keys[i : i + _GET_BATCH]
-                rows = self._conn.execute(
+                rows = conn.execute(
                     "SELECT path, size, mtime_ns, sha256, unit_uris, graph_subjects FROM files "
                     f"WHERE resource_id = ? AND path IN ({','.join('?' * len(part))})",
                     (resource_id, *part),
@@ -203,8 +221,6 @@ class SqliteCatalog:
                 for row in rows:
                     rec = _record(row)
                     out[rec.path] = rec
-        except sqlite3.Error as exc:
-            raise IndexUnavailableError(f"catalog {self._path}: {exc}") from exc
         return out
 
     def put(self, resource_id: str, records: Iterable[FileRecord]) -> None:
@@ -242,12 +258,14 @@ class SqliteCatalog:
 
     def resource_ids(self) -> set[str]:
         """Resources with at least one record."""
-        rows = self._conn.execute(_RESOURCE_IDS).fetchall()
+        with self._read() as conn:
+            rows = conn.execute(_RESOURCE_IDS).fetchall()
         return {r[0] for r in rows}
 
     def get_meta(self, key: str) -> str | None:
         """A catalog-wide setting (e.g. the embedder that filled the vector index)."""
-        row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        with self._read() as conn:
+            row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return None if row is None else str(row[0])
 
     def set_meta(self, key: str, value: str) -> None:
@@ -262,4 +280,5 @@ class SqliteCatalog:
 
     def close(self) -> None:
         """Close the database connection."""
-        self._db.close()
+        with self._lock:
+            self._db.close()
