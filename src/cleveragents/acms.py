@@ -15,7 +15,6 @@ Run as a module, this is the ``acms`` command line.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +52,6 @@ def open_data_dir(
 
 
 if __name__ == "__main__":
-    from cleveragents.cli.main import main
+    from cleveragents.cli.main import console
 
-    sys.exit(main())
+    console()

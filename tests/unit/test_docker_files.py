@@ -408,7 +408,7 @@ def run_cli(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
 
 def test_acms_console_script_is_declared():
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    assert pyproject["project"]["scripts"]["acms"] == "cleveragents.cli.main:main"
+    assert pyproject["project"]["scripts"]["acms"] == "cleveragents.cli.main:console"
 
 
 def test_named_subcommands_exist_in_the_cli(dockerfile, compose, tmp_path):

@@ -19,12 +19,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import gc
 import logging
 import os
 import sys
 import time
 import warnings
-from collections.abc import Callable, MutableMapping, Sequence
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
@@ -40,6 +41,7 @@ __all__ = [
     "EXIT_OK",
     "EXIT_USAGE",
     "build_parser",
+    "console",
     "main",
     "reembed_reporter",
 ]
@@ -819,8 +821,50 @@ def _one_line(exc: object) -> str:
     return text[:500] if text else type(exc).__name__
 
 
+# Commands that answer one question and change nothing.  While one runs, the
+# cyclic GC is off: a loaded graph is about a million containers, and each
+# full collection walks all of them (a stdlib-sized resource: 0.2-0.3 s per
+# collection).  The console script then leaves without tearing down what the
+# question loaded (freeing it took longer than loading it); see `console`.
+_QUESTIONS = frozenset(
+    {
+        "search",
+        "read",
+        "context",
+        "symbols",
+        "callers",
+        "callees",
+        "sparql",
+        "triples",
+        "traverse",
+        "status",
+    }
+)
+
+
+@contextlib.contextmanager
+def _collector_off(restore: bool) -> Iterator[None]:
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled and restore:
+            gc.enable()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``acms`` console script."""
+    """Run one ``acms`` command in this process; its exit code."""
+    return _main(argv, restore_collector=True)[0]
+
+
+def _main(argv: Sequence[str] | None, restore_collector: bool) -> tuple[int, bool]:
+    """The exit code, and whether the command was a question (`_QUESTIONS`).
+
+    With ``restore_collector=False`` the GC stays off after a question: what
+    it loaded may still be referenced (the stores' caches), and the first
+    collection after switching it back on would walk all of it.
+    """
     args_in = list(sys.argv[1:] if argv is None else argv)
     if args_in[:1] in (["serve"], ["watch"]):
         # Long-lived services with options of their own (cli/serve.py, cli/watch.py).
@@ -829,19 +873,47 @@ def main(argv: Sequence[str] | None = None) -> int:
         service: Callable[[Sequence[str]], int] = import_module(
             f"cleveragents.cli.{args_in[0]}"
         ).main
-        return guarded(_PROG, lambda: service(args_in[1:]))
+        return guarded(_PROG, lambda: service(args_in[1:])), False
     parser = build_parser()
+    question = False
 
     def body() -> int:
+        nonlocal question
         args = parser.parse_args(argv)
         configure_logging(args.log_level)
-        return run(args, Output(args.json))
+        question = args.command in _QUESTIONS
+        with _collector_off(restore_collector) if question else contextlib.nullcontext():
+            return run(args, Output(args.json))
 
     from cleveragents.bootstrap import private_umask
 
     private_umask()  # this process owns the data directory: owner-only files
-    return guarded(_PROG, body)
+    return guarded(_PROG, body), question
+
+
+def console() -> NoReturn:
+    """Entry point of the ``acms`` console script.
+
+    After a question, the process ends with ``os._exit`` once stdout, stderr
+    and the log handlers are flushed: a question holds no lock, no open
+    transaction and no child process past its return, so the interpreter's
+    teardown (freeing every object one by one) would only cost time.  Other
+    commands (indexing, registration, the services) exit normally.
+    """
+    code, question = _main(None, restore_collector=False)
+    if not question:
+        sys.exit(code)
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BrokenPipeError:
+            if stream is sys.stdout and code == EXIT_OK:
+                code = EXIT_BROKEN_PIPE
+        except (OSError, ValueError):
+            pass  # a stream closed or replaced: nothing more can be written to it
+    os._exit(code)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    console()

@@ -1,0 +1,94 @@
+"""The console script answers a question and leaves with ``os._exit``, skipping
+the interpreter's teardown (``cli.main.console``).  Nothing may be lost by it.
+
+Oracle: the same command run in process through ``main()``, which returns
+normally: its exit code, its stdout and its stderr's first line must be what
+the script printed.  The output of one question is larger than a pipe's
+buffer, so an unflushed tail would show.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cleveragents.cli.main import main
+
+SYMBOLS = 800  # ~150 KB of JSON: over a pipe buffer, under the largest budget
+
+
+def _script(data: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "ACMS_DATA_DIR": str(data)}
+    env.pop("ACMS_PROFILE", None)
+    env.pop("PYTHONUNBUFFERED", None)  # stdout block-buffered, as on a user's pipe
+    return subprocess.run(
+        [sys.executable, "-m", "cleveragents.acms", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    base = tmp_path_factory.mktemp("quick-exit")
+    src = base / "src"
+    src.mkdir()
+    (src / "big.py").write_text(
+        "".join(f"def function_number_{i}(argument):\n    return {i}\n\n" for i in range(SYMBOLS))
+    )
+    data = base / "data"
+    for args in (
+        ("project", "add", "local/big"),
+        ("resource", "add", str(src), "--project", "local/big"),
+        ("reindex",),
+    ):
+        done = _script(data, *args)
+        assert done.returncode == 0, done.stderr
+    return data
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--json", "symbols", "big.py", "--project", "local/big", "--budget", "200000"),
+        ("symbols", "big.py", "--project", "local/big", "--budget", "200000"),
+        ("search", "text", "function_number_7", "--project", "local/big"),
+        ("symbols", "missing.py", "--project", "local/big"),  # fails at run time
+        ("symbols", "big.py", "--project", "local/nobody"),  # bad input
+        ("search", "text", "", "--project", "local/big"),  # bad input
+    ],
+)
+def test_the_script_prints_and_exits_as_main_returns(
+    data: Path,
+    args: tuple[str, ...],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("ACMS_DATA_DIR", str(data))
+    monkeypatch.delenv("ACMS_PROFILE", raising=False)
+    code = main(list(args))
+    expected = capsys.readouterr()
+    assert gc.isenabled()  # a question turns the collector off only while it runs
+    done = _script(data, *args)
+    assert done.returncode == code
+    assert done.stdout == expected.out
+    assert done.stderr.splitlines()[:1] == expected.err.splitlines()[:1]
+
+
+def test_a_large_answer_arrives_whole(data: Path) -> None:
+    done = _script(
+        data, "--json", "symbols", "big.py", "--project", "local/big", "--budget", "200000"
+    )
+    assert done.returncode == 0, done.stderr
+    assert len(done.stdout) > 1 << 16  # more than a pipe holds
+    names = {r["name"] for r in json.loads(done.stdout)["results"]}
+    assert names == {f"function_number_{i}" for i in range(SYMBOLS)}
