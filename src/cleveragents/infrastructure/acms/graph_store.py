@@ -145,7 +145,7 @@ def sorted_edges(pairs: Iterable[tuple[Triple, bool]]) -> tuple[list[Triple], li
 class ResourceGraph:
     """One resource's triples as strings: subject -> {(predicate, object)}."""
 
-    __slots__ = ("by_subject", "edges", "foreign", "incoming", "size")
+    __slots__ = ("by_predicate", "by_subject", "edges", "foreign", "incoming", "size")
 
     def __init__(self, by_subject: dict[str, set[Edge]] | None = None) -> None:
         self.by_subject: dict[str, set[Edge]] = {} if by_subject is None else by_subject
@@ -158,6 +158,19 @@ class ResourceGraph:
         # IRI object -> {(subject, predicate)}: built on the first walk that
         # follows edges backwards, then kept up to date by add/remove.
         self.incoming: dict[str, set[tuple[str, str]]] | None = None
+        # predicate -> the subjects with at least one such edge: built on
+        # the first SPARQL query (see graph_view), then kept up to date.
+        self.by_predicate: dict[str, set[str]] | None = None
+
+    def subjects_with(self, p: str) -> set[str]:
+        """The subjects with at least one edge of predicate ``p``."""
+        if self.by_predicate is None:
+            by_predicate: dict[str, set[str]] = {}
+            for s, edges in self.by_subject.items():
+                for pred, _ in edges:
+                    by_predicate.setdefault(pred, set()).add(s)
+            self.by_predicate = by_predicate
+        return self.by_predicate.get(p, set())
 
     def incoming_of(self, o: str) -> set[tuple[str, str]]:
         """The (subject, predicate) pairs whose object is the IRI ``o``."""
@@ -181,6 +194,8 @@ class ResourceGraph:
         self.edges.pop(s, None)
         if self.incoming is not None and isinstance(o, str):
             self.incoming.setdefault(o, set()).add((s, p))
+        if self.by_predicate is not None:
+            self.by_predicate.setdefault(p, set()).add(s)
         return True
 
     def remove(self, s: str, p: str, o: Obj) -> bool:
@@ -190,6 +205,12 @@ class ResourceGraph:
         edges.remove((p, o))
         if not edges:
             del self.by_subject[s]
+        if self.by_predicate is not None and not any(pred == p for pred, _ in edges):
+            subjects = self.by_predicate.get(p)
+            if subjects is not None:
+                subjects.discard(s)
+                if not subjects:
+                    del self.by_predicate[p]
         self.size -= 1
         self.edges.pop(s, None)
         if self.incoming is not None and isinstance(o, str):
@@ -224,7 +245,13 @@ class ResourceGraph:
                 done.append((False, s, p, o))
         add = self.add
         for s, edges in adds.items():
-            if done is None and self.incoming is None and s not in self.by_subject and edges:
+            if (
+                done is None
+                and self.incoming is None
+                and self.by_predicate is None
+                and s not in self.by_subject
+                and edges
+            ):
                 # A fresh load: adopt the loaded set as it is (no copy).
                 self.by_subject[s] = edges
                 self.size += len(edges)

@@ -72,7 +72,6 @@ from cleveragents.infrastructure.acms.graph_store import (
 
 if TYPE_CHECKING:
     from rdflib import Graph
-    from rdflib import Literal as RdfLiteral
 
 # rdflib (and the SPARQL sandbox over it) is imported by the first SPARQL
 # query: writing, traversal and triple lookups run on plain strings, so an
@@ -132,35 +131,6 @@ def _validate_timeout(value: object) -> float:
     if not 0 < value < math.inf:
         raise ValueError(f"query_timeout must be positive and finite, got {value}")
     return float(value)
-
-
-def _rdf_literal(o: tuple[str, str | None]) -> RdfLiteral:
-    from rdflib import Literal as RdfLiteral
-    from rdflib import URIRef
-
-    # normalize=False keeps the lexical form exactly as written.
-    return RdfLiteral(o[0], datatype=None if o[1] is None else URIRef(o[1]), normalize=False)
-
-
-def _rdf_graph(graphs: Iterable[ResourceGraph]) -> Graph:
-    from rdflib import Graph, URIRef
-    from rdflib.plugins.stores.memory import Memory
-
-    # An explicit store instance: no plugin lookup, never a Dataset.
-    graph = Graph(store=Memory())
-    refs: dict[str, URIRef] = {}
-    for res in graphs:
-        for s, edges in res.by_subject.items():
-            subject = refs.get(s) or refs.setdefault(s, URIRef(s))
-            for p, o in edges:
-                predicate = refs.get(p) or refs.setdefault(p, URIRef(p))
-                obj: URIRef | RdfLiteral
-                if isinstance(o, str):
-                    obj = refs.get(o) or refs.setdefault(o, URIRef(o))
-                else:
-                    obj = _rdf_literal(o)
-                graph.add((subject, predicate, obj))
-    return graph
 
 
 def _walk(
@@ -648,6 +618,12 @@ class RdflibGraphBackend:
         return graphs, _SubjectIndex(graphs)
 
     def _union(self, scope: frozenset[str]) -> Graph:
+        """An rdflib graph reading the in-scope graphs in place (no copy; see
+        :mod:`.graph_view`), kept per scope while its members are held."""
+        from rdflib import Graph
+
+        from cleveragents.infrastructure.acms.graph_view import ScopeStore
+
         with self._lock:
             graphs = self._load(sorted(scope))
             present = frozenset(graphs)
@@ -655,43 +631,29 @@ class RdflibGraphBackend:
             if union is not None:
                 self._unions.move_to_end(present)
             else:
-                union = _rdf_graph(graphs[rid] for rid in sorted(present))
+                view = ScopeStore([graphs[rid] for rid in sorted(present)])
+                view.prepare()
+                union = Graph(store=view)
                 self._unions[present] = union
                 while len(self._unions) > self._union_cache_size:
                     self._unions.popitem(last=False)
-            self._trim(set(graphs), present)
+            self._trim(set(graphs))
             return union
 
-    def held_triples(self) -> tuple[int, int]:
-        """Triples held in memory: of loaded graphs, and of the cached SPARQL
-        unions (each counted as the sum of its members); what
-        ``cache_triples`` bounds, beyond the latest operation's own."""
+    def held_triples(self) -> int:
+        """Triples of the loaded graphs: what ``cache_triples`` bounds, beyond
+        the latest operation's own (SPARQL reads them in place, copying none)."""
         with self._lock:
-            return (
-                sum(res.size for res in self._graphs.values()),
-                sum(self._union_triples(key) for key in self._unions),
-            )
+            return sum(res.size for res in self._graphs.values())
 
-    def _union_triples(self, key: frozenset[str]) -> int:
-        # Every member of a cached union is held (dropping one drops the union).
-        return sum(self._graphs[rid].size for rid in key if rid in self._graphs)
-
-    def _trim(self, keep: set[str], union: frozenset[str] | None = None) -> None:
-        """Beyond the budget, drop the least recently used unions other than
-        ``union``, then (on disk) the least recently used graphs outside
-        ``keep``.  A union is a copy of its members' triples, so it counts."""
-        held = sum(res.size for res in self._graphs.values())
-        copies = sum(self._union_triples(key) for key in self._unions)
-        for key in list(self._unions):
-            if held + copies <= self._cache_triples:
-                break
-            if key != union:
-                copies -= self._union_triples(key)
-                del self._unions[key]
+    def _trim(self, keep: set[str]) -> None:
+        """On disk, beyond the budget, drop the least recently used graphs
+        outside ``keep`` (and the SPARQL views reading them)."""
         if self._store is None:
             return
+        held = sum(res.size for res in self._graphs.values())
         for rid in list(self._graphs):
-            if held + copies <= self._cache_triples:
+            if held <= self._cache_triples:
                 break
             if rid not in keep:
                 held -= self._graphs[rid].size
@@ -708,23 +670,20 @@ class RdflibGraphBackend:
             del self._unions[key]
 
     def _patch_unions(self, rid: str, done: list[Op]) -> None:
-        """Apply ``rid``'s applied changes to the unions holding it: O(change)."""
-        for key in [key for key in self._unions if rid in key]:
-            others = [self._graphs.get(other) for other in key if other != rid]
-            if rid not in self._graphs or None in others:
-                del self._unions[key]  # a member is no longer held: rebuild when used
-                continue
-            from rdflib import URIRef
+        """``rid``'s graph changed in place (``done``): the SPARQL views reading
+        it see the change already; each learns the subjects it gained, for
+        its duplicate check.  O(change)."""
+        from cleveragents.infrastructure.acms.graph_view import ScopeStore
 
-            union = self._unions[key]
-            for add, s, p, o in done:
-                obj = URIRef(o) if isinstance(o, str) else _rdf_literal(o)
-                triple = (URIRef(s), URIRef(p), obj)
-                if add:
-                    union.add(triple)
-                # Another member may hold the same triple (a non-uko subject).
-                elif not any((p, o) in g.by_subject.get(s, ()) for g in others if g is not None):
-                    union.remove(triple)
+        graph = self._graphs.get(rid)
+        added = [s for add, s, _, _ in done if add]
+        for key in [key for key in self._unions if rid in key]:
+            view = self._unions[key].store
+            if graph is None or not isinstance(view, ScopeStore) or graph not in view.graphs:
+                del self._unions[key]  # it reads another graph object: build it anew
+                continue
+            if added:
+                view.added(graph, added)
 
     def _change(
         self,

@@ -1,0 +1,202 @@
+"""SPARQL reads the in-scope resource graphs in place, through an rdflib store.
+
+rdflib evaluates SPARQL over a :class:`rdflib.Graph`, which asks its store
+for the triples matching one pattern at a time.  :class:`ScopeStore` answers
+those lookups from the loaded :class:`~.graph_store.ResourceGraph` objects
+themselves (plain strings), turning only the matches into rdflib terms.
+Before it, every query scope was copied into an rdflib ``Memory`` store
+first: over a stdlib-sized resource (911k triples) that copy took 17-37 s and
+~1 GB in a new process, before the query was even parsed.
+
+Lookups by pattern:
+
+- subject bound: that subject's edges (``by_subject``);
+- subject free, IRI object bound: the object's incoming edges;
+- subject free, predicate bound: the subjects having that predicate;
+- otherwise: every triple.
+
+The last two indexes live on each :class:`ResourceGraph` (built once, kept
+up to date by its writes): :meth:`ScopeStore.prepare` builds them in the
+caller, before the query's worker process is forked, so a long-lived
+process builds them once per loaded graph, not once per query.
+
+A union of several resources holds each triple once, as a ``Memory`` union
+did: a triple found in an earlier member graph is not given again.  Only
+subjects present in more than one member need that check (a uko subject
+belongs to one resource); the store keeps a superset of those subjects.
+
+Read-only: the store is read by the forked worker, never written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+
+from rdflib import Literal, URIRef
+from rdflib.store import Store
+
+from cleveragents.infrastructure.acms.graph_store import Obj, ResourceGraph
+
+__all__ = ["ScopeStore"]
+
+_Key = tuple[str, str, Obj]
+_NO_CONTEXTS: tuple[()] = ()
+
+
+class _NoMatch(Exception):
+    """A pattern term no stored triple holds (a blank node, a tagged literal)."""
+
+
+def rdf_literal(o: tuple[str, str | None]) -> Literal:
+    """The rdflib literal of a stored literal; ``normalize=False`` keeps the
+    lexical form exactly as written."""
+    return Literal(o[0], datatype=None if o[1] is None else URIRef(o[1]), normalize=False)
+
+
+def _key_of(term: object) -> Obj | None:
+    """A pattern term as the stored value it matches (``None``: any).
+
+    Raises:
+        _NoMatch: no stored triple holds such a term.
+    """
+    if term is None:
+        return None
+    if isinstance(term, URIRef):
+        return str(term)
+    if isinstance(term, Literal) and term.language is None:
+        return (str(term), None if term.datatype is None else str(term.datatype))
+    raise _NoMatch
+
+
+def _iri_key(term: object) -> str | None:
+    key = _key_of(term)
+    if key is not None and not isinstance(key, str):
+        raise _NoMatch  # a literal never is a subject or a predicate
+    return key
+
+
+def _matches(graph: ResourceGraph, s: str | None, p: str | None, o: Obj | None) -> Iterator[_Key]:
+    """The triples of one graph matching a pattern of stored values (None: any)."""
+    if s is not None:
+        edges = graph.by_subject.get(s)
+        if not edges:
+            return
+        if p is not None and o is not None:
+            if (p, o) in edges:
+                yield s, p, o
+            return
+        for pp, oo in edges:
+            if (p is None or pp == p) and (o is None or oo == o):
+                yield s, pp, oo
+        return
+    if isinstance(o, str):
+        for ss, pp in graph.incoming_of(o):
+            if p is None or pp == p:
+                yield ss, pp, o
+        return
+    by_subject = graph.by_subject
+    if p is not None:
+        for ss in graph.subjects_with(p):
+            if o is not None:
+                if (p, o) in by_subject[ss]:
+                    yield ss, p, o
+                continue
+            for pp, oo in by_subject[ss]:
+                if pp == p:
+                    yield ss, p, oo
+        return
+    for ss, edges in by_subject.items():
+        for pp, oo in edges:
+            if o is None or oo == o:
+                yield ss, pp, oo
+
+
+class ScopeStore(Store):
+    """A read-only rdflib store over the graphs of one query scope."""
+
+    context_aware = False
+    formula_aware = False
+    graph_aware = False
+    transaction_aware = False
+
+    def __init__(self, graphs: Sequence[ResourceGraph]) -> None:
+        super().__init__()
+        self._graphs = tuple(graphs)
+        # Subjects that may be in more than one member (a superset).
+        self._shared: set[str] = set()
+        if len(self._graphs) > 1:
+            seen: set[str] = set()
+            for graph in self._graphs:
+                for s in graph.by_subject:
+                    if s in seen:
+                        self._shared.add(s)
+                    else:
+                        seen.add(s)
+        self._iris: dict[str, URIRef] = {}
+
+    @property
+    def graphs(self) -> tuple[ResourceGraph, ...]:
+        return self._graphs
+
+    def prepare(self) -> None:
+        """Build the members' predicate and incoming-edge indexes (in the
+        caller, so that the forked worker inherits them)."""
+        for graph in self._graphs:
+            graph.subjects_with("")
+            graph.incoming_of("")
+
+    def added(self, graph: ResourceGraph, subjects: Iterable[str]) -> None:
+        """A member gained triples of ``subjects``: keep the shared set a superset."""
+        if len(self._graphs) < 2:
+            return
+        for s in subjects:
+            if s not in self._shared and any(
+                other is not graph and s in other.by_subject for other in self._graphs
+            ):
+                self._shared.add(s)
+
+    def _iri(self, value: str) -> URIRef:
+        iri = self._iris.get(value)
+        if iri is None:
+            iri = self._iris[value] = URIRef(value)
+        return iri
+
+    def _match(self, s: str | None, p: str | None, o: Obj | None) -> Iterator[_Key]:
+        shared = self._shared
+        for i, graph in enumerate(self._graphs):
+            earlier = self._graphs[:i]
+            for key in _matches(graph, s, p, o):
+                if (
+                    earlier
+                    and key[0] in shared
+                    and any((key[1], key[2]) in g.by_subject.get(key[0], ()) for g in earlier)
+                ):
+                    continue  # given by an earlier member
+                yield key
+
+    def triples(
+        self, triple_pattern: tuple[object, object, object], context: object = None
+    ) -> Iterator[tuple[tuple[URIRef, URIRef, URIRef | Literal], Iterator[None]]]:
+        try:
+            s, p, o = (
+                _iri_key(triple_pattern[0]),
+                _iri_key(triple_pattern[1]),
+                _key_of(triple_pattern[2]),
+            )
+        except _NoMatch:
+            return
+        iri = self._iri
+        for ss, pp, oo in self._match(s, p, o):
+            obj = iri(oo) if isinstance(oo, str) else rdf_literal(oo)
+            yield (iri(ss), iri(pp), obj), iter(_NO_CONTEXTS)
+
+    def __len__(self, context: object = None) -> int:
+        if len(self._graphs) == 1:
+            return self._graphs[0].size
+        return sum(1 for _ in self._match(None, None, None))
+
+    def add(self, triple: object, context: object, quoted: bool = False) -> None:
+        raise TypeError("a query scope's graph is read-only")
+
+    def remove(self, triple: object, context: object = None) -> None:
+        raise TypeError("a query scope's graph is read-only")
