@@ -253,9 +253,7 @@ def test_graphs_beyond_the_cache_budget_are_dropped_least_recent_first(
 
 
 @pytest.mark.parametrize("on_disk", [True, False])
-def test_sparql_views_copy_nothing_and_graphs_stay_in_budget(
-    tmp_path: Path, on_disk: bool
-) -> None:
+def test_sparql_views_copy_nothing_and_graphs_stay_in_budget(tmp_path: Path, on_disk: bool) -> None:
     """SPARQL reads the in-scope graphs in place: with many scopes queried,
     the loaded graphs stay within ``cache_triples`` beyond what the latest
     query itself holds, and every answer is still whole."""
