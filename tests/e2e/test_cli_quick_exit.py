@@ -1,15 +1,14 @@
 """The console script answers a question and leaves with ``os._exit``, skipping
 the interpreter's teardown (``cli.main.console``).  Nothing may be lost by it.
 
-Oracle: the same command run in process through ``main()``, which returns
-normally: its exit code, its stdout and its stderr's first line must be what
-the script printed.  The output of one question is larger than a pipe's
+Oracle: the same command run through ``main()`` in a process that returns
+from it and exits normally: its exit code, its stdout and its stderr's first
+line must be what the script printed.  The output of one question is larger than a pipe's
 buffer, so an unflushed tail would show.
 """
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import subprocess
@@ -18,17 +17,25 @@ from pathlib import Path
 
 import pytest
 
-from cleveragents.cli.main import main
-
 SYMBOLS = 800  # ~150 KB of JSON: over a pipe buffer, under the largest budget
 
 
-def _script(data: Path, *args: str) -> subprocess.CompletedProcess[str]:
+# main() returns; the collector must be on again after it; a normal exit.
+_NORMAL_EXIT = (
+    "import gc, sys\n"
+    "from cleveragents.cli.main import main\n"
+    "code = main(sys.argv[1:])\n"
+    "sys.exit(code if gc.isenabled() else 99)\n"
+)
+
+
+def _script(data: Path, *args: str, normal_exit: bool = False) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "ACMS_DATA_DIR": str(data)}
     env.pop("ACMS_PROFILE", None)
     env.pop("PYTHONUNBUFFERED", None)  # stdout block-buffered, as on a user's pipe
+    program = ["-c", _NORMAL_EXIT] if normal_exit else ["-m", "cleveragents.acms"]
     return subprocess.run(
-        [sys.executable, "-m", "cleveragents.acms", *args],
+        [sys.executable, *program, *args],
         capture_output=True,
         text=True,
         env=env,
@@ -67,21 +74,13 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ("search", "text", "", "--project", "local/big"),  # bad input
     ],
 )
-def test_the_script_prints_and_exits_as_main_returns(
-    data: Path,
-    args: tuple[str, ...],
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setenv("ACMS_DATA_DIR", str(data))
-    monkeypatch.delenv("ACMS_PROFILE", raising=False)
-    code = main(list(args))
-    expected = capsys.readouterr()
-    assert gc.isenabled()  # a question turns the collector off only while it runs
+def test_the_script_prints_and_exits_as_main_returns(data: Path, args: tuple[str, ...]) -> None:
+    expected = _script(data, *args, normal_exit=True)
+    assert expected.returncode != 99  # main() left the collector off
     done = _script(data, *args)
-    assert done.returncode == code
-    assert done.stdout == expected.out
-    assert done.stderr.splitlines()[:1] == expected.err.splitlines()[:1]
+    assert done.returncode == expected.returncode
+    assert done.stdout == expected.stdout
+    assert done.stderr.splitlines()[:1] == expected.stderr.splitlines()[:1]
 
 
 def test_a_large_answer_arrives_whole(data: Path) -> None:
