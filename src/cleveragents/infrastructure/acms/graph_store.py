@@ -67,6 +67,7 @@ import tempfile
 import time
 import zlib
 from collections.abc import Iterable, Iterator
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
@@ -142,6 +143,26 @@ def sorted_edges(pairs: Iterable[tuple[Triple, bool]]) -> tuple[list[Triple], li
     return triples, targets
 
 
+_NONE: AbstractSet[str] = frozenset()
+
+
+def _index_add(index: dict[str, set[str]], key: str, s: str) -> None:
+    subjects = index.get(key)
+    if subjects is None:
+        index[key] = {s}
+    else:
+        subjects.add(s)
+
+
+def _index_drop(index: dict[str, set[str]], key: str, s: str) -> None:
+    """``s`` has no edge left with ``key``."""
+    subjects = index.get(key)
+    if subjects is not None:
+        subjects.discard(s)
+        if not subjects:
+            del index[key]
+
+
 class ResourceGraph:
     """One resource's triples as strings: subject -> {(predicate, object)}."""
 
@@ -155,33 +176,62 @@ class ResourceGraph:
         # the adapter's scope filter should one ever do.
         self.foreign = False
         self.size = sum(map(len, self.by_subject.values()))
-        # IRI object -> {(subject, predicate)}: built on the first walk that
-        # follows edges backwards, then kept up to date by add/remove.
-        self.incoming: dict[str, set[tuple[str, str]]] | None = None
-        # predicate -> the subjects with at least one such edge: built on
-        # the first SPARQL query (see graph_view), then kept up to date.
+        # IRI object -> the subjects with an edge to it, and predicate -> the
+        # subjects with such an edge: built on first use (a walk backwards, a
+        # SPARQL query; see graph_view), then kept up to date by add/remove.
+        # Subjects only, no (subject, predicate) tuple per edge: on the
+        # stdlib's graph that took 41 MB and 0.8 s instead of 70 MB and 1.2 s.
+        self.incoming: dict[str, set[str]] | None = None
         self.by_predicate: dict[str, set[str]] | None = None
 
-    def subjects_with(self, p: str) -> set[str]:
-        """The subjects with at least one edge of predicate ``p``."""
+    def build_indexes(self) -> None:
+        """Build the predicate and incoming-edge indexes now (they are kept
+        up to date from then on)."""
+        self._by_predicate()
+        self._incoming()
+
+    def _by_predicate(self) -> dict[str, set[str]]:
         if self.by_predicate is None:
             by_predicate: dict[str, set[str]] = {}
+            get = by_predicate.get
             for s, edges in self.by_subject.items():
                 for pred, _ in edges:
-                    by_predicate.setdefault(pred, set()).add(s)
+                    subjects = get(pred)  # inlined _index_add: called per edge
+                    if subjects is None:
+                        by_predicate[pred] = {s}
+                    else:
+                        subjects.add(s)
             self.by_predicate = by_predicate
-        return self.by_predicate.get(p, set())
+        return self.by_predicate
 
-    def incoming_of(self, o: str) -> set[tuple[str, str]]:
-        """The (subject, predicate) pairs whose object is the IRI ``o``."""
+    def _incoming(self) -> dict[str, set[str]]:
         if self.incoming is None:
-            incoming: dict[str, set[tuple[str, str]]] = {}
+            incoming: dict[str, set[str]] = {}
+            get = incoming.get
             for s, edges in self.by_subject.items():
-                for p, obj in edges:
+                for _, obj in edges:
                     if isinstance(obj, str):
-                        incoming.setdefault(obj, set()).add((s, p))
+                        subjects = get(obj)  # inlined _index_add: called per edge
+                        if subjects is None:
+                            incoming[obj] = {s}
+                        else:
+                            subjects.add(s)
             self.incoming = incoming
-        return self.incoming.get(o, set())
+        return self.incoming
+
+    def subjects_with(self, p: str) -> AbstractSet[str]:
+        """The subjects with at least one edge of predicate ``p``."""
+        return self._by_predicate().get(p, _NONE)
+
+    def incoming_of(self, o: str) -> list[tuple[str, str]]:
+        """The (subject, predicate) pairs whose object is the IRI ``o``."""
+        by_subject = self.by_subject
+        return [
+            (s, p)
+            for s in self._incoming().get(o, _NONE)
+            for p, obj in by_subject.get(s, ())
+            if obj == o
+        ]
 
     def add(self, s: str, p: str, o: Obj) -> bool:
         edges = self.by_subject.get(s)
@@ -193,9 +243,9 @@ class ResourceGraph:
         self.size += 1
         self.edges.pop(s, None)
         if self.incoming is not None and isinstance(o, str):
-            self.incoming.setdefault(o, set()).add((s, p))
+            _index_add(self.incoming, o, s)
         if self.by_predicate is not None:
-            self.by_predicate.setdefault(p, set()).add(s)
+            _index_add(self.by_predicate, p, s)
         return True
 
     def remove(self, s: str, p: str, o: Obj) -> bool:
@@ -205,20 +255,16 @@ class ResourceGraph:
         edges.remove((p, o))
         if not edges:
             del self.by_subject[s]
-        if self.by_predicate is not None and not any(pred == p for pred, _ in edges):
-            subjects = self.by_predicate.get(p)
-            if subjects is not None:
-                subjects.discard(s)
-                if not subjects:
-                    del self.by_predicate[p]
         self.size -= 1
         self.edges.pop(s, None)
-        if self.incoming is not None and isinstance(o, str):
-            pairs = self.incoming.get(o)
-            if pairs is not None:
-                pairs.discard((s, p))
-                if not pairs:
-                    del self.incoming[o]
+        if (
+            self.incoming is not None
+            and isinstance(o, str)
+            and not any(obj == o for _, obj in edges)
+        ):
+            _index_drop(self.incoming, o, s)
+        if self.by_predicate is not None and not any(pred == p for pred, _ in edges):
+            _index_drop(self.by_predicate, p, s)
         return True
 
     def apply(self, ops: Iterable[Op]) -> list[Op]:

@@ -142,8 +142,7 @@ class ScopeStore(Store):
         """Build the members' predicate and incoming-edge indexes (in the
         caller, so that the forked worker inherits them)."""
         for graph in self._graphs:
-            graph.subjects_with("")
-            graph.incoming_of("")
+            graph.build_indexes()
 
     def added(self, graph: ResourceGraph, subjects: Iterable[str]) -> None:
         """A member gained triples of ``subjects``: keep the shared set a superset."""
