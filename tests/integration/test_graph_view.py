@@ -90,7 +90,12 @@ def _rows(graph: Graph, query: str) -> Counter[tuple[object, ...]]:
 @settings(max_examples=60, deadline=None)
 @given(st.lists(member, min_size=1, max_size=3), st.lists(write, max_size=10))
 # A subject of one member only when the view is built, written to another later.
-# Two edges from one subject to one object, one of them removed later.
+# Two edges from one subject to one object, one of them removed later; and
+# two edges of one predicate from one subject, one of them removed later.
+@example(
+    [[(SUBJECTS[0], PREDICATES[0], SUBJECTS[1]), (SUBJECTS[0], PREDICATES[0], SUBJECTS[2])]],
+    [(0, False, (SUBJECTS[0], PREDICATES[0], SUBJECTS[1]))],
+)
 @example(
     [[(SUBJECTS[0], PREDICATES[0], SUBJECTS[1]), (SUBJECTS[0], PREDICATES[1], SUBJECTS[1])]],
     [(0, False, (SUBJECTS[0], PREDICATES[0], SUBJECTS[1]))],

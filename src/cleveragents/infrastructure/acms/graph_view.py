@@ -16,9 +16,10 @@ Lookups by pattern:
 - otherwise: every triple.
 
 The last two indexes live on each :class:`ResourceGraph` (built once, kept
-up to date by its writes): :meth:`ScopeStore.prepare` builds them in the
-caller, before the query's worker process is forked, so a long-lived
-process builds them once per loaded graph, not once per query.
+up to date by its writes in O(1) each): :meth:`ScopeStore.prepare` builds
+them in the caller, before the query's worker process is forked (with the
+backend's lock held, so the child sees no half-applied write), and a
+long-lived process builds them once per loaded graph, not once per query.
 
 A union of several resources holds each triple once, as a ``Memory`` union
 did: a triple found in an earlier member graph is not given again.  Only

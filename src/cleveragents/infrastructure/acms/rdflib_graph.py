@@ -312,7 +312,12 @@ class RdflibGraphBackend:
         union = self._union(canonical)
         # Parsing and checking run in the worker too, inside the time limit.
         answer = evaluate(
-            union, query, init_ns=_INIT_NS, timeout=self._query_timeout, max_rows=self._max_rows
+            union,
+            query,
+            init_ns=_INIT_NS,
+            timeout=self._query_timeout,
+            max_rows=self._max_rows,
+            hold=self._lock,  # the view reads the live graphs: fork between writes
         )
         if answer.boolean is not None:
             return GraphResult(metadata={"boolean": str(answer.boolean).lower(), "rows": "0"})
@@ -348,6 +353,7 @@ class RdflibGraphBackend:
             timeout=self._query_timeout,
             max_rows=self._max_rows,
             bindings=True,
+            hold=self._lock,
         )
         if answer.boolean is not None:
             return {"head": {}, "boolean": answer.boolean}
@@ -696,8 +702,9 @@ class RdflibGraphBackend:
 
         Only the change is written (appended to the resource's file), so a
         write costs about its size, not the resource's.  Readers are safe:
-        every read of resource graphs holds ``self._lock``, and SPARQL runs
-        on union copies.  Call with both locks held.
+        every read of resource graphs holds ``self._lock``, and a SPARQL
+        query's worker (which reads them in place) is forked with it held.
+        Call with both locks held.
         """
         store = self._store
         if store is not None and to_add and rid not in self._graphs:

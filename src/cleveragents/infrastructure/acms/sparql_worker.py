@@ -137,6 +137,7 @@ def evaluate(
     max_rows: int,
     max_bytes: int | None = None,
     bindings: bool = False,
+    hold: contextlib.AbstractContextManager[object] | None = None,
 ) -> WorkerAnswer:
     """Check and evaluate ``query`` against ``graph`` in a child process.
 
@@ -158,6 +159,9 @@ def evaluate(
             an answer may hold.
         max_bytes: the most bytes the answer may carry back (its JSON);
             ``None`` is :data:`MAX_RESULT_BYTES`, read at call time.
+        hold: entered around the ``fork()`` only (after this module's own
+            locks): the lock the graph's writers hold, so that the child's
+            copy holds no half-applied change made by another thread.
 
     Raises:
         QueryLimitError: the time limit, the row cap or the size cap was reached.
@@ -171,7 +175,7 @@ def evaluate(
     read_fd, write_fd = os.pipe()
     pid = -1
     try:
-        pid = _fork()
+        pid = _fork(hold)
         if pid == 0:  # the child: never returns
             _child(read_fd, write_fd, graph, query, dict(init_ns), max_rows, cap, bindings)
         os.close(write_fd)
@@ -228,10 +232,10 @@ def _warm_parser() -> None:
             _warmed = True
 
 
-def _fork() -> int:
+def _fork(hold: contextlib.AbstractContextManager[object] | None) -> int:
     # No other thread may be inside the SPARQL parser while this one forks
     # (see ``sparql_guard.parser_lock``): the child parses with that grammar.
-    with _FORK_LOCK, parser_lock():
+    with _FORK_LOCK, parser_lock(), hold if hold is not None else contextlib.nullcontext():
         # The GC stays off in the child from its first instruction: a
         # collection there could finalise parent objects (closing a SQLite
         # connection can checkpoint and delete the parent's WAL).
