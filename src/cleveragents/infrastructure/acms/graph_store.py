@@ -66,10 +66,11 @@ import struct
 import tempfile
 import time
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import cast
 
 import structlog
@@ -144,7 +145,7 @@ def sorted_edges(pairs: Iterable[tuple[Triple, bool]]) -> tuple[list[Triple], li
 
 
 _NO_PAIRS: AbstractSet[tuple[str, str]] = frozenset()
-_NO_COUNTS: dict[str, int] = {}
+_NO_COUNTS: Mapping[str, int] = MappingProxyType({})
 
 
 class ResourceGraph:

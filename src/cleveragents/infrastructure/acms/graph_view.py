@@ -48,7 +48,7 @@ class _NoMatch(Exception):
     """A pattern term no stored triple holds (a blank node, a tagged literal)."""
 
 
-def rdf_literal(o: tuple[str, str | None]) -> Literal:
+def _rdf_literal(o: tuple[str, str | None]) -> Literal:
     """The rdflib literal of a stored literal; ``normalize=False`` keeps the
     lexical form exactly as written."""
     return Literal(o[0], datatype=None if o[1] is None else URIRef(o[1]), normalize=False)
@@ -187,7 +187,7 @@ class ScopeStore(Store):
             return
         iri = self._iri
         for ss, pp, oo in self._match(s, p, o):
-            obj = iri(oo) if isinstance(oo, str) else rdf_literal(oo)
+            obj = iri(oo) if isinstance(oo, str) else _rdf_literal(oo)
             yield (iri(ss), iri(pp), obj), iter(_NO_CONTEXTS)
 
     def __len__(self, context: object = None) -> int:

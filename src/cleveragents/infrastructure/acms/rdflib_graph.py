@@ -679,11 +679,14 @@ class RdflibGraphBackend:
         """``rid``'s graph changed in place (``done``): the SPARQL views reading
         it see the change already; each learns the subjects it gained, for
         its duplicate check.  O(change)."""
+        keys = [key for key in self._unions if rid in key]
+        if not keys:
+            return  # (and a process that never ran SPARQL never imports rdflib here)
         from cleveragents.infrastructure.acms.graph_view import ScopeStore
 
         graph = self._graphs.get(rid)
         added = [s for add, s, _, _ in done if add]
-        for key in [key for key in self._unions if rid in key]:
+        for key in keys:
             view = self._unions[key].store
             if graph is None or not isinstance(view, ScopeStore) or graph not in view.graphs:
                 del self._unions[key]  # it reads another graph object: build it anew
