@@ -10,12 +10,12 @@ buffer, so an unflushed tail would show.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from cli_process import MODULE, cli_env, run_acms
 
 SYMBOLS = 800  # ~150 KB of JSON: over a pipe buffer, under the largest budget
 
@@ -30,18 +30,10 @@ _NORMAL_EXIT = (
 
 
 def _script(data: Path, *args: str, normal_exit: bool = False) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "ACMS_DATA_DIR": str(data)}
-    env.pop("ACMS_PROFILE", None)
+    env = cli_env(data)
     env.pop("PYTHONUNBUFFERED", None)  # stdout block-buffered, as on a user's pipe
-    program = ["-c", _NORMAL_EXIT] if normal_exit else ["-m", "cleveragents.acms"]
-    return subprocess.run(
-        [sys.executable, *program, *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
+    program = ("-c", _NORMAL_EXIT) if normal_exit else MODULE
+    return run_acms(env, *args, program=program, timeout=120)
 
 
 @pytest.fixture(scope="module")

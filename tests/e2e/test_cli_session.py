@@ -4,13 +4,12 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 
 import pytest
 
 from cleveragents.domain.models.acms.uko import file_uri
+from cli_process import cli_env, run_acms
 
 CODE = (
     "class AardvarkEngine:\n"
@@ -21,14 +20,7 @@ CODE = (
 
 
 def acms(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "cleveragents.acms", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=180,
-        check=False,
-    )
+    return run_acms(env, *args)
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +28,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, str], str
     base = tmp_path_factory.mktemp("clisession")
     (base / "p" / "pkg").mkdir(parents=True)
     (base / "p" / "pkg" / "core.py").write_text(CODE)
-    env = {**os.environ, "ACMS_DATA_DIR": str(base / "data")}
-    env.pop("ACMS_PROFILE", None)
+    env = cli_env(base / "data")
     assert acms(env, "project", "add", "local/a").returncode == 0
     rid = acms(env, "resource", "add", str(base / "p"), "--project", "local/a").stdout.strip()
     assert acms(env, "reindex").returncode == 0

@@ -7,10 +7,11 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from cli_process import MODULE, cli_env, run_acms
 
 REPO = Path(__file__).resolve().parents[2]
 REINDEX = REPO / "scripts" / "reindex.py"
@@ -19,18 +20,8 @@ REINDEX = REPO / "scripts" / "reindex.py"
 def run(
     data: Path, *args: str, umask: int | None = None, script: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "ACMS_DATA_DIR": str(data)}
-    env.pop("ACMS_PROFILE", None)
-    env.pop("ACMS_FAULT_AT", None)
-    command = [str(script)] if script else ["-m", "cleveragents.acms"]
-    return subprocess.run(
-        [sys.executable, *command, *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        preexec_fn=None if umask is None else (lambda: os.umask(umask)),
-    )
+    program = [str(script)] if script else MODULE
+    return run_acms(cli_env(data), *args, program=program, umask=umask, timeout=120)
 
 
 @pytest.fixture
