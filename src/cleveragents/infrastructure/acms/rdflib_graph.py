@@ -7,18 +7,18 @@ its in-scope resources on first use and keeps them; before each use a held
 graph is checked against its file (one ``stat`` when nothing changed) and
 follows another process's appends by reading only them.  A commit to one
 resource therefore never reloads another resource's graph, nor drops a
-union that does not include it.  Cached unions, then graphs, not used by
-the latest operation are dropped least recently used first once the held
-graphs and unions (a union counted as its members' triples) exceed
-``cache_triples``, so a process's memory follows the resources it works on,
-not the store.
+SPARQL view that does not read it.  Graphs not used by the latest operation
+are dropped least recently used first once the held graphs exceed
+``cache_triples`` (with the views reading them), so a process's memory
+follows the resources it works on, not the store.
 
 Resource graphs are held as plain strings (subject -> {(predicate, object)}),
 not rdflib stores: loading is faster, memory smaller (so forking the SPARQL
 worker is cheaper) and ``traverse`` runs on them directly.  SPARQL from a model
-is checked by :mod:`.sparql_guard` and evaluated only against a plain rdflib
-``Graph`` holding the union of the in-scope resource graphs (cached per scope),
-never against a Dataset, so no query can name another resource's graph.
+is checked by :mod:`.sparql_guard` and evaluated only against an rdflib
+``Graph`` whose store reads the in-scope resource graphs in place
+(:mod:`.graph_view`; cached per scope), never against a Dataset, so no query
+can name another resource's graph.
 Evaluation runs in a forked child process killed at the time limit, with a row
 cap (:mod:`.sparql_worker`).  Literals keep their lexical form exactly
 (rdflib's parser would normalise ``"010"^^xsd:integer`` to ``"10"``).
@@ -206,15 +206,14 @@ class RdflibGraphBackend:
     Args:
         store_path: directory of the store (created if missing); ``None`` keeps
             everything in memory.
-        union_cache_size: how many per-scope union graphs to keep.
+        union_cache_size: how many per-scope SPARQL views to keep.
         query_timeout: seconds a SPARQL query may run (positive, finite); the
             evaluation runs in a forked child process that is killed then.
         max_rows: the most triples a SPARQL answer may hold; more is a
             :class:`QueryLimitError`, never a silent truncation.
-        cache_triples: how many triples to keep beyond those the latest
-            operation used: of loaded graphs (on disk only; in memory every
-            graph is kept) and of cached SPARQL unions (copies of their
-            members' triples, dropped first).
+        cache_triples: how many triples of loaded graphs to keep beyond those
+            the latest operation used (on disk only; in memory every graph
+            is kept).  SPARQL views copy none.
 
     Raises:
         TypeError / ValueError: an invalid ``union_cache_size``,
@@ -589,7 +588,7 @@ class RdflibGraphBackend:
                 if changes is None:
                     self._drop_unions(rid)
                 elif changes:
-                    self._patch_unions(rid, changes)
+                    self._update_views(rid, changes)
                 if loaded is not res:
                     self._graphs[rid] = res = loaded
             if res is not None:
@@ -675,7 +674,7 @@ class RdflibGraphBackend:
         for key in [key for key in self._unions if rid in key]:
             del self._unions[key]
 
-    def _patch_unions(self, rid: str, done: list[Op]) -> None:
+    def _update_views(self, rid: str, done: list[Op]) -> None:
         """``rid``'s graph changed in place (``done``): the SPARQL views reading
         it see the change already; each learns the subjects it gained, for
         its duplicate check.  O(change)."""
@@ -732,7 +731,7 @@ class RdflibGraphBackend:
         if store is None:
             if res.size:
                 self._graphs[rid] = res
-                self._patch_unions(rid, done)
+                self._update_views(rid, done)
             else:
                 self._forget(rid)
             return
@@ -749,7 +748,7 @@ class RdflibGraphBackend:
             res.apply([(not add, s, p, o) for add, s, p, o in reversed(done)])
             raise
         self._graphs[rid], self._cursors[rid] = res, cursor
-        self._patch_unions(rid, done)
+        self._update_views(rid, done)
         if store.compaction_due(cursor):
             try:
                 self._cursors[rid] = store.replace(rid, res)

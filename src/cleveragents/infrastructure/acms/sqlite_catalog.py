@@ -144,7 +144,7 @@ class SqliteCatalog:
         return self._db
 
     @contextmanager
-    def _read(self) -> Iterator[sqlite3.Connection]:
+    def _locked(self) -> Iterator[sqlite3.Connection]:
         """The connection, with the lock held; SQLite errors translated."""
         with self._lock:
             try:
@@ -154,7 +154,7 @@ class SqliteCatalog:
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
-        with self._read() as conn:
+        with self._locked() as conn:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 yield conn
@@ -165,7 +165,7 @@ class SqliteCatalog:
 
     def records(self, resource_id: str) -> dict[str, FileRecord]:
         """Every file record of a resource, by path."""
-        with self._read() as conn:
+        with self._locked() as conn:
             rows = conn.execute(
                 "SELECT path, size, mtime_ns, sha256, unit_uris, graph_subjects "
                 "FROM files WHERE resource_id = ?",
@@ -187,7 +187,7 @@ class SqliteCatalog:
         that re-runs often (``acms watch``) then reads nothing on a re-run
         where nothing changed.
         """
-        with self._read() as conn:
+        with self._locked() as conn:
             version = (
                 None
                 if conn.in_transaction
@@ -210,7 +210,7 @@ class SqliteCatalog:
         """The records of some files of a resource (paths with no record are left out)."""
         keys = [os.fsencode(p) for p in paths]
         out: dict[str, FileRecord] = {}
-        with self._read() as conn:
+        with self._locked() as conn:
             for i in range(0, len(keys), _GET_BATCH):
                 part = keys[i : i + _GET_BATCH]
                 rows = conn.execute(
@@ -258,13 +258,13 @@ class SqliteCatalog:
 
     def resource_ids(self) -> set[str]:
         """Resources with at least one record."""
-        with self._read() as conn:
+        with self._locked() as conn:
             rows = conn.execute(_RESOURCE_IDS).fetchall()
         return {r[0] for r in rows}
 
     def get_meta(self, key: str) -> str | None:
         """A catalog-wide setting (e.g. the embedder that filled the vector index)."""
-        with self._read() as conn:
+        with self._locked() as conn:
             row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return None if row is None else str(row[0])
 
