@@ -16,7 +16,7 @@ from pathlib import Path
 
 import structlog
 
-from cleveragents.bootstrap import bootstrap, private_umask
+from cleveragents.bootstrap import bootstrap, lean_container_import, private_umask
 from cleveragents.domain.models.acms.errors import AcmsError
 from cleveragents.domain.models.acms.uko import UKO, resource_uri
 
@@ -34,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"quickstart: not a directory: {args.path}", file=sys.stderr)
         return 2
     private_umask()  # this process owns the data directory: owner-only files
+    lean_container_import()  # an entry point: see the function
     data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="acms-quickstart-"))
     try:
         return run(args.path.resolve(), data_dir, args.query)

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from cleveragents.bootstrap import private_umask
+from cleveragents.bootstrap import lean_container_import, private_umask
 from cleveragents.cli.main import (
     EXIT_FAILURE,
     EXIT_OK,
@@ -161,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         return report_failures(PROG, report)
 
     private_umask()  # this process owns the data directory: owner-only files
+    lean_container_import()  # an entry point: see the function
     return guarded(PROG, body)
 
 

@@ -14,17 +14,33 @@ import the container themselves (cosmicpython's ``bootstrap.py``)::
 and scripts call it first thing): every file an engine creates is then
 owner-only from its first byte.  A library never changes a host's umask; the
 index store narrows what it finds after each write instead.
+
+:func:`lean_container_import` is for processes too: it imports
+dependency-injector without the integrations this package never uses.
 """
 
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from importlib.machinery import ModuleSpec
+    from types import ModuleType
+
     from cleveragents.application.services.operations import AcmsOperations
 
-__all__ = ["bootstrap", "private_umask"]
+__all__ = ["UNUSED_INTEGRATIONS", "bootstrap", "lean_container_import", "private_umask"]
+
+# What dependency-injector imports, when installed, for features this package
+# does not use: YAML and pydantic configuration, and wiring into web
+# frameworks.  pydantic and Starlette are installed (the MCP service needs
+# them), so every command paid ~50 ms to import them.
+UNUSED_INTEGRATIONS = frozenset(
+    {"fastapi", "flask", "pydantic", "pydantic_settings", "starlette", "werkzeug", "yaml"}
+)
 
 
 def bootstrap(
@@ -48,6 +64,43 @@ def bootstrap(
     # Before the registry or any engine creates it with the process umask.
     make_private_dirs(Path(container.config.data_dir()))
     return AcmsOperations.from_container(container)
+
+
+class _Unused:
+    """A meta path finder that answers "not installed" for the unused integrations."""
+
+    def find_spec(
+        self,
+        fullname: str,
+        path: Sequence[str] | None,
+        target: ModuleType | None = None,
+    ) -> ModuleSpec | None:
+        if fullname.partition(".")[0] in UNUSED_INTEGRATIONS:
+            raise ModuleNotFoundError(f"No module named {fullname!r}", name=fullname)
+        return None
+
+
+def lean_container_import() -> None:
+    """Import dependency-injector as if :data:`UNUSED_INTEGRATIONS` were not
+    installed (its optional imports are guarded: it then leaves those
+    features off).  Those packages import normally afterwards, for whatever
+    else needs them (the MCP service).
+
+    For entry points only: a host may use those features of
+    dependency-injector itself.  Does nothing once dependency-injector is
+    imported; an integration imported before it stays visible to it.
+    """
+    if "dependency_injector.containers" in sys.modules:
+        return
+    finder = _Unused()
+    sys.meta_path.insert(0, finder)
+    try:
+        import dependency_injector.containers
+        import dependency_injector.providers  # noqa: F401
+    except ImportError:
+        pass  # not installed: the bootstrap says so when it needs it
+    finally:
+        sys.meta_path.remove(finder)
 
 
 def private_umask() -> int:

@@ -865,6 +865,9 @@ def _main(argv: Sequence[str] | None, restore_collector: bool) -> tuple[int, boo
     it loaded may still be referenced (the stores' caches), and the first
     collection after switching it back on would walk all of it.
     """
+    from cleveragents.bootstrap import lean_container_import, private_umask
+
+    lean_container_import()  # this process is an entry point: see the function
     args_in = list(sys.argv[1:] if argv is None else argv)
     if args_in[:1] in (["serve"], ["watch"]):
         # Long-lived services with options of their own (cli/serve.py, cli/watch.py).
@@ -884,8 +887,6 @@ def _main(argv: Sequence[str] | None, restore_collector: bool) -> tuple[int, boo
         question = args.command in _QUESTIONS
         with _collector_off(restore_collector) if question else contextlib.nullcontext():
             return run(args, Output(args.json))
-
-    from cleveragents.bootstrap import private_umask
 
     private_umask()  # this process owns the data directory: owner-only files
     return guarded(_PROG, body), question

@@ -28,8 +28,7 @@ import os
 import shutil
 from pathlib import Path
 
-from ulid import ULID
-
+from cleveragents.domain.models.acms.ulids import new_ulid
 from cleveragents.infrastructure.acms.file_modes import make_private_dirs
 from cleveragents.infrastructure.acms.fs_swap import exchange_paths
 
@@ -44,7 +43,7 @@ def live_index_path(data_dir: str | os.PathLike[str], name: str) -> Path:
     live = root / name
     if live.exists() or live.is_symlink():
         return live
-    target = Path(GENERATIONS) / str(ULID()) / name
+    target = Path(GENERATIONS) / new_ulid() / name
     make_private_dirs(root / target)
     # Another process may create the link at the same moment: first one wins,
     # the loser's empty generation is collected by the next rebuild.

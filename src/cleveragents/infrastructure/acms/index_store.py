@@ -57,7 +57,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import structlog
-from ulid import ULID
 
 from cleveragents.domain.models.acms.backends import (
     CountedUnits,
@@ -74,7 +73,7 @@ from cleveragents.domain.models.acms.errors import IndexUnavailableError
 from cleveragents.domain.models.acms.index_store import Catalog, FileDelta, VerifyProblem
 from cleveragents.domain.models.acms.indexing import FileRecord, IndexStats
 from cleveragents.domain.models.acms.uko import UKO, file_uri, path_of, resource_uri
-from cleveragents.domain.models.acms.ulids import canonical_ulid
+from cleveragents.domain.models.acms.ulids import canonical_ulid, new_ulid
 from cleveragents.infrastructure.acms import file_modes
 from cleveragents.infrastructure.acms.fault_injection import checkpoint
 from cleveragents.infrastructure.acms.index_layout import (
@@ -625,7 +624,7 @@ class ManagedIndexStore:
         finally:
             fresh.close()
         checkpoint("rebuild.staged")
-        generation = str(ULID())
+        generation = new_ulid()
         for name in INDEX_NAMES:
             displaced = install(root, name, staging / name, generation)
             if displaced is not None:  # a real directory of the older layout

@@ -20,8 +20,6 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ulid import ULID
-
 from cleveragents.domain.models.acms.errors import (
     ConflictError,
     IndexUnavailableError,
@@ -34,7 +32,7 @@ from cleveragents.domain.models.acms.registry import (
     validate_project_name,
 )
 from cleveragents.domain.models.acms.secret_filter import validate_allow_patterns
-from cleveragents.domain.models.acms.ulids import canonical_ulid
+from cleveragents.domain.models.acms.ulids import canonical_ulid, new_ulid
 
 __all__ = ["NamespacedProjectRepository", "ResourceRegistryService", "open_registry"]
 
@@ -259,7 +257,7 @@ class ResourceRegistryService:
         if not path.is_dir():
             raise ValueError(f"not a directory: {path}")
         resource = Resource(
-            str(ULID()),
+            new_ulid(),
             str(path),
             resource_type,
             secret_filter=secret_filter,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-__all__ = ["canonical_ulid", "is_ulid", "validate_scope"]
+__all__ = ["canonical_ulid", "is_ulid", "new_ulid", "validate_scope"]
 
 # Crockford base32 without I, L, O, U; the first character is at most 7 so the
 # value fits in 128 bits.
@@ -23,6 +23,18 @@ def is_ulid(value: object) -> bool:
     return (
         isinstance(value, str) and value.isascii() and _ULID_RE.fullmatch(value.upper()) is not None
     )
+
+
+def new_ulid() -> str:
+    """A new ULID in canonical form.
+
+    python-ulid is imported on first use: importing it reads the installed
+    packages' metadata (~10-20 ms), which a process that only answers
+    questions never needs.
+    """
+    from ulid import ULID
+
+    return str(ULID())
 
 
 def canonical_ulid(value: object) -> str:
