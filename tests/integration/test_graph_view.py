@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
+from pathlib import Path
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from rdflib import BNode, Graph, Literal, URIRef
@@ -22,6 +24,7 @@ from rdflib.plugins.stores.memory import Memory
 
 from cleveragents.infrastructure.acms.graph_store import Obj, ResourceGraph
 from cleveragents.infrastructure.acms.graph_view import ScopeStore
+from cleveragents.infrastructure.acms.rdflib_graph import RdflibGraphBackend
 
 XSD_INT = "http://www.w3.org/2001/XMLSchema#integer"
 SUBJECTS = [f"http://x/s{i}" for i in range(5)]
@@ -146,3 +149,33 @@ def test_the_view_is_read_only() -> None:
             continue
         raise AssertionError("the view accepted a write")
     assert res.size == 1
+
+
+def test_a_view_dropped_while_its_query_waits_gives_each_triple_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another thread can act between a query taking its view and forking
+    the worker: here it evicts member B (dropping the view from the cache)
+    and then writes to member A, still held and changed in place, a triple B
+    also holds.  The dropped view is not told that ``s`` is now in both; the
+    answer must still hold that triple once (a copy of the union would)."""
+    a, b, c = (f"01J00000000000000000000{x * 3}" for x in "ABC")
+    s, p, o = SUBJECTS[0], PREDICATES[0], SUBJECTS[1]
+    with RdflibGraphBackend(tmp_path, cache_triples=1) as g:
+        g.upsert(a, [(SUBJECTS[2], p, o)])
+        g.upsert(b, [(s, p, o)])
+        g.upsert(c, [(SUBJECTS[3], p, o)])
+        take_view = g._union
+
+        def interleaved(scope: frozenset[str]) -> Graph:
+            union = take_view(scope)
+            # The other thread: a query over {A, C} evicts B (over budget) ...
+            g.get_triples(SUBJECTS[3], scope=frozenset({a, c}))
+            assert b not in g._graphs and a in g._graphs
+            # ... and a write changes A's held graph in place.
+            g.upsert(a, [(s, p, o)])
+            return union
+
+        monkeypatch.setattr(g, "_union", interleaved)
+        answer = g.sparql_select(f"SELECT ?o WHERE {{ <{s}> <{p}> ?o }}", scope=frozenset({a, b}))
+    assert [row["o"]["value"] for row in answer["results"]["bindings"]] == [o]

@@ -125,14 +125,7 @@ class ScopeStore(Store):
         self._graphs = tuple(graphs)
         # Subjects that may be in more than one member (a superset).
         self._shared: set[str] = set()
-        if len(self._graphs) > 1:
-            seen: set[str] = set()
-            for graph in self._graphs:
-                for s in graph.by_subject:
-                    if s in seen:
-                        self._shared.add(s)
-                    else:
-                        seen.add(s)
+        self.reshare()
         self._iris: dict[str, URIRef] = {}
 
     @property
@@ -144,6 +137,20 @@ class ScopeStore(Store):
         caller, so that the forked worker inherits them)."""
         for graph in self._graphs:
             graph.build_indexes()
+
+    def reshare(self) -> None:
+        """Find the subjects in more than one member anew (O(subjects)): for
+        a view that may have missed an :meth:`added`."""
+        shared: set[str] = set()
+        if len(self._graphs) > 1:
+            seen: set[str] = set()
+            for graph in self._graphs:
+                for s in graph.by_subject:
+                    if s in seen:
+                        shared.add(s)
+                    else:
+                        seen.add(s)
+        self._shared = shared
 
     def added(self, graph: ResourceGraph, subjects: Iterable[str]) -> None:
         """A member gained triples of ``subjects``: keep the shared set a superset."""

@@ -33,7 +33,7 @@ import re
 import sys
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
@@ -316,7 +316,7 @@ class RdflibGraphBackend:
             init_ns=_INIT_NS,
             timeout=self._query_timeout,
             max_rows=self._max_rows,
-            hold=self._lock,  # the view reads the live graphs: fork between writes
+            hold=self._between_writes(union),
         )
         if answer.boolean is not None:
             return GraphResult(metadata={"boolean": str(answer.boolean).lower(), "rows": "0"})
@@ -352,7 +352,7 @@ class RdflibGraphBackend:
             timeout=self._query_timeout,
             max_rows=self._max_rows,
             bindings=True,
-            hold=self._lock,
+            hold=self._between_writes(union),
         )
         if answer.boolean is not None:
             return {"head": {}, "boolean": answer.boolean}
@@ -644,6 +644,25 @@ class RdflibGraphBackend:
                     self._unions.popitem(last=False)
             self._trim(set(graphs))
             return union
+
+    @contextlib.contextmanager
+    def _between_writes(self, union: Graph) -> Iterator[None]:
+        """Entered around the SPARQL worker's fork: the view reads the live
+        graphs, so the fork happens under the backend's lock, between writes.
+
+        Another thread may have dropped the view from the cache since
+        :meth:`_union` gave it (by evicting or reloading a member); the view
+        then missed the subjects its live members gained since, and finds
+        its shared subjects anew, so that no triple is given twice.
+        """
+        from cleveragents.infrastructure.acms.graph_view import ScopeStore
+
+        with self._lock:
+            if all(cached is not union for cached in self._unions.values()):
+                view = union.store
+                if isinstance(view, ScopeStore):
+                    view.reshare()
+            yield
 
     def held_triples(self) -> int:
         """Triples of the loaded graphs: what ``cache_triples`` bounds, beyond
