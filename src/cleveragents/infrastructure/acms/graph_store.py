@@ -168,6 +168,18 @@ class ResourceGraph:
         self.incoming: dict[str, set[tuple[str, str]]] | None = None
         self.by_predicate: dict[str, dict[str, int]] | None = None
 
+    def weight(self) -> int:
+        """This graph's memory in triples' worth, for a cache budget: its
+        triples, plus its indexes once built (on the stdlib's graph, 216 MB
+        of triples beside 18 MB for the predicate index and 67 MB for the
+        incoming edges: a tenth and three tenths of a triple each)."""
+        weight = self.size
+        if self.by_predicate is not None:
+            weight += self.size // 10
+        if self.incoming is not None:
+            weight += self.size * 3 // 10
+        return weight
+
     def build_indexes(self) -> None:
         """Build the predicate and incoming-edge indexes now (they are kept
         up to date from then on)."""

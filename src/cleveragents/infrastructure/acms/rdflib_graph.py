@@ -213,7 +213,8 @@ class RdflibGraphBackend:
             :class:`QueryLimitError`, never a silent truncation.
         cache_triples: how many triples of loaded graphs to keep beyond those
             the latest operation used (on disk only; in memory every graph
-            is kept).  SPARQL views copy none.
+            is kept).  SPARQL views copy none; the indexes SPARQL and walks
+            backwards build on a graph count as 0.4 triple per triple.
 
     Raises:
         TypeError / ValueError: an invalid ``union_cache_size``,
@@ -665,22 +666,23 @@ class RdflibGraphBackend:
             yield
 
     def held_triples(self) -> int:
-        """Triples of the loaded graphs: what ``cache_triples`` bounds, beyond
+        """The loaded graphs in triples' worth, indexes included
+        (:meth:`ResourceGraph.weight`): what ``cache_triples`` bounds, beyond
         the latest operation's own (SPARQL reads them in place, copying none)."""
         with self._lock:
-            return sum(res.size for res in self._graphs.values())
+            return sum(res.weight() for res in self._graphs.values())
 
     def _trim(self, keep: set[str]) -> None:
         """On disk, beyond the budget, drop the least recently used graphs
         outside ``keep`` (and the SPARQL views reading them)."""
         if self._store is None:
             return
-        held = sum(res.size for res in self._graphs.values())
+        held = sum(res.weight() for res in self._graphs.values())
         for rid in list(self._graphs):
             if held <= self._cache_triples:
                 break
             if rid not in keep:
-                held -= self._graphs[rid].size
+                held -= self._graphs[rid].weight()
                 self._forget(rid)
 
     def _forget(self, rid: str) -> None:
