@@ -341,7 +341,10 @@ def test_a_store_in_the_earlier_n_triples_layout_is_converted_once(tmp_path: Pat
             (fa, UKO + "path", 'tab\t \u00fc "q"'),
         ]
         assert backend.subjects(b) == {fb}
-    assert sorted(p.name for p in graphs.iterdir()) == sorted([f"{a}.graph", f"{b}.graph"])
+    # Each graph file with its subject index; no earlier file is left.
+    assert sorted(p.name for p in graphs.iterdir()) == sorted(
+        f"{rid}.{suffix}" for rid in (a, b) for suffix in ("graph", "subjects")
+    )
     assert not (tmp_path / "generation").exists()
     assert (tmp_path / "format").read_bytes() == graph_store.FORMAT
 

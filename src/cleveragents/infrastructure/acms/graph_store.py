@@ -2,9 +2,10 @@
 
 Layout under the store's root::
 
-    format              "acms-graph-store 3": the layout below
-    lock                flock'ed by writers so processes write one at a time
-    graphs/<ULID>.graph one file per resource with a non-empty graph
+    format                 "acms-graph-store 3": the layout below
+    lock                   flock'ed by writers so processes write one at a time
+    graphs/<ULID>.graph    one file per resource with a non-empty graph
+    graphs/<ULID>.subjects its subject index (optional: see below)
 
 A ``.graph`` file is a 24-byte header (magic, 16 random bytes naming this
 file) followed by records, each ``kind length crc32 payload``:
@@ -51,27 +52,48 @@ Why this shape (figures in ``benchmarks/bench_graph_store.py``):
   may be reused by a new file of the same size, so it is checked by its
   header's random name and its tail instead of by its stat.
 
+Reading by subject (:class:`SubjectReader`): a question about a few
+subjects (``get_triples``, a walk out of a file's symbols) need not load the
+whole graph (0.6 s for the standard library's).  A ``.subjects`` file maps
+each subject's 64-bit key (:func:`subject_key`) to the offsets of the
+records that change it, for the records up to the length it *covers*; it
+names its graph file by that file's 16 random bytes.  A reader decodes the
+records of the subjects it is asked about, plus every record past the
+covered length.  The index is advisory: written after the graph file
+without fsync (atomically renamed), ignored unless whole (CRC), of this
+very file (its name) and covering no more than the file holds, and then the
+graph is loaded as before.  Writers rewrite it with each new file (creation,
+compaction) and after appends once the uncovered part exceeds a quarter of
+the covered part and 64 KB, from the subjects they just wrote (records
+appended meanwhile by another process are decoded), so a write costs
+amortised O(change).  A store written by earlier code gets its indexes with
+the next change to each resource (or ``acms reindex --rebuild``).
+
 Nothing here knows about scope, SPARQL or traversal: that is the adapter's
 (:mod:`.rdflib_graph`).
 """
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import fcntl
 import gc
 import marshal
 import os
 import struct
+import sys
 import tempfile
 import time
 import zlib
+from array import array
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import cast
+from typing import Protocol, cast
 
 import structlog
 
@@ -86,9 +108,13 @@ __all__ = [
     "GraphStore",
     "Obj",
     "Op",
+    "Readable",
     "ResourceGraph",
+    "SubjectReader",
     "WriteState",
+    "object_key",
     "sorted_edges",
+    "subject_key",
     "term_str",
 ]
 
@@ -123,6 +149,22 @@ SNAPSHOT_SUBJECTS = 4096
 # A file modified this recently is checked by content, not by its stat
 # (coarse timestamps: ext4 and tmpfs tick every few ms, some file systems 1-2 s).
 _RACY_NS = 2_000_000_000
+
+# The subject index beside a graph file (see the module docstring).
+_INDEX_SUFFIX = ".subjects"
+_INDEX_MAGIC = b"ACMSSIX\x01"
+_INDEX_HEAD = struct.Struct("<8s16sQQ")  # magic, the graph file's name, covered, entries
+_INDEX_CRC = struct.Struct("<I")
+# Rewrite an index once the bytes it does not cover exceed both this share
+# of those it does and INDEX_MIN_TAIL: a write costs amortised O(change), and
+# a reader decodes at most that much beyond what the index names.
+INDEX_TAIL_SHARE = 4
+INDEX_MIN_TAIL = 1 << 16
+# Decoded records a reader keeps between questions (a code graph's file
+# lives in one record; a record of an indexing batch decodes to ~10-20 MB;
+# see SubjectReader.trim), and subjects whose edges it remembers.
+_READER_RECORDS = 4
+_READER_SUBJECTS = 50_000
 
 
 # ---------------------------------------------------------------- graphs
@@ -379,6 +421,11 @@ def _decode(kind: bytes, payload: memoryview, path: Path) -> object:
     return value
 
 
+def _decode_any(kind: bytes, payload: memoryview, path: Path) -> object:
+    """Any record's value: a snapshot chunk's dict, a log's or change's."""
+    return _loads(payload, dict, path) if kind == _SNAPSHOT else _decode(kind, payload, path)
+
+
 def _apply_records(
     graph: ResourceGraph, records: Iterable[tuple[bytes, object]], done: list[Op] | None
 ) -> None:
@@ -389,6 +436,138 @@ def _apply_records(
                 done.extend(changed)
         else:
             graph.apply_change(cast(Change, value), done)
+
+
+# ---------------------------------------------------------------- subject index
+
+
+# CRC-32 and Adler-32 start values: a subject's key and an object's differ.
+_SUBJECT_SEEDS = (0, 1)
+_OBJECT_SEEDS = (0x0B1EC7, 0x0B1E)
+
+
+def _key64(value: str, seeds: tuple[int, int]) -> int:
+    data = value.encode("utf-8", "surrogatepass")
+    return (zlib.crc32(data, seeds[0]) << 32) | zlib.adler32(data, seeds[1])
+
+
+def subject_key(s: str) -> int:
+    """A subject's 64-bit key in a subject index: the same in every process
+    (a collision costs a reader a record it did not need, never an answer)."""
+    return _key64(s, _SUBJECT_SEEDS)
+
+
+def object_key(o: str) -> int:
+    """An IRI object's key in a subject index (for walks backwards)."""
+    return _key64(o, _OBJECT_SEEDS)
+
+
+def _record_keys(kind: bytes, value: object) -> set[int]:
+    """The index keys of a decoded record: the subjects it changes, and the
+    IRIs it adds edges to."""
+    subjects: set[str] = set()
+    objects: set[str] = set()
+    if kind == _SNAPSHOT:
+        for s, edges in cast(dict[str, set[Edge]], value).items():
+            subjects.add(s)
+            objects.update(o for _, o in edges if isinstance(o, str))
+    elif kind == _LOG:
+        for add, s, _p, o in cast(list[Op], value):
+            subjects.add(s)
+            if add and isinstance(o, str):
+                objects.add(o)
+    else:
+        drops, removes, adds = cast(Change, value)
+        subjects.update(drops)
+        subjects.update(t[0] for t in removes)
+        for s, edges in adds.items():
+            subjects.add(s)
+            objects.update(o for _, o in edges if isinstance(o, str))
+    return {subject_key(s) for s in subjects} | {object_key(o) for o in objects}
+
+
+def _tail_allowed(covered: int) -> int:
+    """How many bytes past what an index covers it may leave to readers."""
+    return max(covered // INDEX_TAIL_SHARE, INDEX_MIN_TAIL)
+
+
+def _keyed(keys: Iterable[int], offset: int) -> list[tuple[int, int]]:
+    return [(key, offset) for key in keys]
+
+
+def _u64s(values: Iterable[int]) -> bytes:
+    out = array("Q", values)
+    if sys.byteorder != "little":
+        out.byteswap()
+    return out.tobytes()
+
+
+def _index_bytes(nonce: bytes, covered: int, entries: list[tuple[int, int]]) -> bytes:
+    entries.sort()
+    body = b"".join(
+        [
+            _INDEX_HEAD.pack(_INDEX_MAGIC, nonce, covered, len(entries)),
+            _u64s(k for k, _ in entries),
+            _u64s(o for _, o in entries),
+        ]
+    )
+    return body + _INDEX_CRC.pack(zlib.crc32(body))
+
+
+def _index_head(data: bytes, nonce: bytes, size: int) -> tuple[int, int] | None:
+    """(covered, entries) of an index's header if it belongs to the graph
+    file named ``nonce`` (now ``size`` bytes long), else ``None``."""
+    if len(data) < _INDEX_HEAD.size:
+        return None
+    magic, named, covered, count = _INDEX_HEAD.unpack_from(data)
+    if magic != _INDEX_MAGIC or named != nonce or not _HEADER <= covered <= size:
+        return None
+    return covered, count
+
+
+def _index_arrays(
+    data: bytes, nonce: bytes, size: int
+) -> tuple[int, array[int], array[int]] | None:
+    """(covered, keys, offsets) of a whole, undamaged index of that file."""
+    head = _index_head(data, nonce, size)
+    if head is None:
+        return None
+    covered, count = head
+    end = _INDEX_HEAD.size + 16 * count
+    if len(data) != end + _INDEX_CRC.size or zlib.crc32(data[:end]) != int.from_bytes(
+        data[end:], "little"
+    ):
+        return None
+    keys, offsets = array("Q"), array("Q")
+    keys.frombytes(data[_INDEX_HEAD.size : _INDEX_HEAD.size + 8 * count])
+    offsets.frombytes(data[_INDEX_HEAD.size + 8 * count : end])
+    if sys.byteorder != "little":
+        keys.byteswap()
+        offsets.byteswap()
+    return covered, keys, offsets
+
+
+def _read_small(path: Path, size: int | None = None) -> bytes | None:
+    """A file's first ``size`` bytes (``None``: all); ``None`` if it is missing."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    try:
+        return _pread_all(fd, size, 0)
+    finally:
+        os.close(fd)
+
+
+@dataclass(slots=True)
+class _Unindexed:
+    """Records this process appended to one graph file since its index was
+    written: contiguous, from ``start`` to ``end``, with their subjects' keys."""
+
+    nonce: bytes
+    start: int
+    end: int
+    entries: list[tuple[int, int]]
 
 
 # ---------------------------------------------------------------- files
@@ -458,6 +637,21 @@ def _write_new(path: Path, data: bytes) -> os.stat_result:
         raise
     _fsync_dir(path.parent)
     return st
+
+
+def _write_advisory(path: Path, data: bytes) -> None:
+    """Replace ``path`` by ``data`` atomically, without fsync: for a file
+    that readers check and can do without (a crash may leave it short or
+    empty, never half old and half new)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def _append(path: Path, ino: int, data: bytes) -> os.stat_result:
@@ -565,6 +759,7 @@ class GraphStore:
         self.root = Path(root)
         self._graphs = self.root / "graphs"
         self._lock_fd: int | None = None
+        self._unindexed: dict[str, _Unindexed] = {}
         try:
             self._graphs.mkdir(parents=True, exist_ok=True)
             self._lock_fd = os.open(self.root / "lock", os.O_RDWR | os.O_CREAT, 0o644)
@@ -631,6 +826,9 @@ class GraphStore:
 
     def path(self, rid: str) -> Path:
         return self._graphs / f"{rid}{_SUFFIX}"
+
+    def index_path(self, rid: str) -> Path:
+        return self._graphs / f"{rid}{_INDEX_SUFFIX}"
 
     @contextlib.contextmanager
     def writer_lock(self) -> Iterator[None]:
@@ -770,11 +968,18 @@ class GraphStore:
 
     def append(self, rid: str, cursor: Cursor, ops: list[Op]) -> None:
         """Append one committed change; on failure the file is as before."""
-        self.append_record(rid, cursor, _record(_LOG, marshal.dumps(ops, _MARSHAL_VERSION)))
+        self._append_record(
+            rid,
+            cursor,
+            _record(_LOG, marshal.dumps(ops, _MARSHAL_VERSION)),
+            _record_keys(_LOG, ops),
+        )
 
-    def append_record(self, rid: str, cursor: Cursor, data: bytes) -> None:
-        """Append one whole record; on failure the file is as before."""
+    def _append_record(self, rid: str, cursor: Cursor, data: bytes, keys: Iterable[int]) -> None:
+        """Append one whole record (with its index ``keys``); on failure the
+        file is as before."""
         path = self.path(rid)
+        start = cursor.offset
         try:
             st = _append(path, cursor.ino, data)
         except OSError as exc:
@@ -783,34 +988,98 @@ class GraphStore:
             raise IndexUnavailableError(f"cannot write graph of {rid}: {exc}") from exc
         cursor.offset += len(data)
         cursor.key, cursor.racy = _key(st), True
+        self._index_appended(rid, cursor, start, _keyed(keys, start))
+
+    # ------------------------------------------------------------ the subject index
+    # Advisory: written after the graph file, checked by readers against it,
+    # and never a reason for a write to fail.
+
+    def _index_appended(
+        self, rid: str, cursor: Cursor, start: int, entries: list[tuple[int, int]]
+    ) -> None:
+        """A record ``[start, cursor.offset)`` was appended: note its subjects,
+        and rewrite the index once it leaves too much of the file uncovered."""
+        pending = self._unindexed.get(rid)
+        if pending is None or pending.nonce != cursor.nonce or pending.end != start:
+            pending = self._unindexed[rid] = _Unindexed(cursor.nonce, start, start, [])
+        pending.entries += entries
+        pending.end = cursor.offset
+        head = _read_small(self.index_path(rid), _INDEX_HEAD.size)
+        found = None if head is None else _index_head(head, cursor.nonce, cursor.offset)
+        covered = _HEADER if found is None else found[0]
+        if cursor.offset - covered <= _tail_allowed(covered):
+            return
+        del self._unindexed[rid]
+        try:
+            self._write_index(rid, cursor, pending)
+        except (OSError, IndexUnavailableError) as exc:
+            _log.warning("graph_store.index_not_written", resource=rid, error=str(exc))
+
+    def _write_index(self, rid: str, cursor: Cursor, pending: _Unindexed) -> None:
+        """Write ``rid``'s index up to ``cursor.offset``: the entries of the
+        current index, of the records between it and ``pending`` (decoded:
+        another process appended them), and ``pending``'s."""
+        path = self.path(rid)
+        data = _read_small(self.index_path(rid))
+        old = None if data is None else _index_arrays(data, cursor.nonce, cursor.offset)
+        entries: list[tuple[int, int]] = []
+        covered = _HEADER
+        if old is not None:
+            covered, keys, offsets = old
+            entries = list(zip(keys, offsets, strict=True))
+        if covered < pending.start:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            try:
+                between = _pread_all(fd, pending.start - covered, covered)
+            finally:
+                os.close(fd)
+            pos = 0
+            while (found := _next_record(between, pos)) is not None:
+                kind, payload, end = found
+                value = _decode_any(kind, payload, path)
+                entries += _keyed(_record_keys(kind, value), covered + pos)
+                pos = end
+            if covered + pos != pending.start:
+                raise IndexUnavailableError(f"graph file {path} changed under the writer lock")
+        # ``pending`` starts at or after ``covered``: another handle writes an
+        # index only after appending a record of its own (which would have
+        # broken ``pending``'s run) or compacting (a new file name).
+        entries += pending.entries
+        _write_advisory(self.index_path(rid), _index_bytes(cursor.nonce, cursor.offset, entries))
 
     def replace(self, rid: str, graph: ResourceGraph) -> Cursor:
         """Write ``graph`` as ``rid``'s whole file (a new resource, or compaction)."""
         nonce = os.urandom(16)
         subjects = list(graph.by_subject)
         by_subject = graph.by_subject
-        chunks = [
-            _record(
-                _SNAPSHOT,
-                marshal.dumps(
-                    {s: by_subject[s] for s in subjects[i : i + SNAPSHOT_SUBJECTS]},
-                    _MARSHAL_VERSION,
-                ),
-            )
-            for i in range(0, max(len(subjects), 1), SNAPSHOT_SUBJECTS)
-        ]
+        chunks: list[bytes] = []
+        entries: list[tuple[int, int]] = []
+        offset = _HEADER
+        for i in range(0, max(len(subjects), 1), SNAPSHOT_SUBJECTS):
+            chunk = {s: by_subject[s] for s in subjects[i : i + SNAPSHOT_SUBJECTS]}
+            chunks.append(_record(_SNAPSHOT, marshal.dumps(chunk, _MARSHAL_VERSION)))
+            entries += _keyed(_record_keys(_SNAPSHOT, chunk), offset)
+            offset += len(chunks[-1])
         data = b"".join([_MAGIC, nonce, *chunks])
         del chunks
         try:
             st = _write_new(self.path(rid), data)
         except OSError as exc:
             raise IndexUnavailableError(f"cannot write graph of {rid}: {exc}") from exc
+        self._unindexed.pop(rid, None)
+        try:
+            _write_advisory(self.index_path(rid), _index_bytes(nonce, len(data), entries))
+        except OSError as exc:
+            _log.warning("graph_store.index_not_written", resource=rid, error=str(exc))
         return Cursor(st.st_ino, nonce, len(data), len(data), _key(st), True)
 
     def remove(self, rid: str) -> None:
+        self._unindexed.pop(rid, None)
         try:
             with contextlib.suppress(FileNotFoundError):
                 self.path(rid).unlink()
+            with contextlib.suppress(FileNotFoundError):
+                self.index_path(rid).unlink()
             _fsync_dir(self._graphs)
         except OSError as exc:
             raise IndexUnavailableError(f"cannot write graph of {rid}: {exc}") from exc
@@ -886,8 +1155,11 @@ class GraphStore:
 
     def append_change(self, rid: str, state: WriteState, change: Change) -> None:
         """Append ``change`` as a ``C`` record (``state`` current, torn tail cut)."""
-        self.append_record(
-            rid, state.cursor, _record(_CHANGE, marshal.dumps(change, _MARSHAL_VERSION))
+        self._append_record(
+            rid,
+            state.cursor,
+            _record(_CHANGE, marshal.dumps(change, _MARSHAL_VERSION)),
+            _record_keys(_CHANGE, change),
         )
         state.count(change)
 
@@ -907,3 +1179,299 @@ class GraphStore:
     @staticmethod
     def compaction_due(cursor: Cursor) -> bool:
         return cursor.log_bytes() > max(cursor.snapshot_end, COMPACT_MIN_BYTES)
+
+    # ------------------------------------------------------------ reading by subject
+
+    def subject_reader(self, rid: str) -> SubjectReader | None:
+        """A reader of ``rid``'s graph by subject, without loading it; ``None``
+        when the file has no index of it covering enough (load it then) or
+        there is no file."""
+        path = self.path(rid)
+        try:
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            except FileNotFoundError:
+                return None
+            try:
+                st = os.fstat(fd)
+                header = _pread_all(fd, _HEADER, 0)
+                if len(header) < _HEADER or header[: len(_MAGIC)] != _MAGIC:
+                    raise IndexUnavailableError(f"corrupt graph file {path}: not a graph file")
+                nonce = header[len(_MAGIC) :]
+                data = _read_small(self.index_path(rid))
+                found = None if data is None else _index_arrays(data, nonce, st.st_size)
+                if found is None:
+                    return None
+                covered, keys, offsets = found
+                if st.st_size - covered > 2 * _tail_allowed(covered):
+                    return None  # written by code that keeps no index: load it
+                rest = _pread_all(fd, st.st_size - covered, covered)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise IndexUnavailableError(f"cannot read graph store {self.root}: {exc}") from exc
+        tail: list[_Record] = []
+        pos = 0
+        while (record := _next_record(rest, pos)) is not None and record[0] != _SNAPSHOT:
+            kind, payload, pos = record
+            tail.append(_Record(kind, _decode(kind, payload, path)))
+        return SubjectReader(path, st, nonce, covered, keys, offsets, tail)
+
+
+# ---------------------------------------------------------------- reading by subject
+
+
+class _Record:
+    """A decoded record as a reader keeps it, by subject: a snapshot chunk's
+    edges; a change's (dropped subjects, removed edges, added edges); a log's
+    operations.  Which subjects it adds an edge to each IRI from is built on
+    the first walk backwards that needs it."""
+
+    __slots__ = ("_adds_to", "kind", "value")
+
+    def __init__(self, kind: bytes, value: object) -> None:
+        self.kind = kind
+        self.value: object
+        if kind == _SNAPSHOT:
+            self.value = value
+        elif kind == _LOG:
+            ops: dict[str, list[tuple[bool, Edge]]] = {}
+            for add, s, p, o in cast(list[Op], value):
+                ops.setdefault(s, []).append((add, (p, o)))
+            self.value = ops
+        else:
+            drops, removes, adds = cast(Change, value)
+            removed: dict[str, list[Edge]] = {}
+            for s, p, o in removes:
+                removed.setdefault(s, []).append((p, o))
+            self.value = (set(drops), removed, adds)
+        self._adds_to: dict[str, list[tuple[str, str]]] | None = None
+
+    def added(self) -> Iterator[tuple[str, str, Obj]]:
+        """The edges this record adds (or holds, for a snapshot chunk)."""
+        if self.kind == _SNAPSHOT:
+            edges_by_subject = cast(dict[str, set[Edge]], self.value)
+        elif self.kind == _CHANGE:
+            edges_by_subject = cast(tuple[object, object, dict[str, set[Edge]]], self.value)[2]
+        else:
+            for s, ops in cast(dict[str, list[tuple[bool, Edge]]], self.value).items():
+                for add, (p, o) in ops:
+                    if add:
+                        yield s, p, o
+            return
+        for s, edges in edges_by_subject.items():
+            for p, o in edges:
+                yield s, p, o
+
+    def adds_to(self, o: str) -> list[tuple[str, str]]:
+        """The (subject, predicate) pairs this record adds an edge to ``o`` from."""
+        if self._adds_to is None:
+            adds_to: dict[str, list[tuple[str, str]]] = {}
+            for s, p, obj in self.added():
+                if isinstance(obj, str):
+                    adds_to.setdefault(obj, []).append((s, p))
+            self._adds_to = adds_to
+        return self._adds_to.get(o, [])
+
+
+def _fold(s: str, records: Iterable[_Record]) -> set[Edge]:
+    """``s``'s edges after ``records`` (in file order), as a full load has them."""
+    edges: set[Edge] = set()
+    for record in records:
+        if record.kind == _SNAPSHOT:
+            edges |= cast(dict[str, set[Edge]], record.value).get(s, set())
+        elif record.kind == _LOG:
+            for add, edge in cast(dict[str, list[tuple[bool, Edge]]], record.value).get(s, ()):
+                if add:
+                    edges.add(edge)
+                else:
+                    edges.discard(edge)
+        else:
+            drops, removed, adds = cast(
+                tuple[set[str], dict[str, list[Edge]], dict[str, set[Edge]]], record.value
+            )
+            if s in drops:
+                edges.clear()
+            edges.difference_update(removed.get(s, ()))
+            edges |= adds.get(s, set())
+    return edges
+
+
+class SubjectReader:
+    """One resource's graph read subject by subject, without loading it.
+
+    The subject index names the records that change each subject, and those
+    that add an edge to each IRI (by :func:`subject_key` and
+    :func:`object_key`); the records past what it covers were decoded when
+    the reader was made.  A subject's edges are its records folded in file
+    order, exactly what a full load holds for it; an IRI's incoming edges
+    are the (subject, predicate) pairs its records add, kept if the
+    subject's current edges still hold them (property-tested against a
+    loaded graph).  A reader answers for the file as it was when made:
+    :meth:`current` says whether it still is.  Read-only; ``by_subject``
+    looks up (it cannot list), so ``get_triples`` and the walks use a reader
+    as they use a loaded graph.
+    """
+
+    foreign = False
+
+    def __init__(
+        self,
+        path: Path,
+        st: os.stat_result,
+        nonce: bytes,
+        covered: int,
+        keys: array[int],
+        offsets: array[int],
+        tail: list[_Record],
+    ) -> None:
+        self._path = path
+        self._ino = st.st_ino
+        self._key = _key(st)
+        self._racy = _racy(st)
+        self._nonce = nonce
+        self._covered = covered
+        self._keys = keys
+        self._offsets = offsets
+        self._tail = tail
+        self._records: OrderedDict[int, _Record] = OrderedDict()
+        self._edges: dict[str, set[Edge]] = {}
+        self._sorted: dict[str, tuple[list[Triple], list[str]]] = {}
+        self._incoming: dict[str, set[tuple[str, str]]] = {}
+        self._lookup = _Lookup(self)
+
+    @property
+    def by_subject(self) -> Mapping[str, set[Edge]]:
+        return self._lookup
+
+    def current(self) -> bool:
+        """Whether the file is still the one this reader read, not grown."""
+        try:
+            st = os.stat(self._path, follow_symlinks=False)
+        except FileNotFoundError:
+            return False
+        if _key(st) != self._key:
+            return False
+        if not self._racy:
+            return True
+        # Modified too recently for the stat to prove it: check its name.
+        header = _read_small(self._path, _HEADER)
+        return header is not None and header[len(_MAGIC) :] == self._nonce
+
+    def edges(self, s: str) -> set[Edge]:
+        """``s``'s edges (empty: none)."""
+        edges = self._edges.get(s)
+        if edges is None:
+            self._bound()
+            edges = self._edges[s] = _fold(s, self._records_for(subject_key(s)))
+        return edges
+
+    def incoming_of(self, o: str) -> AbstractSet[tuple[str, str]]:
+        """The (subject, predicate) pairs whose object is the IRI ``o``."""
+        found = self._incoming.get(o)
+        if found is None:
+            candidates: set[tuple[str, str]] = set()
+            for record in self._records_for(object_key(o)):
+                candidates.update(record.adds_to(o))
+            found = {(s, p) for s, p in candidates if (p, o) in self.edges(s)}
+            self._bound()
+            self._incoming[o] = found
+        return found
+
+    def edges_pairs(self, s: str) -> Iterator[tuple[Triple, bool]]:
+        for p, o in self.edges(s):
+            yield (s, p, term_str(o)), isinstance(o, str)
+
+    def edges_of(self, s: str) -> tuple[list[Triple], list[str]]:
+        cached = self._sorted.get(s)
+        if cached is None:
+            cached = self._sorted[s] = sorted_edges(self.edges_pairs(s))
+        return cached
+
+    def trim(self) -> None:
+        """Keep only the most recently used decoded records.  Between two
+        calls a reader keeps every record it decodes, so that one question
+        (a walk over many files' records) decodes each record once at most:
+        never more than loading the graph."""
+        while len(self._records) > _READER_RECORDS:
+            self._records.popitem(last=False)
+
+    def _bound(self) -> None:
+        if len(self._edges) + len(self._incoming) >= _READER_SUBJECTS:
+            self._edges.clear()
+            self._sorted.clear()
+            self._incoming.clear()
+
+    def _records_for(self, key: int) -> list[_Record]:
+        """The records filed under ``key``, then those past the index, in file order."""
+        i = bisect.bisect_left(self._keys, key)
+        wanted: list[int] = []
+        while i < len(self._keys) and self._keys[i] == key:
+            wanted.append(self._offsets[i])
+            i += 1
+        return [self._record(offset) for offset in sorted(set(wanted))] + self._tail
+
+    def _record(self, offset: int) -> _Record:
+        record = self._records.get(offset)
+        if record is not None:
+            self._records.move_to_end(offset)
+            return record
+        try:
+            fd = os.open(self._path, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError as exc:
+            raise IndexUnavailableError(f"cannot read graph file {self._path}: {exc}") from exc
+        try:
+            if os.fstat(fd).st_ino != self._ino:
+                raise IndexUnavailableError(f"graph file {self._path} was replaced while read")
+            head = _pread_all(fd, _RECORD.size, offset)
+            length = _RECORD.unpack(head)[1] if len(head) == _RECORD.size else 0
+            data = head + _pread_all(fd, length, offset + _RECORD.size)
+        finally:
+            os.close(fd)
+        found = _next_record(data, 0)
+        if found is None or offset + found[2] > self._covered:
+            raise IndexUnavailableError(f"corrupt graph file {self._path}: bad subject index")
+        kind, payload, _ = found
+        record = self._records[offset] = _Record(kind, _decode_any(kind, payload, self._path))
+        return record
+
+
+class _Lookup(Mapping[str, set[Edge]]):
+    """A reader's ``by_subject``: lookups only (it cannot list its subjects)."""
+
+    __slots__ = ("_reader",)
+
+    def __init__(self, reader: SubjectReader) -> None:
+        self._reader = reader
+
+    def __getitem__(self, s: str) -> set[Edge]:
+        edges = self._reader.edges(s) if isinstance(s, str) else None
+        if not edges:
+            raise KeyError(s)
+        return edges
+
+    def __contains__(self, s: object) -> bool:
+        return isinstance(s, str) and bool(self._reader.edges(s))
+
+    def __iter__(self) -> Iterator[str]:
+        raise TypeError("a subject reader cannot list the subjects of its graph")
+
+    def __len__(self) -> int:
+        raise TypeError("a subject reader cannot count the subjects of its graph")
+
+
+class Readable(Protocol):
+    """What reading by subject needs of a graph: a loaded
+    :class:`ResourceGraph` or a :class:`SubjectReader`."""
+
+    @property
+    def by_subject(self) -> Mapping[str, set[Edge]]: ...
+
+    @property
+    def foreign(self) -> bool: ...
+
+    def edges_of(self, s: str) -> tuple[list[Triple], list[str]]: ...
+
+    def edges_pairs(self, s: str) -> Iterator[tuple[Triple, bool]]: ...
+
+    def incoming_of(self, o: str) -> AbstractSet[tuple[str, str]]: ...

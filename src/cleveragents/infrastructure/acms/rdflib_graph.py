@@ -60,7 +60,9 @@ from cleveragents.infrastructure.acms.graph_store import (
     GraphStore,
     Obj,
     Op,
+    Readable,
     ResourceGraph,
+    SubjectReader,
     WriteState,
 )
 from cleveragents.infrastructure.acms.graph_store import (
@@ -115,6 +117,11 @@ def _result(triples: list[Triple], metadata: dict[str, str]) -> GraphResult:
     return result
 
 
+# Subject readers kept for graphs not loaded (each holds its index, ~16
+# bytes per subject and record, and a few decoded records).
+_READERS = 16
+
+
 def _required_scope(scope: frozenset[str] | None, method: str) -> frozenset[str]:
     """The canonical scope; ``None`` is refused, never read as "every graph"."""
     if scope is None:
@@ -134,7 +141,7 @@ def _validate_timeout(value: object) -> float:
 
 
 def _walk(
-    graphs: Mapping[str, ResourceGraph],
+    graphs: Mapping[str, Readable],
     index: _SubjectIndex,
     start: str,
     depth: int,
@@ -184,7 +191,7 @@ class _SubjectIndex:
 
     __slots__ = ("_graphs", "_memo")
 
-    def __init__(self, graphs: Mapping[str, ResourceGraph]) -> None:
+    def __init__(self, graphs: Mapping[str, Readable]) -> None:
         self._graphs = graphs
         self._memo: dict[str, set[str]] = {}
 
@@ -242,6 +249,8 @@ class RdflibGraphBackend:
         # Resources this process writes without holding their graph.
         self._writes: dict[str, WriteState] = {}
         self._unions: OrderedDict[frozenset[str], Graph] = OrderedDict()
+        # Graphs not loaded, read by subject from their files (most recent last).
+        self._readers: OrderedDict[str, SubjectReader] = OrderedDict()
         self._closed = False
         self._store: GraphStore | None = None
         if store_path is not None:
@@ -257,6 +266,7 @@ class RdflibGraphBackend:
             self._cursors.clear()
             self._writes.clear()
             self._unions.clear()
+            self._readers.clear()
             if self._store is not None:
                 self._store.close()
 
@@ -393,8 +403,7 @@ class RdflibGraphBackend:
         foreign = False
         with self._lock:
             self._refresh()
-            for rid in self._rids_of(subject, canonical):
-                res = self._graphs[rid]
+            for res in self._holders(subject, canonical):
                 found.update(res.edges_of(subject)[0])
                 foreign = foreign or res.foreign
         triples = sorted(found)
@@ -434,14 +443,14 @@ class RdflibGraphBackend:
         chosen = validate_traversal(direction, predicates)
         if direction != "out" or chosen is not None:
             with self._lock:
-                graphs, index = self._adjacency(canonical)
+                graphs, index = self._readable_adjacency(canonical)
                 walked = _walk(graphs, index, start, depth, direction, chosen)
             walked = [t for t in walked if _in_scope(t, canonical)]
             return _result(walked, {"rows": str(len(walked))})
         out: list[Triple] = []
         foreign = False
         with self._lock:
-            graphs, index = self._adjacency(canonical)
+            graphs, index = self._readable_adjacency(canonical)
             seen: set[Triple] | None = None  # needed once a subject is in two graphs
             visited = {start}
             frontier = [start]
@@ -604,24 +613,58 @@ class RdflibGraphBackend:
             return list(self._graphs)
         return sorted(self._store.resource_ids() | set(self._graphs))
 
-    def _rids_of(self, subject: str, scope: frozenset[str] | None) -> list[str]:
-        """The in-scope resources whose graph holds ``subject`` (loaded)."""
+    def _readable_adjacency(
+        self, scope: frozenset[str] | None
+    ) -> tuple[dict[str, Readable], _SubjectIndex]:
+        """The in-scope graphs and an index of their subjects, for
+        ``traverse``: the graphs not held are read by subject (and by
+        object, for walks backwards), not loaded."""
+        graphs = self._readable(self._scope_rids(scope))
+        return graphs, _SubjectIndex(graphs)
+
+    def _holders(self, subject: str, scope: frozenset[str] | None) -> list[Readable]:
+        """The in-scope graphs holding ``subject`` (held, else read by subject)."""
         owner = resource_id_of(subject)
         if owner is not None:
             candidates: Iterable[str] = [owner] if scope is None or owner in scope else []
         else:
             candidates = self._scope_rids(scope)
-        graphs = self._load(candidates)
-        self._trim(set(graphs))
-        return [rid for rid, res in graphs.items() if subject in res.by_subject]
+        graphs = self._readable(candidates)
+        return [res for res in graphs.values() if subject in res.by_subject]
 
-    def _adjacency(
-        self, scope: frozenset[str] | None
-    ) -> tuple[dict[str, ResourceGraph], _SubjectIndex]:
-        """The in-scope graphs and an index of their subjects, for ``traverse``."""
-        graphs = self._load(self._scope_rids(scope))
-        self._trim(set(graphs))
-        return graphs, _SubjectIndex(graphs)
+    def _readable(self, rids: Iterable[str]) -> dict[str, Readable]:
+        """The current graphs of ``rids`` for reading by subject: a held graph
+        (followed as :meth:`_load` does), else a reader of its file's subject
+        index (a question about a few subjects of a large graph costs those
+        subjects' records, not a load), else the graph loaded.  Call with
+        ``self._lock`` held."""
+        self._check_open()
+        store = self._store
+        found: dict[str, Readable] = {}
+        load: list[str] = []
+        for kept in self._readers.values():
+            kept.trim()  # what the previous question decoded
+        for rid in rids:
+            if store is None or rid in self._graphs:
+                load.append(rid)
+                continue
+            reader = self._readers.get(rid)
+            if reader is None or not reader.current():
+                self._readers.pop(rid, None)
+                reader = store.subject_reader(rid)
+                if reader is None:
+                    load.append(rid)
+                    continue
+                self._readers[rid] = reader
+            self._readers.move_to_end(rid)
+            found[rid] = reader
+        while len(self._readers) > _READERS:
+            self._readers.popitem(last=False)
+        if load:
+            loaded = self._load(load)
+            self._trim(set(loaded))
+            found.update(loaded)
+        return found
 
     def _union(self, scope: frozenset[str]) -> Graph:
         """An rdflib graph reading the in-scope graphs in place (no copy; see
@@ -686,6 +729,7 @@ class RdflibGraphBackend:
                 self._forget(rid)
 
     def _forget(self, rid: str) -> None:
+        self._readers.pop(rid, None)
         self._writes.pop(rid, None)
         self._graphs.pop(rid, None)
         self._cursors.pop(rid, None)

@@ -1,0 +1,188 @@
+"""Reading a graph by subject from its file and subject index, without loading it.
+
+Oracle: the graph loaded whole from the same file (``GraphStore.refresh``),
+which every earlier question used.  For any sequence of writes (by a handle
+that holds the graph, appending ``L`` records; by one that does not,
+appending ``C`` records; deletions; compactions), every subject of the
+vocabulary, present or not, must have the same edges through a
+:class:`SubjectReader` as in the loaded graph, and the backend's
+``get_triples`` and out-walks from a handle that loads nothing must answer as
+one that loaded everything; so must every IRI's incoming edges, and the
+walks backwards.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from cleveragents.domain.models.acms.backends import Literal
+from cleveragents.domain.models.acms.uko import UKO, file_uri
+from cleveragents.infrastructure.acms import graph_store
+from cleveragents.infrastructure.acms.graph_store import GraphStore
+from cleveragents.infrastructure.acms.rdflib_graph import RdflibGraphBackend
+
+RIDS = ["01J0000000000000000000000A", "01J0000000000000000000000B"]
+
+
+def _subjects(rid: str) -> list[str]:
+    return [file_uri(rid, f"m{i}.py") for i in range(4)] + ["http://x/shared"]
+
+
+PREDICATES = [UKO + "defines", UKO + "calls", UKO + "line"]
+
+
+def _objects(rid: str) -> list[object]:
+    return [*_subjects(rid)[:2], "http://x/lib", Literal("1"), Literal("a")]
+
+
+@st.composite
+def _write(draw: st.DrawFn) -> tuple[str, int, list[object], list[str], list[object]]:
+    """(who, resource, triples to add, subjects to drop, triples to drop)."""
+    i = draw(st.integers(0, 1))
+    rid = RIDS[i]
+    triple = st.tuples(
+        st.sampled_from(_subjects(rid)), st.sampled_from(PREDICATES), st.sampled_from(_objects(rid))
+    )
+    who = draw(st.sampled_from(["holder", "writer", "delete"]))
+    adds = draw(st.lists(triple, max_size=6))
+    drops = draw(st.lists(st.sampled_from(_subjects(rid)), max_size=2))
+    removes = draw(st.lists(triple, max_size=2))
+    return who, i, list(adds), drops, list(removes)
+
+
+def _check(root: Path) -> None:
+    store = GraphStore(root)
+    try:
+        for rid in RIDS:
+            loaded = store.refresh(rid, None, None)
+            reader = store.subject_reader(rid)
+            if loaded is None:
+                assert reader is None
+                continue
+            assert reader is not None, "a file written by this code has a usable index"
+            graph = loaded[0]
+            for s in [*_subjects(rid), "http://x/none"]:
+                assert reader.edges(s) == graph.by_subject.get(s, set()), s
+            for o in [*_subjects(rid), "http://x/lib", "http://x/none"]:
+                assert reader.incoming_of(o) == graph.incoming_of(o), o
+    finally:
+        store.close()
+
+
+@settings(
+    max_examples=120,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(st.lists(_write(), min_size=1, max_size=14), st.sampled_from(["every", "some", "default"]))
+# A change that adds to one subject and removes an edge of another.
+@example(
+    [
+        ("writer", 0, [(_subjects(RIDS[0])[0], PREDICATES[0], "http://x/lib")], [], []),
+        (
+            "writer",
+            0,
+            [(_subjects(RIDS[0])[1], PREDICATES[0], "http://x/lib")],
+            [],
+            [(_subjects(RIDS[0])[0], PREDICATES[0], "http://x/lib")],
+        ),
+    ],
+    "every",
+)
+def test_reading_by_subject_answers_as_the_loaded_graph(
+    monkeypatch: pytest.MonkeyPatch,
+    writes: list[tuple[str, int, list[object], list[str], list[object]]],
+    rewrites: str,
+) -> None:
+    # The index rewritten after every write, after some (the records between
+    # two rewrites by one handle then include the other handle's; and the
+    # file compacted often), or as deployed (below 64 KB past the index,
+    # these files are read from their tail).
+    share, least, compact = {
+        "every": (1 << 40, 0, 1 << 15),
+        "some": (1, 0, 256),
+        "default": (graph_store.INDEX_TAIL_SHARE, graph_store.INDEX_MIN_TAIL, 1 << 15),
+    }[rewrites]
+    monkeypatch.setattr(graph_store, "INDEX_TAIL_SHARE", share)
+    monkeypatch.setattr(graph_store, "INDEX_MIN_TAIL", least)
+    monkeypatch.setattr(graph_store, "COMPACT_MIN_BYTES", compact)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        holder, writer = RdflibGraphBackend(root), RdflibGraphBackend(root)
+        try:
+            for who, i, adds, drops, removes in writes:
+                rid = RIDS[i]
+                if who == "holder":
+                    holder.subjects(rid)  # load it: its writes append operations
+                    holder.upsert(rid, adds, delete_subjects=drops, delete_triples=removes)
+                elif who == "writer":
+                    writer.upsert(rid, adds, delete_subjects=drops, delete_triples=removes)
+                else:
+                    writer.delete(rid, drops)
+                _check(root)
+            scope = frozenset(RIDS)
+            with RdflibGraphBackend(root) as fresh, RdflibGraphBackend(root) as whole:
+                for rid in RIDS:
+                    whole.subjects(rid)  # loaded: the path every question took before
+                for s in [*_subjects(RIDS[0]), *_subjects(RIDS[1]), "http://x/lib"]:
+                    assert fresh.get_triples(s, scope=scope) == whole.get_triples(s, scope=scope)
+                    for direction in ("out", "in", "both"):
+                        for predicates in (None, frozenset({UKO + "calls"})):
+                            walk = {
+                                "depth": 2,
+                                "scope": scope,
+                                "direction": direction,
+                                "predicates": predicates,
+                            }
+                            assert fresh.traverse(s, **walk) == whole.traverse(s, **walk)
+                assert fresh.loaded_resource_ids() == set()  # it read by subject only
+        finally:
+            holder.close()
+            writer.close()
+
+
+def test_a_missing_damaged_or_foreign_index_means_loading(tmp_path: Path) -> None:
+    """The index is advisory: without a valid one for this very file, the
+    backend loads the graph and answers the same."""
+    rid = RIDS[0]
+    f = file_uri(rid, "a.py")
+    with RdflibGraphBackend(tmp_path) as g:
+        g.upsert(rid, [(f, UKO + "defines", file_uri(rid, "a.py#sym=x"))])
+    index = tmp_path / "graphs" / f"{rid}.subjects"
+    good = index.read_bytes()
+    want = [(f, UKO + "defines", file_uri(rid, "a.py#sym=x"))]
+    damaged = bytearray(good)
+    damaged[-6] ^= 0xFF
+    other = tmp_path / "other"
+    with RdflibGraphBackend(other) as g:  # an index of another file (another name)
+        g.upsert(rid, [(f, UKO + "defines", file_uri(rid, "a.py#sym=x"))])
+    foreign = (other / "graphs" / f"{rid}.subjects").read_bytes()
+    for content in (None, bytes(damaged), good[:30], foreign, good):
+        if content is None:
+            index.unlink()
+        else:
+            index.write_bytes(content)
+        with RdflibGraphBackend(tmp_path) as g:
+            assert g.get_triples(f, scope=frozenset({rid})).triples == want
+            assert g.loaded_resource_ids() == (set() if content == good else {rid})
+
+
+def test_a_reader_follows_appends_by_another_handle(tmp_path: Path) -> None:
+    rid = RIDS[0]
+    f = file_uri(rid, "a.py")
+    scope = frozenset({rid})
+    with RdflibGraphBackend(tmp_path) as reader, RdflibGraphBackend(tmp_path) as writer:
+        writer.upsert(rid, [(f, UKO + "line", Literal("1"))])
+        assert reader.get_triples(f, scope=scope).triples == [(f, UKO + "line", "1")]
+        writer.upsert(rid, [(f, UKO + "line", Literal("2"))], delete_subjects=[f])
+        assert reader.get_triples(f, scope=scope).triples == [(f, UKO + "line", "2")]
+        os.utime(tmp_path / "graphs" / f"{rid}.graph", ns=(0, 0))  # an old stat: not racy
+        writer.delete(rid)
+        assert reader.get_triples(f, scope=scope).triples == []
+        assert reader.loaded_resource_ids() == set()
