@@ -442,6 +442,8 @@ def _apply_records(
 
 
 # CRC-32 and Adler-32 start values: a subject's key and an object's differ.
+# A change to how keys are made needs a new _INDEX_MAGIC (old indexes would
+# still check out, and name no record for any key).
 _SUBJECT_SEEDS = (0, 1)
 _OBJECT_SEEDS = (0x0B1EC7, 0x0B1E)
 
