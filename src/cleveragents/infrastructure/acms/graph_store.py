@@ -87,7 +87,6 @@ import tempfile
 import time
 import zlib
 from array import array
-from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -160,10 +159,7 @@ _INDEX_CRC = struct.Struct("<I")
 # a reader decodes at most that much beyond what the index names.
 INDEX_TAIL_SHARE = 4
 INDEX_MIN_TAIL = 1 << 16
-# Decoded records a reader keeps between questions (a code graph's file
-# lives in one record; a record of an indexing batch decodes to ~10-20 MB;
-# see SubjectReader.trim), and subjects whose edges it remembers.
-_READER_RECORDS = 4
+# Subjects and IRIs whose edges a reader remembers.
 _READER_SUBJECTS = 50_000
 
 
@@ -493,24 +489,38 @@ def _tail_allowed(covered: int) -> int:
     return max(covered // INDEX_TAIL_SHARE, INDEX_MIN_TAIL)
 
 
-def _keyed(keys: Iterable[int], offset: int) -> list[tuple[int, int]]:
-    return [(key, offset) for key in keys]
+class _Entries:
+    """Index entries, (key, record offset), in two ``uint64`` arrays (16
+    bytes an entry; as tuples of ints they took ~120)."""
+
+    __slots__ = ("keys", "offsets")
+
+    def __init__(self, keys: array[int] | None = None, offsets: array[int] | None = None) -> None:
+        self.keys = array("Q") if keys is None else keys
+        self.offsets = array("Q") if offsets is None else offsets
+
+    def add(self, keys: Iterable[int], offset: int) -> None:
+        before = len(self.keys)
+        self.keys.extend(keys)
+        self.offsets.extend([offset] * (len(self.keys) - before))
+
+    def extend(self, other: _Entries) -> None:
+        self.keys.extend(other.keys)
+        self.offsets.extend(other.offsets)
 
 
-def _u64s(values: Iterable[int]) -> bytes:
-    out = array("Q", values)
-    if sys.byteorder != "little":
-        out.byteswap()
-    return out.tobytes()
+def _index_bytes(nonce: bytes, covered: int, entries: _Entries) -> bytes:
+    """An index file: the entries sorted by key, then offset."""
+    import numpy as np  # only writers get here, and they have numpy loaded
 
-
-def _index_bytes(nonce: bytes, covered: int, entries: list[tuple[int, int]]) -> bytes:
-    entries.sort()
+    keys = np.frombuffer(entries.keys, dtype=np.uint64)
+    offsets = np.frombuffer(entries.offsets, dtype=np.uint64)
+    order = np.lexsort((offsets, keys))
     body = b"".join(
         [
-            _INDEX_HEAD.pack(_INDEX_MAGIC, nonce, covered, len(entries)),
-            _u64s(k for k, _ in entries),
-            _u64s(o for _, o in entries),
+            _INDEX_HEAD.pack(_INDEX_MAGIC, nonce, covered, len(order)),
+            keys[order].astype("<u8").tobytes(),
+            offsets[order].astype("<u8").tobytes(),
         ]
     )
     return body + _INDEX_CRC.pack(zlib.crc32(body))
@@ -569,7 +579,7 @@ class _Unindexed:
     nonce: bytes
     start: int
     end: int
-    entries: list[tuple[int, int]]
+    entries: _Entries
 
 
 # ---------------------------------------------------------------- files
@@ -990,21 +1000,19 @@ class GraphStore:
             raise IndexUnavailableError(f"cannot write graph of {rid}: {exc}") from exc
         cursor.offset += len(data)
         cursor.key, cursor.racy = _key(st), True
-        self._index_appended(rid, cursor, start, _keyed(keys, start))
+        self._index_appended(rid, cursor, start, keys)
 
     # ------------------------------------------------------------ the subject index
     # Advisory: written after the graph file, checked by readers against it,
     # and never a reason for a write to fail.
 
-    def _index_appended(
-        self, rid: str, cursor: Cursor, start: int, entries: list[tuple[int, int]]
-    ) -> None:
+    def _index_appended(self, rid: str, cursor: Cursor, start: int, keys: Iterable[int]) -> None:
         """A record ``[start, cursor.offset)`` was appended: note its subjects,
         and rewrite the index once it leaves too much of the file uncovered."""
         pending = self._unindexed.get(rid)
         if pending is None or pending.nonce != cursor.nonce or pending.end != start:
-            pending = self._unindexed[rid] = _Unindexed(cursor.nonce, start, start, [])
-        pending.entries += entries
+            pending = self._unindexed[rid] = _Unindexed(cursor.nonce, start, start, _Entries())
+        pending.entries.add(keys, start)
         pending.end = cursor.offset
         head = _read_small(self.index_path(rid), _INDEX_HEAD.size)
         found = None if head is None else _index_head(head, cursor.nonce, cursor.offset)
@@ -1024,11 +1032,11 @@ class GraphStore:
         path = self.path(rid)
         data = _read_small(self.index_path(rid))
         old = None if data is None else _index_arrays(data, cursor.nonce, cursor.offset)
-        entries: list[tuple[int, int]] = []
+        entries = _Entries()
         covered = _HEADER
         if old is not None:
             covered, keys, offsets = old
-            entries = list(zip(keys, offsets, strict=True))
+            entries = _Entries(keys, offsets)
         if covered < pending.start:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
             try:
@@ -1039,14 +1047,14 @@ class GraphStore:
             while (found := _next_record(between, pos)) is not None:
                 kind, payload, end = found
                 value = _decode_any(kind, payload, path)
-                entries += _keyed(_record_keys(kind, value), covered + pos)
+                entries.add(_record_keys(kind, value), covered + pos)
                 pos = end
             if covered + pos != pending.start:
                 raise IndexUnavailableError(f"graph file {path} changed under the writer lock")
         # ``pending`` starts at or after ``covered``: another handle writes an
         # index only after appending a record of its own (which would have
         # broken ``pending``'s run) or compacting (a new file name).
-        entries += pending.entries
+        entries.extend(pending.entries)
         _write_advisory(self.index_path(rid), _index_bytes(cursor.nonce, cursor.offset, entries))
 
     def replace(self, rid: str, graph: ResourceGraph) -> Cursor:
@@ -1055,12 +1063,12 @@ class GraphStore:
         subjects = list(graph.by_subject)
         by_subject = graph.by_subject
         chunks: list[bytes] = []
-        entries: list[tuple[int, int]] = []
+        entries = _Entries()
         offset = _HEADER
         for i in range(0, max(len(subjects), 1), SNAPSHOT_SUBJECTS):
             chunk = {s: by_subject[s] for s in subjects[i : i + SNAPSHOT_SUBJECTS]}
             chunks.append(_record(_SNAPSHOT, marshal.dumps(chunk, _MARSHAL_VERSION)))
-            entries += _keyed(_record_keys(_SNAPSHOT, chunk), offset)
+            entries.add(_record_keys(_SNAPSHOT, chunk), offset)
             offset += len(chunks[-1])
         data = b"".join([_MAGIC, nonce, *chunks])
         del chunks
@@ -1229,24 +1237,27 @@ class _Record:
     operations.  Which subjects it adds an edge to each IRI from is built on
     the first walk backwards that needs it."""
 
-    __slots__ = ("_adds_to", "kind", "value")
+    __slots__ = ("_adds_to", "kind", "size", "value")
 
     def __init__(self, kind: bytes, value: object) -> None:
         self.kind = kind
         self.value: object
         if kind == _SNAPSHOT:
             self.value = value
+            self.size = sum(map(len, cast(dict[str, set[Edge]], value).values()))
         elif kind == _LOG:
             ops: dict[str, list[tuple[bool, Edge]]] = {}
             for add, s, p, o in cast(list[Op], value):
                 ops.setdefault(s, []).append((add, (p, o)))
             self.value = ops
+            self.size = len(cast(list[Op], value))
         else:
             drops, removes, adds = cast(Change, value)
             removed: dict[str, list[Edge]] = {}
             for s, p, o in removes:
                 removed.setdefault(s, []).append((p, o))
             self.value = (set(drops), removed, adds)
+            self.size = len(drops) + len(removes) + sum(map(len, adds.values()))
         self._adds_to: dict[str, list[tuple[str, str]]] | None = None
 
     def added(self) -> Iterator[tuple[str, str, Obj]]:
@@ -1336,7 +1347,8 @@ class SubjectReader:
         self._keys = keys
         self._offsets = offsets
         self._tail = tail
-        self._records: OrderedDict[int, _Record] = OrderedDict()
+        self._records: dict[int, _Record] = {}
+        self._weight = sum(record.size for record in tail)
         self._edges: dict[str, set[Edge]] = {}
         self._sorted: dict[str, tuple[list[Triple], list[str]]] = {}
         self._incoming: dict[str, set[tuple[str, str]]] = {}
@@ -1390,13 +1402,12 @@ class SubjectReader:
             cached = self._sorted[s] = sorted_edges(self.edges_pairs(s))
         return cached
 
-    def trim(self) -> None:
-        """Keep only the most recently used decoded records.  Between two
-        calls a reader keeps every record it decodes, so that one question
-        (a walk over many files' records) decodes each record once at most:
-        never more than loading the graph."""
-        while len(self._records) > _READER_RECORDS:
-            self._records.popitem(last=False)
+    def weight(self) -> int:
+        """Memory in triples' worth (as :meth:`ResourceGraph.weight`): the
+        triples of the records decoded so far, which the reader keeps, so
+        that it decodes each at most once (never more than loading the
+        graph), and its index (16 bytes an entry, a fifth of a triple)."""
+        return self._weight + len(self._keys) // 5
 
     def _bound(self) -> None:
         if len(self._edges) + len(self._incoming) >= _READER_SUBJECTS:
@@ -1416,7 +1427,6 @@ class SubjectReader:
     def _record(self, offset: int) -> _Record:
         record = self._records.get(offset)
         if record is not None:
-            self._records.move_to_end(offset)
             return record
         try:
             fd = os.open(self._path, os.O_RDONLY | os.O_NOFOLLOW)
@@ -1435,6 +1445,7 @@ class SubjectReader:
             raise IndexUnavailableError(f"corrupt graph file {self._path}: bad subject index")
         kind, payload, _ = found
         record = self._records[offset] = _Record(kind, _decode_any(kind, payload, self._path))
+        self._weight += record.size
         return record
 
 

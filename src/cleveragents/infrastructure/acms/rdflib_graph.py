@@ -117,11 +117,6 @@ def _result(triples: list[Triple], metadata: dict[str, str]) -> GraphResult:
     return result
 
 
-# Subject readers kept for graphs not loaded (each holds its index, ~16
-# bytes per subject and record, and a few decoded records).
-_READERS = 16
-
-
 def _required_scope(scope: frozenset[str] | None, method: str) -> frozenset[str]:
     """The canonical scope; ``None`` is refused, never read as "every graph"."""
     if scope is None:
@@ -588,6 +583,7 @@ class RdflibGraphBackend:
         found: dict[str, ResourceGraph] = {}
         for rid in rids:
             res = self._graphs.get(rid)
+            self._readers.pop(rid, None)  # held from now on: read in memory
             if store is not None:
                 fresh = store.refresh(rid, res, self._cursors.get(rid))
                 if fresh is None:
@@ -642,8 +638,6 @@ class RdflibGraphBackend:
         store = self._store
         found: dict[str, Readable] = {}
         load: list[str] = []
-        for kept in self._readers.values():
-            kept.trim()  # what the previous question decoded
         for rid in rids:
             if store is None or rid in self._graphs:
                 load.append(rid)
@@ -658,12 +652,9 @@ class RdflibGraphBackend:
                 self._readers[rid] = reader
             self._readers.move_to_end(rid)
             found[rid] = reader
-        while len(self._readers) > _READERS:
-            self._readers.popitem(last=False)
         if load:
-            loaded = self._load(load)
-            self._trim(set(loaded))
-            found.update(loaded)
+            found.update(self._load(load))
+        self._trim(set(found))
         return found
 
     def _union(self, scope: frozenset[str]) -> Graph:
@@ -709,18 +700,27 @@ class RdflibGraphBackend:
             yield
 
     def held_triples(self) -> int:
-        """The loaded graphs in triples' worth, indexes included
-        (:meth:`ResourceGraph.weight`): what ``cache_triples`` bounds, beyond
-        the latest operation's own (SPARQL reads them in place, copying none)."""
+        """The loaded graphs and subject readers in triples' worth, indexes
+        included (:meth:`ResourceGraph.weight`, :meth:`SubjectReader.weight`):
+        what ``cache_triples`` bounds, beyond the latest operation's own
+        (SPARQL reads the graphs in place, copying none)."""
         with self._lock:
-            return sum(res.weight() for res in self._graphs.values())
+            graphs = sum(res.weight() for res in self._graphs.values())
+            return graphs + sum(reader.weight() for reader in self._readers.values())
 
     def _trim(self, keep: set[str]) -> None:
-        """On disk, beyond the budget, drop the least recently used graphs
-        outside ``keep`` (and the SPARQL views reading them)."""
+        """On disk, beyond the budget, drop the least recently used subject
+        readers, then graphs (and the SPARQL views reading them), outside
+        ``keep``."""
         if self._store is None:
             return
         held = sum(res.weight() for res in self._graphs.values())
+        held += sum(reader.weight() for reader in self._readers.values())
+        for rid in list(self._readers):  # least recently used first
+            if held <= self._cache_triples:
+                return
+            if rid not in keep:
+                held -= self._readers.pop(rid).weight()
         for rid in list(self._graphs):
             if held <= self._cache_triples:
                 break
