@@ -651,6 +651,25 @@ def _write_new(path: Path, data: bytes) -> os.stat_result:
     return st
 
 
+@contextlib.contextmanager
+def _opened(path: Path) -> Iterator[tuple[int, os.stat_result, bytes] | None]:
+    """The graph file at ``path``, open for reading: its descriptor, stat and
+    checked header; ``None`` if there is no such file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        yield None
+        return
+    try:
+        st = os.fstat(fd)
+        header = _pread_all(fd, _HEADER, 0)
+        if len(header) < _HEADER or header[: len(_MAGIC)] != _MAGIC:
+            raise IndexUnavailableError(f"corrupt graph file {path}: not a graph file")
+        yield fd, st, header
+    finally:
+        os.close(fd)
+
+
 def _write_advisory(path: Path, data: bytes) -> None:
     """Replace ``path`` by ``data`` atomically, without fsync: for a file
     that readers check and can do without (a crash may leave it short or
@@ -1106,15 +1125,10 @@ class GraphStore:
         """
         path = self.path(rid)
         try:
-            try:
-                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-            except FileNotFoundError:
-                return None
-            try:
-                st = os.fstat(fd)
-                header = _pread_all(fd, _HEADER, 0)
-                if len(header) < _HEADER or header[: len(_MAGIC)] != _MAGIC:
-                    raise IndexUnavailableError(f"corrupt graph file {path}: not a graph file")
+            with _opened(path) as opened:
+                if opened is None:
+                    return None
+                fd, st, header = opened
                 same = state is not None and _continues(state.cursor, st, header)
                 if not same:
                     nonce = header[len(_MAGIC) :]
@@ -1124,8 +1138,6 @@ class GraphStore:
                 self._count_records(fd, state, path, snapshot=not same)
                 state.cursor.key, state.cursor.racy = _key(st), True
                 return state
-            finally:
-                os.close(fd)
         except OSError as exc:
             raise IndexUnavailableError(f"cannot read graph store {self.root}: {exc}") from exc
 
@@ -1198,15 +1210,10 @@ class GraphStore:
         there is no file."""
         path = self.path(rid)
         try:
-            try:
-                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-            except FileNotFoundError:
-                return None
-            try:
-                st = os.fstat(fd)
-                header = _pread_all(fd, _HEADER, 0)
-                if len(header) < _HEADER or header[: len(_MAGIC)] != _MAGIC:
-                    raise IndexUnavailableError(f"corrupt graph file {path}: not a graph file")
+            with _opened(path) as opened:
+                if opened is None:
+                    return None
+                fd, st, header = opened
                 nonce = header[len(_MAGIC) :]
                 data = _read_small(self.index_path(rid))
                 found = None if data is None else _index_arrays(data, nonce, st.st_size)
@@ -1216,8 +1223,6 @@ class GraphStore:
                 if st.st_size - covered > 2 * _tail_allowed(covered):
                     return None  # written by code that keeps no index: load it
                 rest = _pread_all(fd, st.st_size - covered, covered)
-            finally:
-                os.close(fd)
         except OSError as exc:
             raise IndexUnavailableError(f"cannot read graph store {self.root}: {exc}") from exc
         tail: list[_Record] = []
