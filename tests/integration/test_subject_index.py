@@ -186,3 +186,34 @@ def test_a_reader_follows_appends_by_another_handle(tmp_path: Path) -> None:
         writer.delete(rid)
         assert reader.get_triples(f, scope=scope).triples == []
         assert reader.loaded_resource_ids() == set()
+
+
+def test_after_a_commit_a_question_decodes_only_what_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """O(change): a reader made after another handle's commit keeps the
+    records its predecessor decoded (the same file, grown); asking again
+    about every subject decodes the new record only."""
+    monkeypatch.setattr(graph_store, "INDEX_TAIL_SHARE", 1 << 40)  # index every write
+    monkeypatch.setattr(graph_store, "INDEX_MIN_TAIL", 0)
+    rid = RIDS[0]
+    files = [file_uri(rid, f"m{i}.py") for i in range(6)]
+    scope = frozenset({rid})
+    decoded: list[int] = []
+    loads = graph_store._loads
+
+    def counting(payload: memoryview, want: type, path: Path) -> object:
+        decoded.append(len(payload))
+        return loads(payload, want, path)
+
+    with RdflibGraphBackend(tmp_path) as reader, RdflibGraphBackend(tmp_path) as writer:
+        for f in files:  # one record each
+            writer.upsert(rid, [(f, UKO + "line", Literal("1"))])
+        before = {f: reader.get_triples(f, scope=scope).triples for f in files}
+        assert all(before.values())
+        writer.upsert(rid, [(files[0], UKO + "line", Literal("2"))])
+        monkeypatch.setattr(graph_store, "_loads", counting)
+        after = {f: reader.get_triples(f, scope=scope).triples for f in files}
+    assert after[files[0]] == [(files[0], UKO + "line", "1"), (files[0], UKO + "line", "2")]
+    assert {f: after[f] for f in files[1:]} == {f: before[f] for f in files[1:]}
+    assert len(decoded) == 1, decoded

@@ -1204,10 +1204,13 @@ class GraphStore:
 
     # ------------------------------------------------------------ reading by subject
 
-    def subject_reader(self, rid: str) -> SubjectReader | None:
+    def subject_reader(
+        self, rid: str, previous: SubjectReader | None = None
+    ) -> SubjectReader | None:
         """A reader of ``rid``'s graph by subject, without loading it; ``None``
         when the file has no index of it covering enough (load it then) or
-        there is no file."""
+        there is no file.  The records ``previous`` (a reader of an earlier
+        state) decoded are kept if the file is the same one, grown."""
         path = self.path(rid)
         try:
             with _opened(path) as opened:
@@ -1230,7 +1233,10 @@ class GraphStore:
         while (record := _next_record(rest, pos)) is not None and record[0] != _SNAPSHOT:
             kind, payload, pos = record
             tail.append(_Record(kind, _decode(kind, payload, path)))
-        return SubjectReader(path, st, nonce, covered, keys, offsets, tail)
+        reader = SubjectReader(path, st, nonce, covered, keys, offsets, tail)
+        if previous is not None:
+            reader.adopt(previous)
+        return reader
 
 
 # ---------------------------------------------------------------- reading by subject
@@ -1406,6 +1412,18 @@ class SubjectReader:
         if cached is None:
             cached = self._sorted[s] = sorted_edges(self.edges_pairs(s))
         return cached
+
+    def adopt(self, previous: SubjectReader) -> None:
+        """Take the records ``previous`` decoded, if it read this same file
+        (an append never changes a record, and a new file has a new name):
+        after a commit, a question decodes what changed, not again what it
+        read before."""
+        if previous._ino != self._ino or previous._nonce != self._nonce:
+            return
+        for offset, record in previous._records.items():
+            if offset < self._covered and offset not in self._records:
+                self._records[offset] = record
+                self._weight += record.size
 
     def weight(self) -> int:
         """Memory in triples' worth (as :meth:`ResourceGraph.weight`): the

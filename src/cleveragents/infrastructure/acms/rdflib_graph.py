@@ -644,8 +644,7 @@ class RdflibGraphBackend:
                 continue
             reader = self._readers.get(rid)
             if reader is None or not reader.current():
-                self._readers.pop(rid, None)
-                reader = store.subject_reader(rid)
+                reader = store.subject_reader(rid, self._readers.pop(rid, None))
                 if reader is None:
                     load.append(rid)
                     continue
