@@ -217,3 +217,20 @@ def test_after_a_commit_a_question_decodes_only_what_changed(
     assert after[files[0]] == [(files[0], UKO + "line", "1"), (files[0], UKO + "line", "2")]
     assert {f: after[f] for f in files[1:]} == {f: before[f] for f in files[1:]}
     assert len(decoded) == 1, decoded
+
+
+def test_a_writer_removes_what_killed_writers_left(tmp_path: Path) -> None:
+    """A temporary file (a writer killed before its rename) and the index of
+    a graph file that is gone (killed between the two unlinks of a removal)
+    are removed by the next writer; the live files stay."""
+    a, b = RIDS
+    with RdflibGraphBackend(tmp_path) as g:
+        g.upsert(a, [(file_uri(a, "x.py"), UKO + "line", Literal("1"))])
+    graphs = tmp_path / "graphs"
+    leftovers = [graphs / f".{b}.graph.k3j2.tmp", graphs / f".{a}.subjects.x9.tmp"]
+    for path in leftovers:
+        path.write_bytes(b"torn")
+    (graphs / f"{b}.subjects").write_bytes((graphs / f"{a}.subjects").read_bytes())
+    with RdflibGraphBackend(tmp_path) as g:
+        g.upsert(a, [(file_uri(a, "y.py"), UKO + "line", Literal("2"))])
+    assert sorted(p.name for p in graphs.iterdir()) == [f"{a}.graph", f"{a}.subjects"]

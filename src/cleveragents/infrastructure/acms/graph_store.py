@@ -791,6 +791,7 @@ class GraphStore:
         self._graphs = self.root / "graphs"
         self._lock_fd: int | None = None
         self._unindexed: dict[str, _Unindexed] = {}
+        self._swept = False
         try:
             self._graphs.mkdir(parents=True, exist_ok=True)
             self._lock_fd = os.open(self.root / "lock", os.O_RDWR | os.O_CREAT, 0o644)
@@ -871,9 +872,33 @@ class GraphStore:
         except OSError as exc:
             raise IndexUnavailableError(f"cannot lock graph store {self.root}: {exc}") from exc
         try:
+            if not self._swept:
+                self._sweep()
             yield
         finally:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
+    def _sweep(self) -> None:
+        """Remove what killed writers left: temporary files, and subject
+        indexes of graph files that are gone.  Called under the writer lock
+        (no other writer is between a temporary file and its rename), once
+        per store handle."""
+        self._swept = True
+        try:
+            with os.scandir(self._graphs) as entries:
+                names = [entry.name for entry in entries]
+            present = set(names)
+            for name in names:
+                stale = (name.startswith(".") and name.endswith(".tmp")) or (
+                    name.endswith(_INDEX_SUFFIX)
+                    and name[: -len(_INDEX_SUFFIX)] + _SUFFIX not in present
+                )
+                if stale:
+                    with contextlib.suppress(FileNotFoundError):
+                        (self._graphs / name).unlink()
+                    _log.info("graph_store.leftover_removed", file=name)
+        except OSError as exc:  # a leftover costs disk space only
+            _log.warning("graph_store.sweep_failed", error=str(exc))
 
     # ------------------------------------------------------------ reading
 
