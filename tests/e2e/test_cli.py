@@ -322,6 +322,9 @@ _ENGINE_PROBE = (
         (("sparql", "SELECT ?s ?p ?o WHERE { ?s ?p ?o } LIMIT 1"), ["rdflib"]),
         (("triples", "uko://x"), []),  # the graph store reads plain strings
         (("traverse", "uko://x"), []),
+        # The agent session's graph questions build no embedder (no numpy).
+        (("symbols", "a.py"), []),
+        (("callers", "parse"), []),
         (("project", "list"), []),
         # Counting and writing vectors is SQLite: FAISS loads with a search.
         (("status",), ["numpy", "tantivy"]),

@@ -363,7 +363,8 @@ class AcmsOperations:
             text=cast(TextBackend, _LazyBackend(self._text)),
             vector=cast(VectorBackend, _LazyBackend(self._vector)),
             graph=cast(GraphBackend, _LazyBackend(self._graph)),
-            embedder=self._embedder(),
+            # Built (numpy imported, a model perhaps loaded) by the first search.
+            embedder=cast(Embedder, _LazyBackend(self._embedder)),
             scope=SessionScope(resources=frozenset(rids), projects=by_project),
             read_file=read,
             is_indexed=is_indexed,
@@ -589,7 +590,8 @@ class AcmsOperations:
 
 
 class _LazyBackend:
-    """Stands for a backend and builds it on the first attribute looked up."""
+    """Stands for a backend (or the embedder) and builds it on the first
+    attribute looked up."""
 
     __slots__ = ("_factory", "_target")
 
