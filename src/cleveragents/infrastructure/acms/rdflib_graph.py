@@ -2,15 +2,19 @@
 
 Persistence is :mod:`.graph_store`'s: one file per resource (a snapshot and
 an append-only change log), so this module keeps only scope, traversal and
-SPARQL.  Opening the backend reads no graph.  A query loads the graphs of
-its in-scope resources on first use and keeps them; before each use a held
-graph is checked against its file (one ``stat`` when nothing changed) and
-follows another process's appends by reading only them.  A commit to one
-resource therefore never reloads another resource's graph, nor drops a
-SPARQL view that does not read it.  Graphs not used by the latest operation
-are dropped least recently used first once the held graphs exceed
-``cache_triples`` (with the views reading them), so a process's memory
-follows the resources it works on, not the store.
+SPARQL.  Opening the backend reads no graph.  A SPARQL query loads the
+graphs of its in-scope resources on first use and keeps them; before each
+use a held graph is checked against its file (one ``stat`` when nothing
+changed) and follows another process's appends by reading only them.
+``get_triples`` and ``traverse`` load nothing: a graph not held is read
+through a :class:`~.graph_store.SubjectReader` (the records of the subjects
+asked about, via the file's subject index), made anew when its file
+changes.  A commit to one resource therefore never reloads another
+resource's graph, nor drops a SPARQL view that does not read it.  Graphs
+and readers not used by the latest operation are dropped least recently
+used first once they exceed ``cache_triples`` (with the views reading
+them), so a process's memory follows the resources it works on, not the
+store.
 
 Resource graphs are held as plain strings (subject -> {(predicate, object)}),
 not rdflib stores: loading is faster, memory smaller (so forking the SPARQL
