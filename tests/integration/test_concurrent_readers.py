@@ -39,7 +39,7 @@ from typing import Any
 
 import pytest
 
-from cleveragents.domain.models.acms.uko import UKO, path_of, resource_id_of
+from cleveragents.domain.models.acms.uko import UKO, path_of, resource_id_of, resource_uri
 
 DIM = 32
 COMMON = "sharedmarker"
@@ -101,7 +101,7 @@ def reader_main(data_dir: str, rids: dict[str, str], stop_at: float, out: str, s
             frozenset({r1.lower(), r3.lower()}),
         ]
         while time.time() < stop_at:
-            kind = rng.choice(("text", "vector", "graph"))
+            kind = rng.choice(("text", "vector", "graph", "walk"))
             scope = rng.choice(scopes)
             view = ScopedView(text, vector, graph, scope)
             started = time.time()
@@ -110,8 +110,15 @@ def reader_main(data_dir: str, rids: dict[str, str], stop_at: float, out: str, s
                     uris = [r.uko_uri for r in view.search(COMMON, max_results=1000)]
                 elif kind == "vector":
                     uris = [r.uko_uri for r in view.similarity_search(embedding, top_k=1000)]
-                else:
+                elif kind == "graph":
                     uris = [t[0] for t in view.sparql_query(GRAPH_QUERY).triples]
+                else:  # each resource's files, by a walk (read by subject, not loaded)
+                    uris = [
+                        o
+                        for rid in sorted({r.upper() for r in scope})
+                        for _s, p, o in view.traverse(resource_uri(rid), depth=1).triples
+                        if p == UKO + "contains"
+                    ]
             except Exception:
                 errors.append(f"{kind} {sorted(scope)}: {traceback.format_exc()}")
                 continue
@@ -295,4 +302,4 @@ def test_readers_see_only_committed_in_scope_states(tmp_path: Path) -> None:
     assert result.generations >= 5
     assert result.rebuilds == 1
     assert result.deleted_at is not None
-    assert min(result.queries[k] for k in ("text", "vector", "graph")) >= 50
+    assert min(result.queries[k] for k in ("text", "vector", "graph", "walk")) >= 50

@@ -85,6 +85,7 @@ import struct
 import sys
 import tempfile
 import time
+import weakref
 import zlib
 from array import array
 from collections.abc import Iterable, Iterator, Mapping
@@ -1251,14 +1252,21 @@ class GraphStore:
                 if st.st_size - covered > 2 * _tail_allowed(covered):
                     return None  # written by code that keeps no index: load it
                 rest = _pread_all(fd, st.st_size - covered, covered)
+                # The reader keeps the file open: what it reads later is this
+                # file as it was, even if another process replaces it.
+                own = os.dup(fd)
         except OSError as exc:
             raise IndexUnavailableError(f"cannot read graph store {self.root}: {exc}") from exc
-        tail: list[_Record] = []
-        pos = 0
-        while (record := _next_record(rest, pos)) is not None and record[0] != _SNAPSHOT:
-            kind, payload, pos = record
-            tail.append(_Record(kind, _decode(kind, payload, path)))
-        reader = SubjectReader(path, st, nonce, covered, keys, offsets, tail)
+        try:
+            tail: list[_Record] = []
+            pos = 0
+            while (record := _next_record(rest, pos)) is not None and record[0] != _SNAPSHOT:
+                kind, payload, pos = record
+                tail.append(_Record(kind, _decode(kind, payload, path)))
+        except BaseException:
+            os.close(own)
+            raise
+        reader = SubjectReader(path, own, st, nonce, covered, keys, offsets, tail)
         if previous is not None:
             reader.adopt(previous)
         return reader
@@ -1367,6 +1375,7 @@ class SubjectReader:
     def __init__(
         self,
         path: Path,
+        fd: int,
         st: os.stat_result,
         nonce: bytes,
         covered: int,
@@ -1375,6 +1384,8 @@ class SubjectReader:
         tail: list[_Record],
     ) -> None:
         self._path = path
+        self._fd = fd  # owned: closed by close(), or when the reader is collected
+        self._closer = weakref.finalize(self, os.close, fd)
         self._ino = st.st_ino
         self._key = _key(st)
         self._racy = _racy(st)
@@ -1393,6 +1404,10 @@ class SubjectReader:
     @property
     def by_subject(self) -> Mapping[str, set[Edge]]:
         return self._lookup
+
+    def close(self) -> None:
+        """Close the reader's file (idempotent)."""
+        self._closer()
 
     def current(self) -> bool:
         """Whether the file is still the one this reader read, not grown."""
@@ -1476,18 +1491,14 @@ class SubjectReader:
         record = self._records.get(offset)
         if record is not None:
             return record
+        if not self._closer.alive:
+            raise IndexUnavailableError(f"the reader of {self._path} is closed")
         try:
-            fd = os.open(self._path, os.O_RDONLY | os.O_NOFOLLOW)
+            head = _pread_all(self._fd, _RECORD.size, offset)
+            length = _RECORD.unpack(head)[1] if len(head) == _RECORD.size else 0
+            data = head + _pread_all(self._fd, length, offset + _RECORD.size)
         except OSError as exc:
             raise IndexUnavailableError(f"cannot read graph file {self._path}: {exc}") from exc
-        try:
-            if os.fstat(fd).st_ino != self._ino:
-                raise IndexUnavailableError(f"graph file {self._path} was replaced while read")
-            head = _pread_all(fd, _RECORD.size, offset)
-            length = _RECORD.unpack(head)[1] if len(head) == _RECORD.size else 0
-            data = head + _pread_all(fd, length, offset + _RECORD.size)
-        finally:
-            os.close(fd)
         found = _next_record(data, 0)
         if found is None or offset + found[2] > self._covered:
             raise IndexUnavailableError(f"corrupt graph file {self._path}: bad subject index")

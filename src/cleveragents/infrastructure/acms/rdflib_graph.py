@@ -121,6 +121,11 @@ def _result(triples: list[Triple], metadata: dict[str, str]) -> GraphResult:
     return result
 
 
+# Subject readers kept at most (each holds its graph file open), beyond the
+# graph cache budget that also bounds them.
+_READERS = 256
+
+
 def _required_scope(scope: frozenset[str] | None, method: str) -> frozenset[str]:
     """The canonical scope; ``None`` is refused, never read as "every graph"."""
     if scope is None:
@@ -265,6 +270,8 @@ class RdflibGraphBackend:
             self._cursors.clear()
             self._writes.clear()
             self._unions.clear()
+            for reader in self._readers.values():
+                reader.close()
             self._readers.clear()
             if self._store is not None:
                 self._store.close()
@@ -587,7 +594,7 @@ class RdflibGraphBackend:
         found: dict[str, ResourceGraph] = {}
         for rid in rids:
             res = self._graphs.get(rid)
-            self._readers.pop(rid, None)  # held from now on: read in memory
+            self._drop_reader(rid)  # held from now on: read in memory
             if store is not None:
                 fresh = store.refresh(rid, res, self._cursors.get(rid))
                 if fresh is None:
@@ -648,7 +655,12 @@ class RdflibGraphBackend:
                 continue
             reader = self._readers.get(rid)
             if reader is None or not reader.current():
-                reader = store.subject_reader(rid, self._readers.pop(rid, None))
+                stale = self._readers.pop(rid, None)
+                try:
+                    reader = store.subject_reader(rid, stale)
+                finally:
+                    if stale is not None:
+                        stale.close()
                 if reader is None:
                     load.append(rid)
                     continue
@@ -658,6 +670,11 @@ class RdflibGraphBackend:
         if load:
             found.update(self._load(load))
         self._trim(set(found))
+        for rid in list(self._readers):  # each holds a file open
+            if len(self._readers) <= _READERS:
+                break
+            if rid not in found:
+                self._drop_reader(rid)
         return found
 
     def _union(self, scope: frozenset[str]) -> Graph:
@@ -723,7 +740,9 @@ class RdflibGraphBackend:
             if held <= self._cache_triples:
                 return
             if rid not in keep:
-                held -= self._readers.pop(rid).weight()
+                reader = self._readers.pop(rid)
+                held -= reader.weight()
+                reader.close()
         for rid in list(self._graphs):
             if held <= self._cache_triples:
                 break
@@ -732,11 +751,16 @@ class RdflibGraphBackend:
                 self._forget(rid)
 
     def _forget(self, rid: str) -> None:
-        self._readers.pop(rid, None)
+        self._drop_reader(rid)
         self._writes.pop(rid, None)
         self._graphs.pop(rid, None)
         self._cursors.pop(rid, None)
         self._drop_unions(rid)
+
+    def _drop_reader(self, rid: str) -> None:
+        reader = self._readers.pop(rid, None)
+        if reader is not None:
+            reader.close()
 
     def _drop_unions(self, rid: str) -> None:
         for key in [key for key in self._unions if rid in key]:
