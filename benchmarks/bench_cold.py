@@ -17,6 +17,9 @@ run, the two interleaved so that load drift hits both alike):
   text, vector, SPARQL and traverse (target <= 1.25x);
 - cold CLI text query over a large project vs the same command over a
   one-file project (target <= 2x);
+- cold CLI ``symbols`` and ``triples`` of one file of the largest resource
+  vs the same file in a project of its own (no target in the issue: before
+  the graph store's subject index, these loaded the whole resource's graph);
 - in one process: the first query after a commit to another resource (by
   this process, and by another ``acms reindex``) vs a warm query (target
   <= 1.5x), and vs the first query after an idle pause as long as the
@@ -260,6 +263,7 @@ class World:
     one_tree: Path
     p_rid: dict[str, str]  # data dir name -> P's ULID there
     big_rid: str
+    one_big_rid: str  # the largest resource's first file alone
     scratch_rid: str
     p_bytes: int
     others_bytes: int
@@ -276,6 +280,13 @@ def build(tmp: Path, corpus: Corpus) -> World:
     one = trees / "one-file"
     one.mkdir()
     shutil.copy(p_tree / first_file(p_tree), one / first_file(p_tree))
+    sizes = {t: source_bytes([t]) for t in others}
+    big = max(others, key=lambda t: sizes[t])
+    # The largest resource's first file alone: what a question about that
+    # file would cost if the resource held nothing else.
+    one_big = trees / "one-big-file"
+    one_big.mkdir()
+    shutil.copy(big / first_file(big), one_big / first_file(big))
 
     alone = DataDir(tmp / "data-alone")
     (alone_rid,) = alone.add("local/p", [p_tree])
@@ -286,6 +297,7 @@ def build(tmp: Path, corpus: Corpus) -> World:
     other_rids = multi.add("local/others", others)
     (scratch_rid,) = multi.add("local/scratch", [scratch])
     multi.add("local/one", [one])
+    (one_big_rid,) = multi.add("local/one-big", [one_big])
     indexed = multi.reindex()
     total_read = json.loads(indexed.stdout)["total"]["bytes_read"]
 
@@ -313,8 +325,6 @@ def build(tmp: Path, corpus: Corpus) -> World:
                 note="target: 2 jobs faster than 1 (ratio < 1)",
             )
         )
-    sizes = {t: source_bytes([t]) for t in others}
-    big = max(others, key=lambda t: sizes[t])
     return World(
         alone=alone,
         multi=multi,
@@ -324,6 +334,7 @@ def build(tmp: Path, corpus: Corpus) -> World:
         one_tree=one,
         p_rid={"alone": alone_rid, "multi": multi_rid},
         big_rid=other_rids[others.index(big)],
+        one_big_rid=one_big_rid,
         scratch_rid=scratch_rid,
         p_bytes=source_bytes([p_tree]),
         others_bytes=sum(sizes.values()),
@@ -382,24 +393,54 @@ def bench_multi_tenant(world: World, repeats: int) -> list[dict[str, Any]]:
 
 
 def bench_scope_size(world: World, repeats: int) -> list[dict[str, Any]]:
-    """A cold text query over a large project vs over a one-file project."""
-    big = world.multi.cmd("search", "text", TEXT_QUERY, "--project", "local/others")
-    one = world.multi.cmd("search", "text", TEXT_QUERY, "--project", "local/one")
-    ours, ref = interleaved(
-        lambda: run_child(big, world.multi.env), lambda: run_child(one, world.multi.env), repeats
-    )
-    rss_o = statistics.median(c.max_rss for c in ours)
-    rss_r = statistics.median(c.max_rss for c in ref)
-    return [
-        row(
+    """A cold text query over a large project vs over a one-file project;
+    the graph questions about one file of the largest resource vs the same
+    file in a project of its own."""
+    path = first_file(world.big_tree)
+    cases = [
+        (
             f"cold CLI text, project of {mb(world.others_bytes)}",
-            stats([c.seconds for c in ours]),
-            stats([c.seconds for c in ref]),
+            ("search", "text", TEXT_QUERY, "--project", "local/others"),
+            ("search", "text", TEXT_QUERY, "--project", "local/one"),
             "same command, one-file project",
-            target=2.0,
-            note=f"peak RSS {mb(rss_o)} vs {mb(rss_r)}",
-        )
+            2.0,
+        ),
+        (
+            f"cold CLI symbols of one file, in a resource of {mb(world.big_bytes)}",
+            ("symbols", path, "--project", "local/others"),
+            ("symbols", path, "--project", "local/one-big"),
+            "same file, one-file project",
+            None,
+        ),
+        (
+            f"cold CLI triples of one file, in a resource of {mb(world.big_bytes)}",
+            ("triples", f"uko://{world.big_rid}/{path}", "--project", "local/others"),
+            ("triples", f"uko://{world.one_big_rid}/{path}", "--project", "local/one-big"),
+            "same file, one-file project",
+            None,
+        ),
     ]
+    out = []
+    for what, big_args, one_args, reference, target in cases:
+        big, one = world.multi.cmd(*big_args), world.multi.cmd(*one_args)
+        ours, ref = interleaved(
+            lambda big=big: run_child(big, world.multi.env),
+            lambda one=one: run_child(one, world.multi.env),
+            repeats,
+        )
+        rss_o = statistics.median(c.max_rss for c in ours)
+        rss_r = statistics.median(c.max_rss for c in ref)
+        out.append(
+            row(
+                what,
+                stats([c.seconds for c in ours]),
+                stats([c.seconds for c in ref]),
+                reference,
+                target=target,
+                note=f"peak RSS {mb(rss_o)} vs {mb(rss_r)}",
+            )
+        )
+    return out
 
 
 # ---------------------------------------------------------------- in-process rows
