@@ -271,3 +271,29 @@ def test_a_reader_answers_from_its_file_when_another_process_replaces_it(
     with RdflibGraphBackend(tmp_path) as fresh:
         assert fresh.get_triples(files[1], scope=scope).triples == []
         assert fresh.get_triples(files[2], scope=scope).triples == [(files[2], UKO + "line", "1")]
+
+
+def test_an_unreadable_index_costs_a_load_never_a_failed_question_or_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The index is advisory: when it cannot be read or written (here a
+    directory stands at its path), questions load the graph and writes
+    commit, both with a warning."""
+    monkeypatch.setattr(graph_store, "INDEX_MIN_TAIL", 0)  # every write tries the index
+    rid = RIDS[0]
+    f = file_uri(rid, "a.py")
+    scope = frozenset({rid})
+    with RdflibGraphBackend(tmp_path) as g:
+        g.upsert(rid, [(f, UKO + "line", Literal("1"))])
+    index = tmp_path / "graphs" / f"{rid}.subjects"
+    index.unlink()
+    index.mkdir()
+    with RdflibGraphBackend(tmp_path) as g:
+        assert g.get_triples(f, scope=scope).triples == [(f, UKO + "line", "1")]
+        assert g.loaded_resource_ids() == {rid}
+    with RdflibGraphBackend(tmp_path) as g:  # a writer that does not hold the graph
+        for i in range(2, 6):
+            g.upsert(rid, [(f, UKO + "line", Literal(str(i)))])
+    with RdflibGraphBackend(tmp_path) as g:
+        lines = {o for _s, _p, o in g.get_triples(f, scope=scope).triples}
+    assert lines == {"1", "2", "3", "4", "5"}

@@ -1059,15 +1059,15 @@ class GraphStore:
             pending = self._unindexed[rid] = _Unindexed(cursor.nonce, start, start, _Entries())
         pending.entries.add(keys, start)
         pending.end = cursor.offset
-        head = _read_small(self.index_path(rid), _INDEX_HEAD.size)
-        found = None if head is None else _index_head(head, cursor.nonce, cursor.offset)
-        covered = _HEADER if found is None else found[0]
-        if cursor.offset - covered <= _tail_allowed(covered):
-            return
-        del self._unindexed[rid]
         try:
+            head = _read_small(self.index_path(rid), _INDEX_HEAD.size)
+            found = None if head is None else _index_head(head, cursor.nonce, cursor.offset)
+            covered = _HEADER if found is None else found[0]
+            if cursor.offset - covered <= _tail_allowed(covered):
+                return
+            del self._unindexed[rid]
             self._write_index(rid, cursor, pending)
-        except (OSError, IndexUnavailableError) as exc:
+        except (OSError, IndexUnavailableError) as exc:  # the commit stands
             _log.warning("graph_store.index_not_written", resource=rid, error=str(exc))
 
     def _write_index(self, rid: str, cursor: Cursor, pending: _Unindexed) -> None:
@@ -1244,7 +1244,11 @@ class GraphStore:
                     return None
                 fd, st, header = opened
                 nonce = header[len(_MAGIC) :]
-                data = _read_small(self.index_path(rid))
+                try:
+                    data = _read_small(self.index_path(rid))
+                except OSError as exc:  # advisory: load the graph instead
+                    _log.warning("graph_store.index_unreadable", resource=rid, error=str(exc))
+                    data = None
                 found = None if data is None else _index_arrays(data, nonce, st.st_size)
                 if found is None:
                     return None
