@@ -1149,21 +1149,29 @@ class GraphStore:
         reads only the records appended since (by another process); else the
         whole file is counted afresh, never holding more than one record.
         """
+        with self._reading(rid) as opened:
+            if opened is None:
+                return None
+            path, fd, st, header = opened
+            same = state is not None and _continues(state.cursor, st, header)
+            if not same:
+                nonce = header[len(_MAGIC) :]
+                cursor = Cursor(st.st_ino, nonce, _HEADER, _HEADER, _key(st), True)
+                state = WriteState(cursor, {})
+            assert state is not None
+            self._count_records(fd, state, path, snapshot=not same)
+            state.cursor.key, state.cursor.racy = _key(st), True
+            return state
+
+    @contextlib.contextmanager
+    def _reading(self, rid: str) -> Iterator[tuple[Path, int, os.stat_result, bytes] | None]:
+        """``rid``'s graph file open for reading (:func:`_opened`), with its
+        path; ``None`` if it has none.  An ``OSError`` becomes
+        :class:`IndexUnavailableError`."""
         path = self.path(rid)
         try:
             with _opened(path) as opened:
-                if opened is None:
-                    return None
-                fd, st, header = opened
-                same = state is not None and _continues(state.cursor, st, header)
-                if not same:
-                    nonce = header[len(_MAGIC) :]
-                    cursor = Cursor(st.st_ino, nonce, _HEADER, _HEADER, _key(st), True)
-                    state = WriteState(cursor, {})
-                assert state is not None
-                self._count_records(fd, state, path, snapshot=not same)
-                state.cursor.key, state.cursor.racy = _key(st), True
-                return state
+                yield None if opened is None else (path, *opened)
         except OSError as exc:
             raise IndexUnavailableError(f"cannot read graph store {self.root}: {exc}") from exc
 
@@ -1237,30 +1245,26 @@ class GraphStore:
         when the file has no index of it covering enough (load it then) or
         there is no file.  The records ``previous`` (a reader of an earlier
         state) decoded are kept if the file is the same one, grown."""
-        path = self.path(rid)
-        try:
-            with _opened(path) as opened:
-                if opened is None:
-                    return None
-                fd, st, header = opened
-                nonce = header[len(_MAGIC) :]
-                try:
-                    data = _read_small(self.index_path(rid))
-                except OSError as exc:  # advisory: load the graph instead
-                    _log.warning("graph_store.index_unreadable", resource=rid, error=str(exc))
-                    data = None
-                found = None if data is None else _index_arrays(data, nonce, st.st_size)
-                if found is None:
-                    return None
-                covered, keys, offsets = found
-                if st.st_size - covered > 2 * _tail_allowed(covered):
-                    return None  # written by code that keeps no index: load it
-                rest = _pread_all(fd, st.st_size - covered, covered)
-                # The reader keeps the file open: what it reads later is this
-                # file as it was, even if another process replaces it.
-                own = os.dup(fd)
-        except OSError as exc:
-            raise IndexUnavailableError(f"cannot read graph store {self.root}: {exc}") from exc
+        with self._reading(rid) as opened:
+            if opened is None:
+                return None
+            path, fd, st, header = opened
+            nonce = header[len(_MAGIC) :]
+            try:
+                data = _read_small(self.index_path(rid))
+            except OSError as exc:  # advisory: load the graph instead
+                _log.warning("graph_store.index_unreadable", resource=rid, error=str(exc))
+                data = None
+            found = None if data is None else _index_arrays(data, nonce, st.st_size)
+            if found is None:
+                return None
+            covered, keys, offsets = found
+            if st.st_size - covered > 2 * _tail_allowed(covered):
+                return None  # written by code that keeps no index: load it
+            rest = _pread_all(fd, st.st_size - covered, covered)
+            # The reader keeps the file open: what it reads later is this
+            # file as it was, even if another process replaces it.
+            own = os.dup(fd)
         try:
             tail: list[_Record] = []
             pos = 0

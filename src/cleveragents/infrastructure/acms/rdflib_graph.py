@@ -725,8 +725,11 @@ class RdflibGraphBackend:
         what ``cache_triples`` bounds, beyond the latest operation's own
         (SPARQL reads the graphs in place, copying none)."""
         with self._lock:
-            graphs = sum(res.weight() for res in self._graphs.values())
-            return graphs + sum(reader.weight() for reader in self._readers.values())
+            return self._held()
+
+    def _held(self) -> int:
+        graphs = sum(res.weight() for res in self._graphs.values())
+        return graphs + sum(reader.weight() for reader in self._readers.values())
 
     def _trim(self, keep: set[str]) -> None:
         """On disk, beyond the budget, drop the least recently used subject
@@ -734,8 +737,7 @@ class RdflibGraphBackend:
         ``keep``."""
         if self._store is None:
             return
-        held = sum(res.weight() for res in self._graphs.values())
-        held += sum(reader.weight() for reader in self._readers.values())
+        held = self._held()
         for rid in list(self._readers):  # least recently used first
             if held <= self._cache_triples:
                 return
