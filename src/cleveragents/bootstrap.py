@@ -97,8 +97,10 @@ def lean_container_import() -> None:
     try:
         import dependency_injector.containers
         import dependency_injector.providers  # noqa: F401
-    except ImportError:
-        pass  # not installed: the bootstrap says so when it needs it
+    except Exception:
+        # Not installed, or broken: building the container imports it again,
+        # inside the entry point's error handling, which reports it in one line.
+        pass
     finally:
         sys.meta_path.remove(finder)
 

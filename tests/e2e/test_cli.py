@@ -351,3 +351,27 @@ def test_each_command_imports_only_the_engine_it_queries(
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stderr.strip().splitlines()[-1]) == [engines, []]
+
+
+def test_a_broken_dependency_injector_is_one_line_not_a_traceback(world: dict[str, Any]) -> None:
+    """Entry points import dependency-injector early (without its unused
+    integrations); if that import breaks, the command still fails in one
+    line through the usual error handling.  Here pydantic is set to None in
+    sys.modules, which makes dependency-injector's import raise
+    AttributeError."""
+    probe = (
+        "import sys\n"
+        "sys.modules['pydantic'] = None\n"
+        "import cleveragents.cli.main as m\n"
+        "sys.exit(m.main(sys.argv[1:]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, "project", "list"],
+        capture_output=True,
+        text=True,
+        env=world["cli"].env,
+        timeout=120,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith("acms: internal error: AttributeError")
