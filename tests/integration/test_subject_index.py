@@ -35,6 +35,12 @@ def _subjects(rid: str) -> list[str]:
 
 
 PREDICATES = [UKO + "defines", UKO + "calls", UKO + "line"]
+ALONG = [
+    frozenset({UKO + "calls"}),
+    frozenset({UKO + "defines", UKO + "calls"}),
+    frozenset({UKO + "named"}),
+    None,
+]
 
 
 def _objects(rid: str) -> list[object]:
@@ -70,7 +76,12 @@ def _check(root: Path) -> None:
             for s in [*_subjects(rid), "http://x/none"]:
                 assert reader.edges(s) == graph.by_subject.get(s, set()), s
             for o in [*_subjects(rid), "http://x/lib", "http://x/none"]:
-                assert reader.incoming_of(o) == graph.incoming_of(o), o
+                # Along some predicates first (their pair keys), then along
+                # any (the object's key: what this reader already verified
+                # must not change the answer).
+                for predicates in ALONG:
+                    got = reader.incoming_of(o, predicates)
+                    assert got == graph.incoming_of(o, predicates), (o, predicates)
     finally:
         store.close()
 
@@ -220,6 +231,88 @@ def test_after_a_commit_a_question_decodes_only_what_changed(
         after = {f: reader.get_triples(f, scope=scope).triples for f in files}
     assert after[files[0]] == [(files[0], UKO + "line", "1"), (files[0], UKO + "line", "2")]
     assert {f: after[f] for f in files[1:]} == {f: before[f] for f in files[1:]}
+    assert len(decoded) == 1, decoded
+
+
+_IRIS = st.sampled_from(["http://x/a", "http://x/\u00e9", "urn:uko:name:f", "http://x/b c"])
+_EDGES = st.sets(
+    st.tuples(
+        st.sampled_from(PREDICATES),
+        st.one_of(_IRIS, st.tuples(st.sampled_from(["1", "x"]), st.none())),
+    ),
+    max_size=4,
+)
+
+
+@given(
+    st.sampled_from(["S", "L", "C"]),
+    st.dictionaries(_IRIS, _EDGES, max_size=4),
+    st.lists(st.tuples(st.booleans(), _IRIS, st.sampled_from(PREDICATES), _IRIS), max_size=6),
+    st.lists(_IRIS, max_size=2),
+)
+def test_a_records_keys_are_its_subjects_objects_and_pairs(
+    kind: str,
+    by_subject: dict[str, set[tuple[str, object]]],
+    ops: list[tuple[bool, str, str, str]],
+    drops: list[str],
+) -> None:
+    """Oracle: the keys by definition (``subject_key``, ``object_key``,
+    ``pair_key``); the writer computes them another, faster way."""
+    if kind == "S":
+        value: object = by_subject
+        subjects = set(by_subject)
+        added = {(p, o) for edges in by_subject.values() for p, o in edges}
+    elif kind == "L":
+        value = ops
+        subjects = {s for _, s, _, _ in ops}
+        added = {(p, o) for add, _, p, o in ops if add}
+    else:
+        removes = [(s, p, o) for _, s, p, o in ops]
+        value = (drops, removes, by_subject)
+        subjects = set(drops) | {s for s, _, _ in removes} | set(by_subject)
+        added = {(p, o) for edges in by_subject.values() for p, o in edges}
+    iris = {(p, o) for p, o in added if isinstance(o, str)}
+    expected = (
+        {graph_store.subject_key(s) for s in subjects}
+        | {graph_store.object_key(o) for _, o in iris}
+        | {graph_store.pair_key(p, o) for p, o in iris}
+    )
+    assert graph_store._record_keys(kind.encode(), value) == expected
+
+
+def test_a_walk_backwards_along_a_predicate_decodes_only_records_with_such_edges(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``callers``/``callees`` find a name's definitions by its incoming
+    ``uko:named`` edges; the name's call sites (``uko:calls`` edges to the
+    same node, in every file) must not make the walk decode their records."""
+    monkeypatch.setattr(graph_store, "INDEX_TAIL_SHARE", 1 << 40)  # index every write
+    monkeypatch.setattr(graph_store, "INDEX_MIN_TAIL", 0)
+    rid = RIDS[0]
+    name = "urn:uko:name:decode"
+    files = [file_uri(rid, f"m{i}.py") for i in range(6)]
+    decoded: list[int] = []
+    loads = graph_store._loads
+
+    def counting(payload: memoryview, want: type, path: Path) -> object:
+        decoded.append(len(payload))
+        return loads(payload, want, path)
+
+    with RdflibGraphBackend(tmp_path) as writer:
+        writer.upsert(rid, [(files[0] + "#sym=decode", UKO + "named", name)])
+        for f in files[1:]:  # one record each
+            writer.upsert(rid, [(f + "#sym=main", UKO + "calls", name)])
+    monkeypatch.setattr(graph_store, "_loads", counting)
+    with RdflibGraphBackend(tmp_path) as reader:
+        walk = reader.traverse(
+            name,
+            depth=1,
+            scope=frozenset({rid}),
+            direction="in",
+            predicates=frozenset({UKO + "named"}),
+        )
+        assert walk.triples == [(files[0] + "#sym=decode", UKO + "named", name)]
+        assert reader.loaded_resource_ids() == set()
     assert len(decoded) == 1, decoded
 
 

@@ -56,7 +56,9 @@ Reading by subject (:class:`SubjectReader`): a question about a few
 subjects (``get_triples``, a walk out of a file's symbols) need not load the
 whole graph (0.6 s for the standard library's).  A ``.subjects`` file maps
 each subject's 64-bit key (:func:`subject_key`) to the offsets of the
-records that change it, for the records up to the length it *covers*; it
+records that change it, and each IRI's key, alone and with a predicate
+(:func:`object_key`, :func:`pair_key`), to those of the records that add
+an edge to it, for the records up to the length it *covers*; it
 names its graph file by that file's 16 random bytes.  A reader decodes the
 records of the subjects it is asked about, plus every record past the
 covered length.  The index is advisory: written after the graph file
@@ -93,13 +95,16 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Protocol, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 import structlog
 
 from cleveragents.domain.models.acms.backends import Triple
 from cleveragents.domain.models.acms.errors import IndexUnavailableError
 from cleveragents.domain.models.acms.ulids import is_ulid
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
 
 __all__ = [
     "Change",
@@ -113,6 +118,7 @@ __all__ = [
     "SubjectReader",
     "WriteState",
     "object_key",
+    "pair_key",
     "sorted_edges",
     "subject_key",
     "term_str",
@@ -152,7 +158,7 @@ _RACY_NS = 2_000_000_000
 
 # The subject index beside a graph file (see the module docstring).
 _INDEX_SUFFIX = ".subjects"
-_INDEX_MAGIC = b"ACMSSIX\x01"
+_INDEX_MAGIC = b"ACMSSIX\x02"  # 2: pair keys (1 had object keys only)
 _INDEX_HEAD = struct.Struct("<8s16sQQ")  # magic, the graph file's name, covered, entries
 _INDEX_CRC = struct.Struct("<I")
 # Rewrite an index once the bytes it does not cover exceed both this share
@@ -160,6 +166,9 @@ _INDEX_CRC = struct.Struct("<I")
 # a reader decodes at most that much beyond what the index names.
 INDEX_TAIL_SHARE = 4
 INDEX_MIN_TAIL = 1 << 16
+# Walks backwards along a predicate that test a record's subjects one by one
+# before it builds its map of incoming edges.
+_RECORD_SCANS = 8
 # Subjects and IRIs whose edges a reader remembers.
 _READER_SUBJECTS = 50_000
 
@@ -252,9 +261,15 @@ class ResourceGraph:
         """The subjects with at least one edge of predicate ``p``."""
         return self._by_predicate().get(p, _NO_COUNTS).keys()
 
-    def incoming_of(self, o: str) -> AbstractSet[tuple[str, str]]:
-        """The (subject, predicate) pairs whose object is the IRI ``o``."""
-        return self._incoming().get(o, _NO_PAIRS)
+    def incoming_of(
+        self, o: str, predicates: AbstractSet[str] | None = None
+    ) -> AbstractSet[tuple[str, str]]:
+        """The (subject, predicate) pairs whose object is the IRI ``o`` (and
+        whose predicate is one of ``predicates``, if given)."""
+        found = self._incoming().get(o, _NO_PAIRS)
+        if predicates is None:
+            return found
+        return {(s, p) for s, p in found if p in predicates}
 
     def add(self, s: str, p: str, o: Obj) -> bool:
         edges = self.by_subject.get(s)
@@ -443,6 +458,11 @@ def _apply_records(
 # still check out, and name no record for any key).
 _SUBJECT_SEEDS = (0, 1)
 _OBJECT_SEEDS = (0x0B1EC7, 0x0B1E)
+_PAIR_SEEDS = (0x9A12, 0x9A1)
+_PAIR_GLUE = " "  # between a pair's predicate and object (no IRI holds a space)
+# A walk backwards along at most this many predicates looks up each one's
+# pair key; along more (or any), the object's key.
+_PAIR_PROBES = 16
 
 
 def _key64(value: str, seeds: tuple[int, int]) -> int:
@@ -461,28 +481,62 @@ def object_key(o: str) -> int:
     return _key64(o, _OBJECT_SEEDS)
 
 
+def pair_key(p: str, o: str) -> int:
+    """The key of edges of predicate ``p`` to the IRI ``o`` (for walks
+    backwards along given predicates: ``uko:named`` edges to a name node,
+    not the thousands of ``uko:calls`` edges to it)."""
+    return _key64(p + _PAIR_GLUE + o, _PAIR_SEEDS)
+
+
 def _record_keys(kind: bytes, value: object) -> set[int]:
     """The index keys of a decoded record: the subjects it changes, and the
-    IRIs it adds edges to."""
+    IRIs it adds edges to, alone and with each edge's predicate.
+
+    The same keys as :func:`subject_key`, :func:`object_key` and
+    :func:`pair_key` give, computed with each IRI encoded once and a pair's
+    sums continued from its predicate's (CRC-32 and Adler-32 are streaming
+    sums): this runs on every graph write (13% faster than calling them)."""
     subjects: set[str] = set()
-    objects: set[str] = set()
+    along: dict[str, set[str]] = {}  # IRI object -> predicates of edges to it
+
+    def edges_to(edges: Iterable[Edge]) -> None:
+        for p, o in edges:
+            if o.__class__ is str:
+                found = along.get(o)
+                if found is None:
+                    along[o] = {p}
+                else:
+                    found.add(p)
+
     if kind == _SNAPSHOT:
         for s, edges in cast(dict[str, set[Edge]], value).items():
             subjects.add(s)
-            objects.update(o for _, o in edges if isinstance(o, str))
+            edges_to(edges)
     elif kind == _LOG:
-        for add, s, _p, o in cast(list[Op], value):
+        for add, s, p, o in cast(list[Op], value):
             subjects.add(s)
-            if add and isinstance(o, str):
-                objects.add(o)
+            if add:
+                edges_to(((p, o),))
     else:
         drops, removes, adds = cast(Change, value)
         subjects.update(drops)
         subjects.update(t[0] for t in removes)
         for s, edges in adds.items():
             subjects.add(s)
-            objects.update(o for _, o in edges if isinstance(o, str))
-    return {subject_key(s) for s in subjects} | {object_key(o) for o in objects}
+            edges_to(edges)
+    keys = {subject_key(s) for s in subjects}
+    crc32, adler32 = zlib.crc32, zlib.adler32
+    prefixes: dict[str, tuple[int, int]] = {}
+    for o, predicates in along.items():
+        data = o.encode("utf-8", "surrogatepass")
+        keys.add((crc32(data, _OBJECT_SEEDS[0]) << 32) | adler32(data, _OBJECT_SEEDS[1]))
+        for p in predicates:
+            prefix = prefixes.get(p)
+            if prefix is None:
+                head = (p + _PAIR_GLUE).encode("utf-8", "surrogatepass")
+                prefix = prefixes[p] = (crc32(head, _PAIR_SEEDS[0]), adler32(head, _PAIR_SEEDS[1]))
+            keys.add((crc32(data, prefix[0]) << 32) | adler32(data, prefix[1]))
+    return keys
 
 
 def _tail_allowed(covered: int) -> int:
@@ -505,26 +559,36 @@ class _Entries:
         self.keys.extend(keys)
         self.offsets.extend([offset] * (len(self.keys) - before))
 
-    def extend(self, other: _Entries) -> None:
-        self.keys.extend(other.keys)
-        self.offsets.extend(other.offsets)
 
-
-def _index_bytes(nonce: bytes, covered: int, entries: _Entries) -> bytes:
-    """An index file: the entries sorted by key, then offset."""
+def _index_file(
+    nonce: bytes,
+    covered: int,
+    parts: Iterable[tuple[memoryview, memoryview] | _Entries],
+) -> list[Buffer]:
+    """An index file's pieces, to write in order: the entries of ``parts``
+    (an old index's little-endian ``keys, offsets``, or entries) sorted by
+    key, then offset.  Each column is copied once to be sorted, never joined
+    into one buffer (an index rewrite was the writer's peak memory)."""
     import numpy as np  # only writers get here, and they have numpy loaded
 
-    keys = np.frombuffer(entries.keys, dtype=np.uint64)
-    offsets = np.frombuffer(entries.offsets, dtype=np.uint64)
+    key_parts, offset_parts = [], []
+    for part in parts:
+        if isinstance(part, _Entries):
+            key_parts.append(np.frombuffer(part.keys, dtype=np.uint64))
+            offset_parts.append(np.frombuffer(part.offsets, dtype=np.uint64))
+        else:
+            key_parts.append(np.frombuffer(part[0], dtype="<u8"))
+            offset_parts.append(np.frombuffer(part[1], dtype="<u8"))
+    keys = np.concatenate(key_parts) if key_parts else np.zeros(0, dtype=np.uint64)
+    offsets = np.concatenate(offset_parts) if offset_parts else np.zeros(0, dtype=np.uint64)
+    del key_parts, offset_parts
     order = np.lexsort((offsets, keys))
-    body = b"".join(
-        [
-            _INDEX_HEAD.pack(_INDEX_MAGIC, nonce, covered, len(order)),
-            keys[order].astype("<u8").tobytes(),
-            offsets[order].astype("<u8").tobytes(),
-        ]
-    )
-    return body + _INDEX_CRC.pack(zlib.crc32(body))
+    sorted_keys = keys[order].astype("<u8", copy=False).data
+    del keys
+    sorted_offsets = offsets[order].astype("<u8", copy=False).data
+    head = _INDEX_HEAD.pack(_INDEX_MAGIC, nonce, covered, len(order))
+    crc = zlib.crc32(sorted_offsets, zlib.crc32(sorted_keys, zlib.crc32(head)))
+    return [head, sorted_keys, sorted_offsets, _INDEX_CRC.pack(crc)]
 
 
 def _index_head(data: bytes, nonce: bytes, size: int) -> tuple[int, int] | None:
@@ -538,22 +602,34 @@ def _index_head(data: bytes, nonce: bytes, size: int) -> tuple[int, int] | None:
     return covered, count
 
 
-def _index_arrays(
-    data: bytes, nonce: bytes, size: int
-) -> tuple[int, array[int], array[int]] | None:
-    """(covered, keys, offsets) of a whole, undamaged index of that file."""
+def _index_parts(data: bytes, nonce: bytes, size: int) -> tuple[int, memoryview, memoryview] | None:
+    """(covered, keys, offsets) of a whole, undamaged index of that file; the
+    columns are views of ``data``, little-endian ``uint64`` each."""
     head = _index_head(data, nonce, size)
     if head is None:
         return None
     covered, count = head
     end = _INDEX_HEAD.size + 16 * count
-    if len(data) != end + _INDEX_CRC.size or zlib.crc32(data[:end]) != int.from_bytes(
-        data[end:], "little"
+    view = memoryview(data)
+    if len(data) != end + _INDEX_CRC.size or zlib.crc32(view[:end]) != int.from_bytes(
+        view[end:], "little"
     ):
         return None
+    middle = _INDEX_HEAD.size + 8 * count
+    return covered, view[_INDEX_HEAD.size : middle], view[middle:end]
+
+
+def _index_arrays(
+    data: bytes, nonce: bytes, size: int
+) -> tuple[int, array[int], array[int]] | None:
+    """(covered, keys, offsets) of a whole, undamaged index of that file."""
+    found = _index_parts(data, nonce, size)
+    if found is None:
+        return None
+    covered, key_bytes, offset_bytes = found
     keys, offsets = array("Q"), array("Q")
-    keys.frombytes(data[_INDEX_HEAD.size : _INDEX_HEAD.size + 8 * count])
-    offsets.frombytes(data[_INDEX_HEAD.size + 8 * count : end])
+    keys.frombytes(key_bytes)
+    offsets.frombytes(offset_bytes)
     if sys.byteorder != "little":
         keys.byteswap()
         offsets.byteswap()
@@ -671,14 +747,15 @@ def _opened(path: Path) -> Iterator[tuple[int, os.stat_result, bytes] | None]:
         os.close(fd)
 
 
-def _write_advisory(path: Path, data: bytes) -> None:
-    """Replace ``path`` by ``data`` atomically, without fsync: for a file
+def _write_advisory(path: Path, pieces: Iterable[Buffer]) -> None:
+    """Replace ``path`` by ``pieces`` atomically, without fsync: for a file
     that readers check and can do without (a crash may leave it short or
     empty, never half old and half new)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            for piece in pieces:
+                fh.write(piece)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -1076,12 +1153,13 @@ class GraphStore:
         another process appended them), and ``pending``'s."""
         path = self.path(rid)
         data = _read_small(self.index_path(rid))
-        old = None if data is None else _index_arrays(data, cursor.nonce, cursor.offset)
-        entries = _Entries()
+        old = None if data is None else _index_parts(data, cursor.nonce, cursor.offset)
+        parts: list[tuple[memoryview, memoryview] | _Entries] = []
         covered = _HEADER
         if old is not None:
-            covered, keys, offsets = old
-            entries = _Entries(keys, offsets)
+            covered = old[0]
+            parts.append(old[1:])
+        entries = _Entries()
         if covered < pending.start:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
             try:
@@ -1099,8 +1177,8 @@ class GraphStore:
         # ``pending`` starts at or after ``covered``: another handle writes an
         # index only after appending a record of its own (which would have
         # broken ``pending``'s run) or compacting (a new file name).
-        entries.extend(pending.entries)
-        _write_advisory(self.index_path(rid), _index_bytes(cursor.nonce, cursor.offset, entries))
+        parts += [entries, pending.entries]
+        _write_advisory(self.index_path(rid), _index_file(cursor.nonce, cursor.offset, parts))
 
     def replace(self, rid: str, graph: ResourceGraph) -> Cursor:
         """Write ``graph`` as ``rid``'s whole file (a new resource, or compaction)."""
@@ -1123,7 +1201,7 @@ class GraphStore:
             raise IndexUnavailableError(f"cannot write graph of {rid}: {exc}") from exc
         self._unindexed.pop(rid, None)
         try:
-            _write_advisory(self.index_path(rid), _index_bytes(nonce, len(data), entries))
+            _write_advisory(self.index_path(rid), _index_file(nonce, len(data), [entries]))
         except OSError as exc:
             _log.warning("graph_store.index_not_written", resource=rid, error=str(exc))
         return Cursor(st.st_ino, nonce, len(data), len(data), _key(st), True)
@@ -1289,7 +1367,7 @@ class _Record:
     operations.  Which subjects it adds an edge to each IRI from is built on
     the first walk backwards that needs it."""
 
-    __slots__ = ("_adds_to", "kind", "size", "value")
+    __slots__ = ("_adds_to", "_scans", "kind", "size", "value")
 
     def __init__(self, kind: bytes, value: object) -> None:
         self.kind = kind
@@ -1311,6 +1389,7 @@ class _Record:
             self.value = (set(drops), removed, adds)
             self.size = len(drops) + len(removes) + sum(map(len, adds.values()))
         self._adds_to: dict[str, list[tuple[str, str]]] | None = None
+        self._scans = 0
 
     def added(self) -> Iterator[tuple[str, str, Obj]]:
         """The edges this record adds (or holds, for a snapshot chunk)."""
@@ -1337,6 +1416,24 @@ class _Record:
                     adds_to.setdefault(obj, []).append((s, p))
             self._adds_to = adds_to
         return self._adds_to.get(o, [])
+
+    def adds_along(self, o: str, p: str) -> list[tuple[str, str]]:
+        """The (subject, ``p``) pairs this record adds an edge ``p`` to ``o``
+        from.  The first few questions test each subject's edges (a record
+        has ~10x more edges than subjects); later ones share the map of
+        :meth:`adds_to`, built once."""
+        if self._adds_to is None and self._scans < _RECORD_SCANS and self.kind != _LOG:
+            self._scans += 1
+            value = (
+                self.value
+                if self.kind == _SNAPSHOT
+                else cast(tuple[object, object, object], self.value)[2]
+            )
+            edge = (p, o)
+            return [
+                (s, p) for s, edges in cast(dict[str, set[Edge]], value).items() if edge in edges
+            ]
+        return [pair for pair in self.adds_to(o) if pair[1] == p]
 
 
 def _fold(s: str, records: Iterable[_Record]) -> set[Edge]:
@@ -1366,10 +1463,11 @@ class SubjectReader:
     """One resource's graph read subject by subject, without loading it.
 
     The subject index names the records that change each subject, and those
-    that add an edge to each IRI (by :func:`subject_key` and
-    :func:`object_key`); the records past what it covers were decoded when
-    the reader was made.  A subject's edges are its records folded in file
-    order, exactly what a full load holds for it; an IRI's incoming edges
+    that add an edge to each IRI, and along each predicate (by
+    :func:`subject_key`, :func:`object_key` and :func:`pair_key`); the
+    records past what it covers were decoded when the reader was made.  A
+    subject's edges are its records folded in file order, exactly what a
+    full load holds for it; an IRI's incoming edges (along some predicates)
     are the (subject, predicate) pairs its records add, kept if the
     subject's current edges still hold them (property-tested against a
     loaded graph).  A reader answers for the file as it was when made:
@@ -1407,6 +1505,7 @@ class SubjectReader:
         self._edges: dict[str, set[Edge]] = {}
         self._sorted: dict[str, tuple[list[Triple], list[str]]] = {}
         self._incoming: dict[str, set[tuple[str, str]]] = {}
+        self._along: dict[tuple[str, str], set[tuple[str, str]]] = {}
         self._lookup = _Lookup(self)
 
     @property
@@ -1439,16 +1538,45 @@ class SubjectReader:
             edges = self._edges[s] = _fold(s, self._records_for(subject_key(s)))
         return edges
 
-    def incoming_of(self, o: str) -> AbstractSet[tuple[str, str]]:
-        """The (subject, predicate) pairs whose object is the IRI ``o``."""
+    def incoming_of(
+        self, o: str, predicates: AbstractSet[str] | None = None
+    ) -> AbstractSet[tuple[str, str]]:
+        """The (subject, predicate) pairs whose object is the IRI ``o`` (and
+        whose predicate is one of ``predicates``, if given).  Along a few
+        predicates only the records that add an edge of one of them to ``o``
+        are read (their pair keys)."""
         found = self._incoming.get(o)
+        if found is None and predicates is not None and len(predicates) <= _PAIR_PROBES:
+            return {pair for p in predicates for pair in self._incoming_along(o, p)}
         if found is None:
-            candidates: set[tuple[str, str]] = set()
-            for record in self._records_for(object_key(o)):
-                candidates.update(record.adds_to(o))
-            found = {(s, p) for s, p in candidates if (p, o) in self.edges(s)}
-            self._bound()
+            found = self._verified(o, self._records_for(object_key(o)), None)
             self._incoming[o] = found
+        if predicates is None:
+            return found
+        return {(s, p) for s, p in found if p in predicates}
+
+    def _incoming_along(self, o: str, p: str) -> set[tuple[str, str]]:
+        found = self._along.get((p, o))
+        if found is None:
+            found = self._along[p, o] = self._verified(o, self._records_for(pair_key(p, o)), p)
+        return found
+
+    def _verified(
+        self, o: str, records: list[_Record], predicate: str | None
+    ) -> set[tuple[str, str]]:
+        """The pairs ``records`` add to ``o`` (along ``predicate``, if given)
+        that the subjects' current edges still hold."""
+        candidates: set[tuple[str, str]] = set()
+        for record in records:
+            candidates.update(
+                record.adds_to(o) if predicate is None else record.adds_along(o, predicate)
+            )
+        found = {
+            (s, p)
+            for s, p in candidates
+            if (predicate is None or p == predicate) and (p, o) in self.edges(s)
+        }
+        self._bound()
         return found
 
     def edges_pairs(self, s: str) -> Iterator[tuple[Triple, bool]]:
@@ -1481,10 +1609,11 @@ class SubjectReader:
         return self._weight + len(self._keys) // 5
 
     def _bound(self) -> None:
-        if len(self._edges) + len(self._incoming) >= _READER_SUBJECTS:
+        if len(self._edges) + len(self._incoming) + len(self._along) >= _READER_SUBJECTS:
             self._edges.clear()
             self._sorted.clear()
             self._incoming.clear()
+            self._along.clear()
 
     def _records_for(self, key: int) -> list[_Record]:
         """The records filed under ``key``, then those past the index, in file order."""
@@ -1554,4 +1683,6 @@ class Readable(Protocol):
 
     def edges_pairs(self, s: str) -> Iterator[tuple[Triple, bool]]: ...
 
-    def incoming_of(self, o: str) -> AbstractSet[tuple[str, str]]: ...
+    def incoming_of(
+        self, o: str, predicates: AbstractSet[str] | None = None
+    ) -> AbstractSet[tuple[str, str]]: ...
