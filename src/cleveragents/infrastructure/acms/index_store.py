@@ -22,8 +22,10 @@ Write order of a session (every step a commit, each followed by its
 
 1. ``dirty:<rid>`` recorded in the catalog before the first index write;
 2. per batch of changed files: text upsert, vector upsert (new units in the
-   same atomic change that drops the old); per larger batch the graph upsert
-   and *then* the files' catalog rows, so the catalog names only units that
+   same atomic change that drops the old); per larger batch the graph
+   upserts (one per few thousand triples, whole files each: a graph record
+   a question reads by subject stays small) and *then* the files' catalog
+   rows, so the catalog names only units that
    every index holds (except during a changed file's window, when the file's
    size or mtime no longer match its row, so it is re-read);
 3. catalog rows of files whose mtime changed but content did not;
@@ -205,6 +207,18 @@ def _file_subjects(subjects: Iterable[str]) -> set[str]:
 _BATCH_UNITS = 1024
 _BATCH_BYTES = 2 * 1024 * 1024
 _BATCH_TRIPLES = 30_000
+# Triples per graph upsert within a batch (whole files each): one record of
+# the graph file, which a question about one of its subjects decodes whole.
+_GRAPH_PART_TRIPLES = 4096
+
+
+@dataclass(slots=True)
+class _GraphPart:
+    """One graph upsert of a batch: whole files' triples and what they drop."""
+
+    triples: list[WriteTriple]
+    delete_subjects: set[str]
+    delete_triples: list[WriteTriple]
 
 
 @dataclass(frozen=True, slots=True)
@@ -680,9 +694,8 @@ class StoreTransaction:
         self._pending: list[FileDelta] = []
         self._pending_units = 0
         self._pending_bytes = 0
-        self._graph_triples: list[WriteTriple] = []
-        self._graph_delete_subjects: set[str] = set()
-        self._graph_delete_triples: list[WriteTriple] = []
+        self._graph_parts: list[_GraphPart] = []
+        self._graph_triples = 0
         self._graph_records: list[FileRecord] = []
         self._touched: list[FileRecord] = []
         self._gone: list[FileRecord] = []
@@ -847,13 +860,18 @@ class StoreTransaction:
         self.stats.index_writes += 2
         self.stats.units_written += len(units)
         resource = resource_uri(rid)
+        parts = self._graph_parts
         for d in self._pending:
             assert d.record is not None
-            self._graph_triples.extend(d.triples)
+            if not parts or len(parts[-1].triples) >= _GRAPH_PART_TRIPLES:
+                parts.append(_GraphPart([], set(), []))
+            part = parts[-1]
+            part.triples.extend(d.triples)
+            self._graph_triples += len(d.triples)
             if d.old is not None:
-                self._graph_delete_subjects.update(s for s in d.old.graph_subjects if s != resource)
-                self._graph_delete_triples.extend(_contains(rid, d.old.path))
-            self._graph_delete_subjects.update(s for s in d.subjects if s != resource)
+                part.delete_subjects.update(s for s in d.old.graph_subjects if s != resource)
+                part.delete_triples.extend(_contains(rid, d.old.path))
+            part.delete_subjects.update(s for s in d.subjects if s != resource)
             self._graph_records.append(d.record)
         self.stats.files_indexed += sum(1 for d in self._pending if d.units or d.triples)
         _log.debug(
@@ -863,7 +881,7 @@ class StoreTransaction:
         self._pending_units = 0
         self._pending_bytes = 0
         del units, rows, embeddings
-        if len(self._graph_triples) >= store.batches.triples:
+        if self._graph_triples >= store.batches.triples:
             self._flush_graph()
         _release_memory()
 
@@ -871,19 +889,23 @@ class StoreTransaction:
         if not self._graph_records:
             return
         rid = self.resource_id
-        self._store.graph.upsert(
-            rid,
-            self._graph_triples,
-            delete_subjects=self._graph_delete_subjects,
-            delete_triples=self._graph_delete_triples,
-        )
-        checkpoint("index.graph")
+        # Each part its own upsert (atomic); a crash between two is a crash
+        # mid-batch like any other: the dirty marker and no catalog rows yet.
+        # Parts never share a subject (a file's subjects are its own, the
+        # resource node is never dropped), so in sequence they are the batch.
+        for part in self._graph_parts:
+            self._store.graph.upsert(
+                rid,
+                part.triples,
+                delete_subjects=part.delete_subjects,
+                delete_triples=part.delete_triples,
+            )
+            checkpoint("index.graph")
+            self.stats.index_writes += 1
         self._catalog.put(rid, self._graph_records)
         checkpoint("index.catalog")
-        self.stats.index_writes += 1
-        self._graph_triples = []
-        self._graph_delete_subjects = set()
-        self._graph_delete_triples = []
+        self._graph_parts = []
+        self._graph_triples = 0
         self._graph_records = []
 
     def commit(self) -> IndexStats:
