@@ -180,6 +180,12 @@ def term_str(o: Obj) -> str:
     return o if isinstance(o, str) else o[0]
 
 
+def _edge_pairs(s: str, edges: Iterable[Edge]) -> Iterator[tuple[Triple, bool]]:
+    """``s``'s edges as triples of strings, each with whether it points to an IRI."""
+    for p, o in edges:
+        yield (s, p, term_str(o)), isinstance(o, str)
+
+
 def sorted_edges(pairs: Iterable[tuple[Triple, bool]]) -> tuple[list[Triple], list[str]]:
     """Triples sorted, each once; the IRIs they point to in the same order."""
     triples: list[Triple] = []
@@ -361,8 +367,7 @@ class ResourceGraph:
         return cached
 
     def edges_pairs(self, s: str) -> Iterator[tuple[Triple, bool]]:
-        for p, o in self.by_subject.get(s, ()):
-            yield (s, p, term_str(o)), isinstance(o, str)
+        return _edge_pairs(s, self.by_subject.get(s, ()))
 
     def triples(self) -> Iterator[tuple[str, str, Obj]]:
         for s, edges in self.by_subject.items():
@@ -1580,8 +1585,7 @@ class SubjectReader:
         return found
 
     def edges_pairs(self, s: str) -> Iterator[tuple[Triple, bool]]:
-        for p, o in self.edges(s):
-            yield (s, p, term_str(o)), isinstance(o, str)
+        return _edge_pairs(s, self.edges(s))
 
     def edges_of(self, s: str) -> tuple[list[Triple], list[str]]:
         cached = self._sorted.get(s)
