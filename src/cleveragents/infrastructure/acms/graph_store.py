@@ -1521,6 +1521,13 @@ class SubjectReader:
         """Close the reader's file (idempotent)."""
         self._closer()
 
+    def is_open(self) -> bool:
+        return self._closer.alive
+
+    def fileno(self) -> int:
+        """The descriptor of the graph file it reads (a SPARQL worker keeps it)."""
+        return self._fd
+
     def current(self) -> bool:
         """Whether the file is still the one this reader read, not grown."""
         try:

@@ -11,9 +11,16 @@ first: over a stdlib-sized resource (911k triples) that copy took 17-37 s and
 Lookups by pattern:
 
 - subject bound: that subject's edges (``by_subject``);
-- subject free, IRI object bound: the object's incoming edges;
+- subject free, IRI object bound: the object's incoming edges (along the
+  predicate, if bound);
 - subject free, predicate bound: the subjects having that predicate;
 - otherwise: every triple.
+
+A member may also be a :class:`~.graph_store.SubjectReader` (a graph read
+by subject from its file, not loaded): it answers the first two kinds, and
+a lookup of the last two raises :class:`WholeGraphNeeded`, upon which the
+caller loads the graphs and asks again.  A selective query over a large
+resource then costs the records it touches, not a load.
 
 The last two indexes live on each :class:`ResourceGraph` (built once, kept
 up to date by its writes in O(1) each): :meth:`ScopeStore.prepare` builds
@@ -24,7 +31,9 @@ long-lived process builds them once per loaded graph, not once per query.
 A union of several resources holds each triple once, as a ``Memory`` union
 did: a triple found in an earlier member graph is not given again.  Only
 subjects present in more than one member need that check (a uko subject
-belongs to one resource); the store keeps a superset of those subjects.
+belongs to one resource); the store keeps a superset of those subjects
+(over readers, which cannot list their subjects: every subject outside
+``uko:``).
 
 Read-only: the store is read by the forked worker, never written.
 """
@@ -32,13 +41,15 @@ Read-only: the store is read by the forked worker, never written.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from typing import cast
 
 from rdflib import Literal, URIRef
 from rdflib.store import Store
 
-from cleveragents.infrastructure.acms.graph_store import Obj, ResourceGraph
+from cleveragents.domain.models.acms.uko import resource_id_of
+from cleveragents.infrastructure.acms.graph_store import Obj, Readable, ResourceGraph
 
-__all__ = ["ScopeStore"]
+__all__ = ["ScopeStore", "WholeGraphNeeded"]
 
 _Key = tuple[str, str, Obj]
 _NO_CONTEXTS: tuple[()] = ()
@@ -46,6 +57,11 @@ _NO_CONTEXTS: tuple[()] = ()
 
 class _NoMatch(Exception):
     """A pattern term no stored triple holds (a blank node, a tagged literal)."""
+
+
+class WholeGraphNeeded(Exception):
+    """A lookup a graph read by subject cannot answer (by predicate alone,
+    or of every triple): the query must run over loaded graphs."""
 
 
 def _rdf_literal(o: tuple[str, str | None]) -> Literal:
@@ -76,8 +92,13 @@ def _iri_key(term: object) -> str | None:
     return key
 
 
-def _matches(graph: ResourceGraph, s: str | None, p: str | None, o: Obj | None) -> Iterator[_Key]:
-    """The triples of one graph matching a pattern of stored values (None: any)."""
+def _matches(graph: Readable, s: str | None, p: str | None, o: Obj | None) -> Iterator[_Key]:
+    """The triples of one graph matching a pattern of stored values (None: any).
+
+    Raises:
+        WholeGraphNeeded: neither the subject nor an IRI object is bound,
+            and ``graph`` is not loaded.
+    """
     if s is not None:
         edges = graph.by_subject.get(s)
         if not edges:
@@ -91,10 +112,12 @@ def _matches(graph: ResourceGraph, s: str | None, p: str | None, o: Obj | None) 
                 yield s, pp, oo
         return
     if isinstance(o, str):
-        for ss, pp in graph.incoming_of(o):
+        for ss, pp in graph.incoming_of(o, None if p is None else frozenset((p,))):
             if p is None or pp == p:
                 yield ss, pp, o
         return
+    if not isinstance(graph, ResourceGraph):
+        raise WholeGraphNeeded
     by_subject = graph.by_subject
     if p is not None:
         for ss in graph.subjects_with(p):
@@ -120,31 +143,35 @@ class ScopeStore(Store):
     graph_aware = False
     transaction_aware = False
 
-    def __init__(self, graphs: Sequence[ResourceGraph]) -> None:
+    def __init__(self, graphs: Sequence[Readable]) -> None:
         super().__init__()
         self._graphs = tuple(graphs)
+        # Every member loaded (else some are read by subject).
+        self._loaded = all(isinstance(g, ResourceGraph) for g in self._graphs)
         # Subjects that may be in more than one member (a superset).
         self._shared: set[str] = set()
         self.reshare()
         self._iris: dict[str, URIRef] = {}
 
     @property
-    def graphs(self) -> tuple[ResourceGraph, ...]:
+    def graphs(self) -> tuple[Readable, ...]:
         return self._graphs
 
     def prepare(self) -> None:
-        """Build the members' predicate and incoming-edge indexes (in the
-        caller, so that the forked worker inherits them)."""
+        """Build the loaded members' predicate and incoming-edge indexes (in
+        the caller, so that the forked worker inherits them)."""
         for graph in self._graphs:
-            graph.build_indexes()
+            if isinstance(graph, ResourceGraph):
+                graph.build_indexes()
 
     def reshare(self) -> None:
         """Find the subjects in more than one member anew (O(subjects)): for
         a view that may have missed an :meth:`added`."""
         shared: set[str] = set()
-        if len(self._graphs) > 1:
+        if len(self._graphs) > 1 and self._loaded:
             seen: set[str] = set()
             for graph in self._graphs:
+                assert isinstance(graph, ResourceGraph)
                 for s in graph.by_subject:
                     if s in seen:
                         shared.add(s)
@@ -154,7 +181,7 @@ class ScopeStore(Store):
 
     def added(self, graph: ResourceGraph, subjects: Iterable[str]) -> None:
         """A member gained triples of ``subjects``: keep the shared set a superset."""
-        if len(self._graphs) < 2:
+        if len(self._graphs) < 2 or not self._loaded:
             return
         for s in subjects:
             if s not in self._shared and any(
@@ -175,7 +202,7 @@ class ScopeStore(Store):
             for key in _matches(graph, s, p, o):
                 if (
                     earlier
-                    and key[0] in shared
+                    and (key[0] in shared if self._loaded else resource_id_of(key[0]) is None)
                     and any((key[1], key[2]) in g.by_subject.get(key[0], ()) for g in earlier)
                 ):
                     continue  # given by an earlier member
@@ -198,8 +225,10 @@ class ScopeStore(Store):
             yield (iri(ss), iri(pp), obj), iter(_NO_CONTEXTS)
 
     def __len__(self, context: object = None) -> int:
+        if not self._loaded:
+            raise WholeGraphNeeded
         if len(self._graphs) == 1:
-            return self._graphs[0].size
+            return cast(ResourceGraph, self._graphs[0]).size
         return sum(1 for _ in self._match(None, None, None))
 
     def add(self, triple: object, context: object, quoted: bool = False) -> None:

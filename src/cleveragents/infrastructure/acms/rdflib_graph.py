@@ -2,9 +2,13 @@
 
 Persistence is :mod:`.graph_store`'s: one file per resource (a snapshot and
 an append-only change log), so this module keeps only scope, traversal and
-SPARQL.  Opening the backend reads no graph.  A SPARQL query loads the
-graphs of its in-scope resources on first use and keeps them; before each
-use a held graph is checked against its file (one ``stat`` when nothing
+SPARQL.  Opening the backend reads no graph.  A SPARQL query over graphs
+not held is first evaluated over them read by subject (a query whose
+patterns each bind a subject or an IRI object costs the records it touches);
+if it asks what only a loaded graph answers (a pattern by predicate alone,
+or of every triple), it loads the graphs of its in-scope resources and
+keeps them, and is evaluated again, within the same time limit.  Before
+each use a held graph is checked against its file (one ``stat`` when nothing
 changed) and follows another process's appends by reading only them.
 ``get_triples`` and ``traverse`` load nothing: a graph not held is read
 through a :class:`~.graph_store.SubjectReader` (the records of the subjects
@@ -36,6 +40,7 @@ import os
 import re
 import sys
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -78,6 +83,8 @@ from cleveragents.infrastructure.acms.graph_store import (
 
 if TYPE_CHECKING:
     from rdflib import Graph
+
+    from cleveragents.infrastructure.acms.sparql_worker import WorkerAnswer
 
 # rdflib (and the SPARQL sandbox over it) is imported by the first SPARQL
 # query: writing, traversal and triple lookups run on plain strings, so an
@@ -320,21 +327,12 @@ class RdflibGraphBackend:
             IndexUnavailableError: the store cannot be read.
         """
         from cleveragents.infrastructure.acms.sparql_guard import check_query_size
-        from cleveragents.infrastructure.acms.sparql_worker import evaluate
 
         validate_non_empty(query, "query")
         check_query_size(query)
         canonical = validate_scope(scope)
-        union = self._union(canonical)
         # Parsing and checking run in the worker too, inside the time limit.
-        answer = evaluate(
-            union,
-            query,
-            init_ns=_INIT_NS,
-            timeout=self._query_timeout,
-            max_rows=self._max_rows,
-            hold=self._between_writes(union),
-        )
+        answer = self._evaluate(canonical, query, bindings=False)
         if answer.boolean is not None:
             return GraphResult(metadata={"boolean": str(answer.boolean).lower(), "rows": "0"})
         triples = answer.triples
@@ -356,21 +354,11 @@ class RdflibGraphBackend:
             as :meth:`sparql_query`, less the three-variable rule.
         """
         from cleveragents.infrastructure.acms.sparql_guard import check_query_size
-        from cleveragents.infrastructure.acms.sparql_worker import evaluate
 
         validate_non_empty(query, "query")
         check_query_size(query)
         canonical = validate_scope(scope)
-        union = self._union(canonical)
-        answer = evaluate(
-            union,
-            query,
-            init_ns=_INIT_NS,
-            timeout=self._query_timeout,
-            max_rows=self._max_rows,
-            bindings=True,
-            hold=self._between_writes(union),
-        )
+        answer = self._evaluate(canonical, query, bindings=True)
         if answer.boolean is not None:
             return {"head": {}, "boolean": answer.boolean}
         if answer.bindings is None:  # CONSTRUCT / DESCRIBE
@@ -676,6 +664,72 @@ class RdflibGraphBackend:
             if rid not in found:
                 self._drop_reader(rid)
         return found
+
+    def _evaluate(self, scope: frozenset[str], query: str, *, bindings: bool) -> WorkerAnswer:
+        """Evaluate ``query`` in a worker: first over the in-scope graphs read
+        by subject, if some are not loaded (a selective query then costs the
+        records it touches); over loaded graphs if the query asks what only
+        they answer (a pattern by predicate alone, or of every triple), or
+        if every member is loaded.  One time limit for both."""
+        from cleveragents.infrastructure.acms.graph_view import WholeGraphNeeded
+        from cleveragents.infrastructure.acms.sparql_worker import evaluate
+
+        started = time.monotonic()
+        limits: dict[str, Any] = {
+            "init_ns": _INIT_NS,
+            "timeout": self._query_timeout,
+            "max_rows": self._max_rows,
+            "bindings": bindings,
+            "started": started,
+        }
+        by_subject = self._by_subject_view(scope)
+        if by_subject is not None:
+            view, readers = by_subject
+            try:
+                return evaluate(
+                    view,
+                    query,
+                    hold=self._forking_with(readers),
+                    keep_fds=[reader.fileno() for reader in readers],
+                    **limits,
+                )
+            except WholeGraphNeeded:
+                pass
+        union = self._union(scope)
+        return evaluate(union, query, hold=self._between_writes(union), **limits)
+
+    def _by_subject_view(self, scope: frozenset[str]) -> tuple[Graph, list[SubjectReader]] | None:
+        """An rdflib graph over the in-scope graphs, those not loaded read by
+        subject, and their readers; ``None`` if every one is loaded."""
+        if self._store is None:
+            return None
+        from rdflib import Graph
+
+        from cleveragents.infrastructure.acms.graph_view import ScopeStore
+
+        with self._lock:
+            self._refresh()
+            if all(rid in self._graphs for rid in scope):
+                return None
+            found = self._readable(sorted(scope))
+            readers = [g for g in found.values() if isinstance(g, SubjectReader)]
+            if not readers:
+                return None
+            view = ScopeStore([found[rid] for rid in sorted(found)])
+            view.prepare()
+            return Graph(store=view), readers
+
+    @contextlib.contextmanager
+    def _forking_with(self, readers: list[SubjectReader]) -> Iterator[None]:
+        """Entered around the worker's fork over graphs read by subject: under
+        the backend's lock, with every reader's file still open (another
+        thread may have closed one since: the query then loads)."""
+        from cleveragents.infrastructure.acms.graph_view import WholeGraphNeeded
+
+        with self._lock:
+            if not all(reader.is_open() for reader in readers):
+                raise WholeGraphNeeded
+            yield
 
     def _union(self, scope: frozenset[str]) -> Graph:
         """An rdflib graph reading the in-scope graphs in place (no copy; see

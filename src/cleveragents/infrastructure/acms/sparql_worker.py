@@ -52,7 +52,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
@@ -68,6 +68,7 @@ from cleveragents.domain.models.acms.errors import (
     QueryError,
     QueryLimitError,
 )
+from cleveragents.infrastructure.acms.graph_view import WholeGraphNeeded
 from cleveragents.infrastructure.acms.sparql_guard import CheckedQuery, check_query, parser_lock
 
 __all__ = ["MAX_RESULT_BYTES", "WorkerAnswer", "evaluate"]
@@ -138,6 +139,8 @@ def evaluate(
     max_bytes: int | None = None,
     bindings: bool = False,
     hold: contextlib.AbstractContextManager[object] | None = None,
+    keep_fds: Iterable[int] = (),
+    started: float | None = None,
 ) -> WorkerAnswer:
     """Check and evaluate ``query`` against ``graph`` in a child process.
 
@@ -162,22 +165,39 @@ def evaluate(
         hold: entered around the ``fork()`` only (after this module's own
             locks): the lock the graph's writers hold, so that the child's
             copy holds no half-applied change made by another thread.
+        keep_fds: descriptors the child keeps open (the read-only graph
+            files of members read by subject); it closes every other.
+        started: the ``time.monotonic()`` the time limit counts from
+            (default: now), for a query asked again after
+            :class:`WholeGraphNeeded`.
 
     Raises:
+        WholeGraphNeeded: the graph reads some members by subject, and the
+            query asked what only loaded graphs answer.
         QueryLimitError: the time limit, the row cap or the size cap was reached.
         QueryError: the query was refused (see ``check_query``; a SELECT of
             other than three variables), the evaluation raised, or the child died.
         IndexUnavailableError: no child process could be started.
     """
     cap = MAX_RESULT_BYTES if max_bytes is None else max_bytes
-    deadline = time.monotonic() + timeout
+    deadline = (time.monotonic() if started is None else started) + timeout
     _warm_parser()
     read_fd, write_fd = os.pipe()
     pid = -1
     try:
         pid = _fork(hold)
         if pid == 0:  # the child: never returns
-            _child(read_fd, write_fd, graph, query, dict(init_ns), max_rows, cap, bindings)
+            _child(
+                read_fd,
+                write_fd,
+                graph,
+                query,
+                dict(init_ns),
+                max_rows,
+                cap,
+                bindings,
+                frozenset(keep_fds),
+            )
         os.close(write_fd)
         write_fd = -1
         data = _read_all(read_fd, deadline, cap + _ENVELOPE_BYTES)
@@ -313,6 +333,8 @@ def _decode(data: bytearray, status: int, max_rows: int, max_bytes: int) -> Work
         raise QueryLimitError(_size_message(max_bytes))
     if "refused" in payload:
         raise QueryError(str(payload["refused"]))
+    if "load" in payload:
+        raise WholeGraphNeeded
     if "error" in payload:
         raise QueryError(f"SPARQL evaluation failed: {payload['error']}")
     if "boolean" in payload and isinstance(payload["boolean"], bool):
@@ -364,11 +386,12 @@ def _child(
     max_rows: int,
     max_bytes: int,
     bindings: bool = False,
+    keep_fds: frozenset[int] = frozenset(),
 ) -> NoReturn:
     code = 0
     try:
         try:
-            write_fd = _isolate(read_fd, write_fd)
+            write_fd = _isolate(read_fd, write_fd, keep_fds)
             payload = _on_big_stack(
                 lambda: _payload(graph, query, init_ns, max_rows, max_bytes, bindings)
             )
@@ -381,8 +404,9 @@ def _child(
         os._exit(code)
 
 
-def _isolate(read_fd: int, write_fd: int) -> int:
-    """Cut the child off from the parent's descriptors; the pipe's new fd."""
+def _isolate(read_fd: int, write_fd: int, keep_fds: frozenset[int] = frozenset()) -> int:
+    """Cut the child off from the parent's descriptors but ``keep_fds``; the
+    pipe's new fd."""
     os.close(read_fd)
     if write_fd < 3:  # a parent without stdio: keep the pipe clear of fds 0-2
         write_fd = fcntl.fcntl(write_fd, fcntl.F_DUPFD, 3)
@@ -393,9 +417,13 @@ def _isolate(read_fd: int, write_fd: int) -> int:
     # with None, print() and warnings write nothing.
     sys.stdin = sys.stdout = sys.stderr = None
     # Every other inherited descriptor (sockets, index files, the store's
-    # flock) is closed, so the child can use none and holds none open.
-    os.closerange(3, write_fd)
-    os.closerange(write_fd + 1, _max_fd())
+    # flock) is closed, so the child can use none and holds none open; but
+    # the graph files it reads by subject (opened read-only).
+    low = 3
+    for fd in sorted({write_fd, *(fd for fd in keep_fds if fd >= 3)}):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, _max_fd())
     # The child is thrown away: changing process-wide state here is harmless.
     # No record is built, no traceback formatted, nothing written.
     logging.disable(logging.CRITICAL)
@@ -481,6 +509,8 @@ def _payload(
     if bindings and checked.form == "SELECT":
         try:
             return _select_bindings(graph, checked, max_rows, max_bytes)
+        except WholeGraphNeeded:
+            return {"load": True}
         except _RowCapError:
             return {"limit": True}
         except _ByteCapError:
@@ -494,6 +524,8 @@ def _payload(
         }
     try:
         return _answer(graph, checked, max_rows, max_bytes)
+    except WholeGraphNeeded:
+        return {"load": True}
     except _RowCapError:
         return {"limit": True}
     except _ByteCapError:
