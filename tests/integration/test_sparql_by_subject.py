@@ -10,9 +10,14 @@ pattern) and answer the same.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -102,3 +107,61 @@ def test_a_query_by_predicate_alone_loads_and_answers(tmp_path: Path) -> None:
         )
         assert fresh.loaded_resource_ids() == {RIDS[0]}
     assert sorted(scan.triples) == sorted([(S0, UKO + "line", "1"), (S0, UKO + "calls", LIB)])
+
+
+def test_loading_between_the_two_tries_is_not_counted_in_the_time_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A query by predicate tries by subject, then loads in this process
+    (not interruptible) and runs again: the time limit counts the workers,
+    as it did when every query loaded first."""
+    with RdflibGraphBackend(tmp_path) as writer:
+        writer.upsert(RIDS[0], [(S0, UKO + "line", Literal("1"))])
+    union = RdflibGraphBackend._union
+
+    def slow_load(self: RdflibGraphBackend, scope: frozenset[str]) -> object:
+        time.sleep(1.5)  # a load longer than the whole time limit
+        return union(self, scope)
+
+    monkeypatch.setattr(RdflibGraphBackend, "_union", slow_load)
+    with RdflibGraphBackend(tmp_path, query_timeout=1.0) as fresh:
+        got = fresh.sparql_query(
+            P + "SELECT ?s ?p ?o WHERE { ?s uko:line ?o . BIND(uko:line AS ?p) }",
+            scope=frozenset(RIDS[:1]),
+        )
+    assert got.triples == [(S0, UKO + "line", "1")]
+
+
+NO_STDIO = """
+import json, os, sys
+from pathlib import Path
+from cleveragents.infrastructure.acms.rdflib_graph import RdflibGraphBackend
+root, rid, query, out = sys.argv[1:5]
+for fd in (0, 1, 2):
+    os.close(fd)
+with RdflibGraphBackend(Path(root)) as fresh:
+    try:
+        got = fresh.sparql_query(query, scope=frozenset({rid})).triples
+        loaded = sorted(fresh.loaded_resource_ids())
+    except Exception as exc:
+        got, loaded = repr(exc), []
+Path(out).write_text(json.dumps([got, loaded]))
+"""
+
+
+def test_a_process_without_stdio_reads_by_subject(tmp_path: Path) -> None:
+    """Graph file descriptors a SPARQL worker keeps are never 0-2, which the
+    worker points at /dev/null (a host process may have closed its stdio)."""
+    with RdflibGraphBackend(tmp_path) as writer:  # two records
+        writer.upsert(RIDS[0], [(S0, UKO + "line", Literal("1"))])
+        writer.upsert(RIDS[0], [(S0, UKO + "calls", LIB)])
+    out = tmp_path / "out.json"
+    query = P + f"SELECT ?s ?p ?o WHERE {{ <{S0}> ?p ?o . BIND(<{S0}> AS ?s) }}"
+    subprocess.run(
+        [sys.executable, "-c", NO_STDIO, str(tmp_path), RIDS[0], query, str(out)],
+        check=True,
+        timeout=120,
+    )
+    got, loaded = json.loads(out.read_text())
+    assert sorted(map(tuple, got)) == [(S0, UKO + "calls", LIB), (S0, UKO + "line", "1")]
+    assert loaded == []

@@ -1347,7 +1347,9 @@ class GraphStore:
             rest = _pread_all(fd, st.st_size - covered, covered)
             # The reader keeps the file open: what it reads later is this
             # file as it was, even if another process replaces it.
-            own = os.dup(fd)
+            # Never 0-2 (a process without stdio): a SPARQL worker keeps
+            # this descriptor and points those at /dev/null.
+            own = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
         try:
             tail: list[_Record] = []
             pos = 0

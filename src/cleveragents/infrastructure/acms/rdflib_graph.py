@@ -670,21 +670,22 @@ class RdflibGraphBackend:
         by subject, if some are not loaded (a selective query then costs the
         records it touches); over loaded graphs if the query asks what only
         they answer (a pattern by predicate alone, or of every triple), or
-        if every member is loaded.  One time limit for both."""
+        if every member is loaded.  One time limit for both workers; the
+        loading between them is not counted, as a load never was."""
         from cleveragents.infrastructure.acms.graph_view import WholeGraphNeeded
         from cleveragents.infrastructure.acms.sparql_worker import evaluate
 
-        started = time.monotonic()
         limits: dict[str, Any] = {
             "init_ns": _INIT_NS,
             "timeout": self._query_timeout,
             "max_rows": self._max_rows,
             "bindings": bindings,
-            "started": started,
         }
+        spent = 0.0  # in a worker; loading, in this process, is not counted
         by_subject = self._by_subject_view(scope)
         if by_subject is not None:
             view, readers = by_subject
+            started = time.monotonic()
             try:
                 return evaluate(
                     view,
@@ -694,9 +695,15 @@ class RdflibGraphBackend:
                     **limits,
                 )
             except WholeGraphNeeded:
-                pass
+                spent = time.monotonic() - started
         union = self._union(scope)
-        return evaluate(union, query, hold=self._between_writes(union), **limits)
+        return evaluate(
+            union,
+            query,
+            hold=self._between_writes(union),
+            started=time.monotonic() - spent,
+            **limits,
+        )
 
     def _by_subject_view(self, scope: frozenset[str]) -> tuple[Graph, list[SubjectReader]] | None:
         """An rdflib graph over the in-scope graphs, those not loaded read by
