@@ -1698,4 +1698,7 @@ class Readable(Protocol):
 
     def incoming_of(
         self, o: str, predicates: AbstractSet[str] | None = None
-    ) -> AbstractSet[tuple[str, str]]: ...
+    ) -> AbstractSet[tuple[str, str]]:
+        """(subject, predicate) pairs with an edge to the IRI ``o``; only
+        along ``predicates``, if given (walks and SPARQL do not filter again)."""
+        ...

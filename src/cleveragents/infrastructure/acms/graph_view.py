@@ -113,8 +113,7 @@ def _matches(graph: Readable, s: str | None, p: str | None, o: Obj | None) -> It
         return
     if isinstance(o, str):
         for ss, pp in graph.incoming_of(o, None if p is None else frozenset((p,))):
-            if p is None or pp == p:
-                yield ss, pp, o
+            yield ss, pp, o  # along ``p`` only, if bound
         return
     if not isinstance(graph, ResourceGraph):
         raise WholeGraphNeeded

@@ -176,9 +176,8 @@ def _walk(
                             edges.add(((node, p, _term_str(o)), iri))
             if direction in ("in", "both"):
                 for res in graphs.values():
-                    for s, p in res.incoming_of(node, predicates):
-                        if predicates is None or p in predicates:
-                            edges.add(((s, p, node), s))
+                    for s, p in res.incoming_of(node, predicates):  # filtered there
+                        edges.add(((s, p, node), s))
             for triple, nxt in sorted(edges, key=lambda e: (e[0], e[1] or "")):
                 if triple not in seen:
                     seen.add(triple)
