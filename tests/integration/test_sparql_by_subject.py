@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from cleveragents.domain.models.acms.backends import Literal
 from cleveragents.domain.models.acms.uko import UKO, file_uri
+from cleveragents.infrastructure.acms import graph_store
 from cleveragents.infrastructure.acms.rdflib_graph import RdflibGraphBackend
 
 RIDS = ["01J0000000000000000000000A", "01J0000000000000000000000B"]
@@ -165,3 +166,28 @@ def test_a_process_without_stdio_reads_by_subject(tmp_path: Path) -> None:
     got, loaded = json.loads(out.read_text())
     assert sorted(map(tuple, got)) == [(S0, UKO + "calls", LIB), (S0, UKO + "line", "1")]
     assert loaded == []
+
+
+def test_a_damaged_record_read_by_subject_answers_as_a_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A record the subject index names fails its CRC in the worker: the
+    query loads, and answers as a load does (the graph ends at the damaged
+    record), never as a query error."""
+    monkeypatch.setattr(graph_store, "INDEX_TAIL_SHARE", 1 << 40)  # index every write
+    monkeypatch.setattr(graph_store, "INDEX_MIN_TAIL", 0)
+    with RdflibGraphBackend(tmp_path) as writer:
+        writer.upsert(RIDS[0], [(S0, UKO + "line", Literal("1"))])
+        writer.upsert(RIDS[0], [(S0, UKO + "calls", LIB)])
+    path = tmp_path / "graphs" / f"{RIDS[0]}.graph"
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF  # the last record's payload: same size, bad CRC
+    path.write_bytes(bytes(data))
+    query = P + f"SELECT ?s ?p ?o WHERE {{ <{S0}> ?p ?o . BIND(<{S0}> AS ?s) }}"
+    scope = frozenset(RIDS[:1])
+    with RdflibGraphBackend(tmp_path) as whole:
+        whole.subjects(RIDS[0])
+        expected = whole.sparql_query(query, scope=scope)
+    with RdflibGraphBackend(tmp_path) as fresh:
+        assert fresh.sparql_query(query, scope=scope) == expected
+    assert expected.triples == [(S0, UKO + "line", "1")]

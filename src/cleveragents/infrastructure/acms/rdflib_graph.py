@@ -693,7 +693,10 @@ class RdflibGraphBackend:
                     keep_fds=[reader.fileno() for reader in readers],
                     **limits,
                 )
-            except WholeGraphNeeded:
+            except (WholeGraphNeeded, IndexUnavailableError):
+                # A record the subject index names could not be read: the
+                # load decides (it ends the graph at a damaged record, as
+                # every load does, or reports the store unreadable).
                 spent = time.monotonic() - started
         union = self._union(scope)
         return evaluate(

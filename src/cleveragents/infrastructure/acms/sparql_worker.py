@@ -174,6 +174,7 @@ def evaluate(
     Raises:
         WholeGraphNeeded: the graph reads some members by subject, and the
             query asked what only loaded graphs answer.
+        IndexUnavailableError: such a member's file could not be read.
         QueryLimitError: the time limit, the row cap or the size cap was reached.
         QueryError: the query was refused (see ``check_query``; a SELECT of
             other than three variables), the evaluation raised, or the child died.
@@ -335,6 +336,8 @@ def _decode(data: bytearray, status: int, max_rows: int, max_bytes: int) -> Work
         raise QueryError(str(payload["refused"]))
     if "load" in payload:
         raise WholeGraphNeeded
+    if "unavailable" in payload:  # a graph read by subject could not be read
+        raise IndexUnavailableError(str(payload["unavailable"]))
     if "error" in payload:
         raise QueryError(f"SPARQL evaluation failed: {payload['error']}")
     if "boolean" in payload and isinstance(payload["boolean"], bool):
@@ -511,6 +514,8 @@ def _payload(
             return _select_bindings(graph, checked, max_rows, max_bytes)
         except WholeGraphNeeded:
             return {"load": True}
+        except IndexUnavailableError as exc:
+            return {"unavailable": str(exc)[:_MESSAGE_CHARS]}
         except _RowCapError:
             return {"limit": True}
         except _ByteCapError:
@@ -526,6 +531,8 @@ def _payload(
         return _answer(graph, checked, max_rows, max_bytes)
     except WholeGraphNeeded:
         return {"load": True}
+    except IndexUnavailableError as exc:
+        return {"unavailable": str(exc)[:_MESSAGE_CHARS]}
     except _RowCapError:
         return {"limit": True}
     except _ByteCapError:
