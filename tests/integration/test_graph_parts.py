@@ -15,8 +15,10 @@ import pytest
 
 from cleveragents.application.container import build_container
 from cleveragents.application.services.operations import AcmsOperations
-from cleveragents.infrastructure.acms import index_store
+from cleveragents.domain.models.acms.uko import file_uri, resource_uri
+from cleveragents.infrastructure.acms import graph_store, index_store
 from cleveragents.infrastructure.acms.graph_store import GraphStore
+from cleveragents.infrastructure.acms.rdflib_graph import RdflibGraphBackend
 
 
 def _write(root: Path, files: dict[str, str]) -> None:
@@ -79,3 +81,33 @@ def test_graph_parts_leave_the_graph_one_upsert_leaves(
         assert writes > whole_writes  # it did write in parts
     assert any("helper3" in s for s, _, _ in whole[0][0])
     assert not any("helper3" in s for s, _, _ in whole[1][0])
+
+
+def test_the_resource_nodes_edges_are_a_part_of_their_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A walk through the resource node (``traverse`` from a file at depth 2)
+    reads the records that hold its ``contains`` edges: with those edges in
+    every file's part, it decoded the whole graph."""
+    monkeypatch.setattr(index_store, "_GRAPH_PART_TRIPLES", 1)  # one part per file
+    monkeypatch.setattr(graph_store, "INDEX_TAIL_SHARE", 1 << 40)  # index every write
+    monkeypatch.setattr(graph_store, "INDEX_MIN_TAIL", 0)
+    root, data = tmp_path / "repo", tmp_path / "data"
+    _write(root, FIRST)
+    ops = AcmsOperations.from_container(build_container("local", data))
+    ops.add_project("t/parts")
+    rid = ops.add_resource(str(root), "t/parts", "directory").resource_id
+    ops.reindex(resources=[rid], jobs=1)
+    decoded: list[int] = []
+    loads = graph_store._loads
+
+    def counting(payload: memoryview, want: type, path: Path) -> object:
+        decoded.append(len(payload))
+        return loads(payload, want, path)
+
+    monkeypatch.setattr(graph_store, "_loads", counting)
+    with RdflibGraphBackend(data / "graph") as reader:
+        edges = reader.get_triples(resource_uri(rid), scope=frozenset({rid})).triples
+        assert reader.loaded_resource_ids() == set()
+    assert sorted(o for _, _, o in edges) == sorted(file_uri(rid, rel) for rel in FIRST)
+    assert len(decoded) == 1, decoded  # the batch's resource part, not 7 file parts

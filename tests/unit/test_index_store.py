@@ -283,7 +283,8 @@ def test_the_write_order_of_a_session(
         "catalog.set_meta(dirty)",
         "text.upsert",
         "vector.upsert",
-        "graph.upsert",
+        "graph.upsert",  # the files' triples
+        "graph.upsert",  # the resource node's edges, a part of their own
         "catalog.put",
         "catalog.delete_meta(dirty)",
         "catalog.set_meta(catalog_written_ns)",
@@ -383,6 +384,37 @@ def test_a_crash_at_any_session_step_is_repaired_by_the_next_run(
     assert store.text.unit_uris(RID) == want
     assert store.vector.unit_uris(RID) == want
     assert store.catalog.get_meta(f"dirty:{RID}") is None
+
+
+def test_a_crash_between_a_batchs_graph_parts_is_repaired(
+    monkeypatch: pytest.MonkeyPatch, indexer: Indexer, store: ManagedIndexStore, tree: Tree
+) -> None:
+    """Killed after the files' part, before the resource node's part (its
+    ``contains`` edges): the next run ends with the graph a fresh index has."""
+    index(indexer, tree)
+    change(tree)
+    fired: list[str] = []
+
+    def checkpoint(name: str) -> None:
+        if name == "index.graph":
+            fired.append(name)
+            if len(fired) == 2:
+                raise Crash(name)
+
+    monkeypatch.setattr(store_module, "checkpoint", checkpoint)
+    with pytest.raises(Crash):
+        index(indexer, tree)
+    monkeypatch.setattr(store_module, "checkpoint", lambda name: None)
+    index(indexer, tree)
+    assert store.verify([RID]) == []
+    fresh = ManagedIndexStore.in_memory(DIM)
+    Indexer(fresh, HashingEmbedder(DIM)).index_resource(RID, tree.root, "directory")
+    scope = frozenset({RID})
+    node = resource_uri(RID)
+    assert sorted(store.graph.get_triples(node, scope=scope).triples) == sorted(
+        fresh.graph.get_triples(node, scope=scope).triples
+    )
+    assert store.graph.subjects(RID) == fresh.graph.subjects(RID)
 
 
 @pytest.mark.parametrize("step", ["sweep.text", "sweep.vector", "sweep.graph"])

@@ -695,6 +695,9 @@ class StoreTransaction:
         self._pending_units = 0
         self._pending_bytes = 0
         self._graph_parts: list[_GraphPart] = []
+        # The resource node's edges (``contains``) of the whole batch, written
+        # as a part of their own after the files' parts (see _flush_graph).
+        self._resource_part = _GraphPart([], set(), [])
         self._graph_triples = 0
         self._graph_records: list[FileRecord] = []
         self._touched: list[FileRecord] = []
@@ -860,17 +863,18 @@ class StoreTransaction:
         self.stats.index_writes += 2
         self.stats.units_written += len(units)
         resource = resource_uri(rid)
-        parts = self._graph_parts
+        parts, node = self._graph_parts, self._resource_part
         for d in self._pending:
             assert d.record is not None
             if not parts or len(parts[-1].triples) >= _GRAPH_PART_TRIPLES:
                 parts.append(_GraphPart([], set(), []))
             part = parts[-1]
-            part.triples.extend(d.triples)
+            for triple in d.triples:
+                (node if triple[0] == resource else part).triples.append(triple)
             self._graph_triples += len(d.triples)
             if d.old is not None:
                 part.delete_subjects.update(s for s in d.old.graph_subjects if s != resource)
-                part.delete_triples.extend(_contains(rid, d.old.path))
+                node.delete_triples.extend(_contains(rid, d.old.path))
             part.delete_subjects.update(s for s in d.subjects if s != resource)
             self._graph_records.append(d.record)
         self.stats.files_indexed += sum(1 for d in self._pending if d.units or d.triples)
@@ -891,9 +895,16 @@ class StoreTransaction:
         rid = self.resource_id
         # Each part its own upsert (atomic); a crash between two is a crash
         # mid-batch like any other: the dirty marker and no catalog rows yet.
-        # Parts never share a subject (a file's subjects are its own, the
-        # resource node is never dropped), so in sequence they are the batch.
-        for part in self._graph_parts:
+        # Parts never share a subject (a file's subjects are its own; the
+        # resource node's edges are in the last part alone), so in sequence
+        # they are the batch.  Keeping the resource node out of the files'
+        # parts keeps a walk through it (``traverse`` from a file at depth 2)
+        # to the few records that hold its edges, not every record.
+        node = self._resource_part
+        parts = self._graph_parts
+        if node.triples or node.delete_triples:
+            parts.append(node)
+        for part in parts:
             self._store.graph.upsert(
                 rid,
                 part.triples,
@@ -905,6 +916,7 @@ class StoreTransaction:
         self._catalog.put(rid, self._graph_records)
         checkpoint("index.catalog")
         self._graph_parts = []
+        self._resource_part = _GraphPart([], set(), [])
         self._graph_triples = 0
         self._graph_records = []
 
