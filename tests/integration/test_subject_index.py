@@ -390,3 +390,42 @@ def test_an_unreadable_index_costs_a_load_never_a_failed_question_or_write(
     with RdflibGraphBackend(tmp_path) as g:
         lines = {o for _s, _p, o in g.get_triples(f, scope=scope).triples}
     assert lines == {"1", "2", "3", "4", "5"}
+
+
+def test_a_damaged_record_read_by_subject_answers_as_a_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A record the subject index names fails its CRC: ``get_triples`` and
+    the walks (as SPARQL does) load the graph and answer as the load does
+    (the graph ends at the damaged record), never with an error."""
+    monkeypatch.setattr(graph_store, "INDEX_TAIL_SHARE", 1 << 40)  # index every write
+    monkeypatch.setattr(graph_store, "INDEX_MIN_TAIL", 0)
+    rid = RIDS[0]
+    f, lib = file_uri(rid, "m0.py"), "http://x/lib"
+    with RdflibGraphBackend(tmp_path) as writer:
+        writer.upsert(rid, [(f, UKO + "line", Literal("1"))])
+        writer.upsert(rid, [(f, UKO + "calls", lib)])
+    path = tmp_path / "graphs" / f"{rid}.graph"
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF  # the last record's payload: same size, bad CRC
+    path.write_bytes(bytes(data))
+    scope = frozenset({rid})
+    asks = {
+        "get_triples": lambda b: b.get_triples(f, scope=scope).triples,
+        "out": lambda b: b.traverse(f, depth=2, scope=scope).triples,
+        "in": lambda b: b.traverse(lib, depth=1, scope=scope, direction="in").triples,
+    }
+    answers = {}
+    for name, ask in asks.items():
+        with RdflibGraphBackend(tmp_path) as whole:
+            whole.subjects(rid)  # loads the graph
+            expected = ask(whole)
+        with RdflibGraphBackend(tmp_path) as fresh:
+            assert ask(fresh) == expected, name
+            assert fresh.loaded_resource_ids() == scope, name
+        answers[name] = expected
+    assert answers == {
+        "get_triples": [(f, UKO + "line", "1")],
+        "out": answers["get_triples"],
+        "in": [],
+    }

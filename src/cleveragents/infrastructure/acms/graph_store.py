@@ -116,6 +116,7 @@ __all__ = [
     "Readable",
     "ResourceGraph",
     "SubjectReader",
+    "UnreadableRecord",
     "WriteState",
     "object_key",
     "pair_key",
@@ -1368,6 +1369,16 @@ class GraphStore:
 # ---------------------------------------------------------------- reading by subject
 
 
+class UnreadableRecord(IndexUnavailableError):
+    """A record a subject index names could not be read (its CRC or payload
+    is damaged): loading ``path``'s graph answers instead, as a load ends a
+    graph at a damaged record (or reports the store unreadable)."""
+
+    def __init__(self, message: str, path: Path) -> None:
+        super().__init__(message)
+        self.path = path
+
+
 class _Record:
     """A decoded record as a reader keeps it, by subject: a snapshot chunk's
     edges; a change's (dropped subjects, removed edges, added edges); a log's
@@ -1523,6 +1534,11 @@ class SubjectReader:
         """Close the reader's file (idempotent)."""
         self._closer()
 
+    @property
+    def path(self) -> Path:
+        """The graph file this reader reads."""
+        return self._path
+
     def is_open(self) -> bool:
         return self._closer.alive
 
@@ -1651,9 +1667,15 @@ class SubjectReader:
             raise IndexUnavailableError(f"cannot read graph file {self._path}: {exc}") from exc
         found = _next_record(data, 0)
         if found is None or offset + found[2] > self._covered:
-            raise IndexUnavailableError(f"corrupt graph file {self._path}: bad subject index")
+            raise UnreadableRecord(
+                f"corrupt graph file {self._path}: bad subject index", self._path
+            )
         kind, payload, _ = found
-        record = self._records[offset] = _Record(kind, _decode_any(kind, payload, self._path))
+        try:
+            value = _decode_any(kind, payload, self._path)
+        except IndexUnavailableError as exc:
+            raise UnreadableRecord(str(exc), self._path) from exc
+        record = self._records[offset] = _Record(kind, value)
         self._weight += record.size
         return record
 

@@ -42,10 +42,10 @@ import sys
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 import structlog
 
@@ -72,6 +72,7 @@ from cleveragents.infrastructure.acms.graph_store import (
     Readable,
     ResourceGraph,
     SubjectReader,
+    UnreadableRecord,
     WriteState,
 )
 from cleveragents.infrastructure.acms.graph_store import (
@@ -93,6 +94,8 @@ if TYPE_CHECKING:
 __all__ = ["RdflibGraphBackend"]
 
 _log = structlog.get_logger("cleveragents.acms.rdflib_graph")
+
+_T = TypeVar("_T")
 
 # Prefixes a query may use without declaring them (rdflib adds rdf, rdfs, xsd, ...).
 _INIT_NS = {"uko": UKO}
@@ -392,13 +395,17 @@ class RdflibGraphBackend:
         """
         validate_non_empty(subject, "subject")
         canonical = _required_scope(scope, "get_triples")
-        found: set[Triple] = set()
-        foreign = False
-        with self._lock:
+
+        def read() -> tuple[set[Triple], bool]:
             self._refresh()
+            found: set[Triple] = set()
+            foreign = False
             for res in self._holders(subject, canonical):
                 found.update(res.edges_of(subject)[0])
                 foreign = foreign or res.foreign
+            return found, foreign
+
+        found, foreign = self._reading(read)
         triples = sorted(found)
         if canonical is not None and foreign:
             triples = [t for t in triples if _in_scope(t, canonical)]
@@ -435,61 +442,71 @@ class RdflibGraphBackend:
         canonical = _required_scope(scope, "traverse")
         chosen = validate_traversal(direction, predicates)
         if direction != "out" or chosen is not None:
-            with self._lock:
+
+            def walk() -> list[Triple]:
                 graphs, index = self._readable_adjacency(canonical)
-                walked = _walk(graphs, index, start, depth, direction, chosen)
-            walked = [t for t in walked if _in_scope(t, canonical)]
+                return _walk(graphs, index, start, depth, direction, chosen)
+
+            walked = [t for t in self._reading(walk) if _in_scope(t, canonical)]
             return _result(walked, {"rows": str(len(walked))})
+        out, foreign = self._reading(lambda: self._walk_out(start, depth, canonical))
+        if canonical is not None and foreign:
+            out = [t for t in out if _in_scope(t, canonical)]
+        return _result(out, {"rows": str(len(out))})
+
+    def _walk_out(
+        self, start: str, depth: int, canonical: frozenset[str] | None
+    ) -> tuple[list[Triple], bool]:
+        """The seed's walk (outgoing edges, every predicate): the triples, and
+        whether a graph read holds IRIs of other resources.  Call with
+        ``self._lock`` held."""
         out: list[Triple] = []
         foreign = False
-        with self._lock:
-            graphs, index = self._readable_adjacency(canonical)
-            seen: set[Triple] | None = None  # needed once a subject is in two graphs
-            visited = {start}
-            frontier = [start]
-            for _ in range(depth):
-                reached: list[str] = []
-                for current in frontier:
-                    rids = index.get(current)
-                    if not rids:
+        graphs, index = self._readable_adjacency(canonical)
+        seen: set[Triple] | None = None  # needed once a subject is in two graphs
+        visited = {start}
+        frontier = [start]
+        for _ in range(depth):
+            reached: list[str] = []
+            for current in frontier:
+                rids = index.get(current)
+                if not rids:
+                    continue
+                if len(rids) == 1:
+                    (rid,) = rids
+                    if canonical is not None and rid not in canonical:
                         continue
-                    if len(rids) == 1:
-                        (rid,) = rids
-                        if canonical is not None and rid not in canonical:
-                            continue
-                        res = graphs[rid]
-                        foreign = foreign or res.foreign
-                        triples, targets = res.edges_of(current)
-                        if seen is None:
-                            out.extend(triples)
-                        else:
-                            for triple in triples:
-                                if triple not in seen:
-                                    seen.add(triple)
-                                    out.append(triple)
+                    res = graphs[rid]
+                    foreign = foreign or res.foreign
+                    triples, targets = res.edges_of(current)
+                    if seen is None:
+                        out.extend(triples)
                     else:
-                        if seen is None:
-                            seen = set(out)
-                        pairs: set[tuple[Triple, bool]] = set()
-                        for rid in rids if canonical is None else rids & canonical:
-                            res = graphs[rid]
-                            foreign = foreign or res.foreign
-                            pairs.update(res.edges_pairs(current))
-                        triples, targets = _sorted_edges(pairs)
                         for triple in triples:
                             if triple not in seen:
                                 seen.add(triple)
                                 out.append(triple)
-                    for target in targets:
-                        if target not in visited:
-                            visited.add(target)
-                            reached.append(target)
-                if not reached:
-                    break
-                frontier = reached
-        if canonical is not None and foreign:
-            out = [t for t in out if _in_scope(t, canonical)]
-        return _result(out, {"rows": str(len(out))})
+                else:
+                    if seen is None:
+                        seen = set(out)
+                    pairs: set[tuple[Triple, bool]] = set()
+                    for rid in rids if canonical is None else rids & canonical:
+                        res = graphs[rid]
+                        foreign = foreign or res.foreign
+                        pairs.update(res.edges_pairs(current))
+                    triples, targets = _sorted_edges(pairs)
+                    for triple in triples:
+                        if triple not in seen:
+                            seen.add(triple)
+                            out.append(triple)
+                for target in targets:
+                    if target not in visited:
+                        visited.add(target)
+                        reached.append(target)
+            if not reached:
+                break
+            frontier = reached
+        return out, foreign
 
     # ------------------------------------------------------------ write side
 
@@ -606,6 +623,28 @@ class RdflibGraphBackend:
         if self._store is None:
             return list(self._graphs)
         return sorted(self._store.resource_ids() | set(self._graphs))
+
+    def _reading(self, read: Callable[[], _T]) -> _T:
+        """``read()`` under the lock.  A record a subject reader could not
+        read (damaged bytes the subject index names) makes that graph load
+        and ``read`` run again, as SPARQL does: the load ends the graph at a
+        damaged record, as every load does, or reports the store unreadable.
+        Each graph loads at most once so."""
+        with self._lock:
+            loaded: set[str] = set()
+            while True:
+                try:
+                    return read()
+                except UnreadableRecord as exc:
+                    rid = next(
+                        (r for r, reader in self._readers.items() if reader.path == exc.path),
+                        None,
+                    )
+                    if rid is None or rid in loaded:
+                        raise
+                    _log.warning("rdflib_graph.record_unreadable", resource=rid, error=str(exc))
+                    loaded.add(rid)
+                    self._load([rid])
 
     def _readable_adjacency(
         self, scope: frozenset[str] | None
