@@ -27,9 +27,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import structlog
 from dependency_injector import providers
 
+from cleveragents._logging import get_logger
 from cleveragents.domain.models.acms.backends import GraphIndex, TextIndex, VectorIndex
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = ["RemoteSettings", "remote_settings", "wire_remote"]
 
-_log = structlog.get_logger("cleveragents.acms.container")
+_log = get_logger("cleveragents.acms.container")
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,7 @@ from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
-import structlog
-
+from cleveragents._logging import configure_on_first_event, get_logger
 from cleveragents.cli.terminal import json_text, printable
 from cleveragents.domain.models.acms.backends import GraphResult, TextResult, VectorResult
 from cleveragents.domain.models.acms.errors import AcmsError, ConflictError, NotFoundError
@@ -316,39 +315,50 @@ def _leaves(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
     return [leaf for child in subs[0].choices.values() for leaf in _leaves(child)]
 
 
+_cli_log = get_logger("cleveragents.acms.cli")
+
+
 def configure_logging(level: str) -> None:
     """structlog to stderr: JSON lines, or readable output on a TTY.
 
     Python warnings and stdlib ``logging`` records (rdflib logs a traceback
     for an ill-typed literal) are routed into the same log, one line each,
-    without the traceback.
+    without the traceback.  structlog is configured (and imported: ~50 ms)
+    by the first event at ``level`` or above; a question that logs nothing
+    never imports it.
     """
-    on_tty = sys.stderr.isatty()
-    renderer: Any = (
-        structlog.dev.ConsoleRenderer(colors=False)
-        if on_tty
-        else structlog.processors.JSONRenderer()
-    )
     numeric = getattr(logging, level.upper())
-    processors: list[Any] = [
-        structlog.processors.add_log_level,
-        structlog.processors.TimeStamper(fmt="iso"),
-        structlog.processors.format_exc_info,
-    ]
-    if on_tty:
-        processors.append(_printable_values)  # JSON lines escape on their own
-    processors.append(renderer)
-    structlog.configure(
-        processors=processors,
-        wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-        cache_logger_on_first_use=False,
-    )
+    on_tty = sys.stderr.isatty()
+
+    def configure() -> None:
+        import structlog
+
+        renderer: Any = (
+            structlog.dev.ConsoleRenderer(colors=False)
+            if on_tty
+            else structlog.processors.JSONRenderer()
+        )
+        processors: list[Any] = [
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso"),
+            structlog.processors.format_exc_info,
+        ]
+        if on_tty:
+            processors.append(_printable_values)  # JSON lines escape on their own
+        processors.append(renderer)
+        structlog.configure(
+            processors=processors,
+            wrapper_class=structlog.make_filtering_bound_logger(numeric),
+            logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+            cache_logger_on_first_use=False,
+        )
+
     root = logging.getLogger()
     for handler in [h for h in root.handlers if isinstance(h, _OneLineHandler)]:
         root.removeHandler(handler)
     root.addHandler(_OneLineHandler())
-    root.setLevel(numeric)
+    root.setLevel(numeric)  # what is emitted until structlog is configured
+    configure_on_first_event(configure)
     warnings.showwarning = _show_warning
 
 
@@ -371,9 +381,7 @@ class _OneLineHandler(logging.Handler):
             if record.exc_info and record.exc_info[1] is not None:
                 exc = record.exc_info[1]
                 fields["error"] = f"{type(exc).__name__}: {_one_line(exc)}"
-            structlog.get_logger("cleveragents.acms.cli").log(
-                record.levelno, "cli.library_log", **fields
-            )
+            _cli_log.log(record.levelno, "cli.library_log", **fields)
         except BrokenPipeError:
             raise
         except Exception:  # a logging handler must never raise into the caller
@@ -389,7 +397,7 @@ def _show_warning(
     line: str | None = None,
 ) -> None:
     """``warnings.showwarning`` for the CLI: one log line, no source line."""
-    structlog.get_logger("cleveragents.acms.cli").warning(
+    _cli_log.warning(
         "cli.warning",
         category=category.__name__,
         message=_one_line(message),
@@ -766,7 +774,7 @@ def _secret_status(row: dict[str, Any]) -> str:
 
 def guarded(prog: str, body: Callable[[], int]) -> int:
     """Run ``body`` and turn every failure into an exit code and one line."""
-    log = structlog.get_logger("cleveragents.acms.cli")
+    log = _cli_log
     try:
         code = body()
         sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit

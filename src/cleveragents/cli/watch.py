@@ -22,11 +22,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import structlog
+from cleveragents._logging import get_logger
 
 __all__ = ["main", "resources_for"]
 
-_log = structlog.get_logger("cleveragents.acms.watch")
+_log = get_logger("cleveragents.acms.watch")
 
 
 def resources_for(changed: Iterable[str], roots: Mapping[str, str]) -> set[str]:

@@ -38,8 +38,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import structlog
-
+from cleveragents._logging import get_logger
 from cleveragents.application.services.context_tier_service import ContextTierService
 from cleveragents.application.services.indexer import NOT_READ, Indexer, NotRead
 from cleveragents.application.services.resource_files import (
@@ -62,7 +61,7 @@ from cleveragents.domain.models.acms.tiers import ContextTier, TieredFragment
 
 __all__ = ["hydrate_tiers_for_plan", "hydrate_tiers_from_project"]
 
-_log = structlog.get_logger("cleveragents.acms.hydrator")
+_log = get_logger("cleveragents.acms.hydrator")
 
 
 def hydrate_tiers_for_plan(

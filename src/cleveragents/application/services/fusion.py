@@ -30,8 +30,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from types import MappingProxyType
 
-import structlog
-
+from cleveragents._logging import get_logger
 from cleveragents.application.services.chunking import detect_language
 from cleveragents.domain.models.acms.backends import TextResult, VectorResult
 from cleveragents.domain.models.acms.embedding import Embedder
@@ -55,7 +54,7 @@ __all__ = [
     "reciprocal_rank_fusion",
 ]
 
-_log = structlog.get_logger("cleveragents.acms.fusion")
+_log = get_logger("cleveragents.acms.fusion")
 
 # Measured with the plain-mode text engine (branch text-query at d879d5f,
 # its final weights) by ``benchmarks/eval/run_eval.py --sweep``: exact fusion

@@ -48,8 +48,8 @@ from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
-import structlog
 
+from cleveragents._logging import get_logger
 from cleveragents.application.services.chunking import chunk_text, detect_language, make_units
 from cleveragents.application.services.code_graph import (
     PathLookup,
@@ -79,7 +79,7 @@ __all__ = [
 ]
 
 EMBED_BATCH = 256
-_log = structlog.get_logger("cleveragents.acms.indexer")
+_log = get_logger("cleveragents.acms.indexer")
 FAULT_ENV_VAR = "ACMS_FAULT_PLAN"
 # One worker per core, but never so many that their parsers and embedders
 # (a MiniLM worker holds ~100 MB) crowd out the writer.

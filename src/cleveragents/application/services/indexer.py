@@ -53,8 +53,8 @@ from types import TracebackType
 
 import numpy as np
 import numpy.typing as npt
-import structlog
 
+from cleveragents._logging import get_logger
 from cleveragents.application.services.code_graph import PathLookup
 from cleveragents.application.services.index_workers import (
     EMBED_BATCH,
@@ -116,7 +116,7 @@ _EMBED_BATCH = EMBED_BATCH
 WORKER_BATCH_BYTES = 512 * 1024
 _WORKER_BATCH_FILES = 256
 
-_log = structlog.get_logger("cleveragents.acms.indexer")
+_log = get_logger("cleveragents.acms.indexer")
 
 
 @dataclass(slots=True)

@@ -22,8 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-import structlog
-
+from cleveragents._logging import get_logger
 from cleveragents.domain.models.acms.backends import (
     GraphBackend,
     GraphIndex,
@@ -70,7 +69,7 @@ __all__ = [
     "detect_resource_type",
 ]
 
-_log = structlog.get_logger("cleveragents.acms.operations")
+_log = get_logger("cleveragents.acms.operations")
 _T = TypeVar("_T")
 
 

@@ -39,8 +39,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
-import structlog
-
+from cleveragents._logging import get_logger
 from cleveragents.domain.models.acms.errors import ResourceListingError
 from cleveragents.domain.models.acms.secret_filter import (
     DEFAULT_SECRET_FILTER,
@@ -65,7 +64,7 @@ __all__ = [
     "secret_content",
 ]
 
-_log = structlog.get_logger("cleveragents.acms.hydrator")
+_log = get_logger("cleveragents.acms.hydrator")
 
 MAX_FILE_BYTES = 256 * 1024
 """Files larger than this are not read."""

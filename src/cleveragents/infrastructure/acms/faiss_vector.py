@@ -65,8 +65,8 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import structlog
 
+from cleveragents._logging import get_logger
 from cleveragents.domain.models.acms.backends import (
     IndexUnit,
     VectorResult,
@@ -95,7 +95,7 @@ DEFAULT_CACHE_BYTES = 512 * 1024 * 1024
 # costs no query) up to this many; past it the memory of them is dropped.
 _ABSENT_LIMIT = 4096
 
-_log = structlog.get_logger("cleveragents.acms.faiss_vector")
+_log = get_logger("cleveragents.acms.faiss_vector")
 
 _RESOURCE_IDS = distinct_sql("units", "resource_id")  # through units_resource_id
 

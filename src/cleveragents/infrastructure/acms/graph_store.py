@@ -97,8 +97,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Protocol, cast
 
-import structlog
-
+from cleveragents._logging import get_logger
 from cleveragents.domain.models.acms.backends import Triple
 from cleveragents.domain.models.acms.errors import IndexUnavailableError
 from cleveragents.domain.models.acms.ulids import is_ulid
@@ -125,7 +124,7 @@ __all__ = [
     "term_str",
 ]
 
-_log = structlog.get_logger("cleveragents.acms.graph_store")
+_log = get_logger("cleveragents.acms.graph_store")
 
 # An object is an IRI (``str``) or a literal (lexical form, datatype IRI or None).
 Obj = str | tuple[str, str | None]

@@ -58,8 +58,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import structlog
-
+from cleveragents._logging import get_logger
 from cleveragents.domain.models.acms.backends import (
     CountedUnits,
     GraphIndex,
@@ -110,7 +109,7 @@ REGISTRY_FILE = "registry.sqlite3"
 STAGING = ".rebuild"
 PREVIOUS = ".previous"
 
-_log = structlog.get_logger("cleveragents.acms.index_store")
+_log = get_logger("cleveragents.acms.index_store")
 
 # CLOCK_REALTIME_COARSE: the clock Linux stamps file times with.
 _CLOCK_REALTIME_COARSE = 5

@@ -35,8 +35,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import structlog
-
+from cleveragents._logging import get_logger
 from cleveragents.domain.models.acms.errors import IndexUnavailableError
 from cleveragents.domain.models.acms.uko import resource_id_of
 from cleveragents.domain.models.acms.ulids import canonical_ulid
@@ -56,7 +55,7 @@ __all__ = [
     "uris_of",
 ]
 
-_log = structlog.get_logger("cleveragents.acms.milvus")
+_log = get_logger("cleveragents.acms.milvus")
 
 # gRPC's fork support makes a forked child abort (SIGABRT) once a channel is
 # open, and the rdflib adapter forks a worker per SPARQL query: a process with

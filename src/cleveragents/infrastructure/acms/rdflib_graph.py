@@ -47,8 +47,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
-import structlog
-
+from cleveragents._logging import get_logger
 from cleveragents.domain.models.acms.backends import (
     GraphResult,
     Literal,
@@ -93,7 +92,7 @@ if TYPE_CHECKING:
 
 __all__ = ["RdflibGraphBackend"]
 
-_log = structlog.get_logger("cleveragents.acms.rdflib_graph")
+_log = get_logger("cleveragents.acms.rdflib_graph")
 
 _T = TypeVar("_T")
 

@@ -41,8 +41,7 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-import structlog
-
+from cleveragents._logging import get_logger
 from cleveragents.domain.models.acms.backends import (
     GraphResult,
     Literal,
@@ -65,7 +64,7 @@ from cleveragents.infrastructure.acms.sparql_guard import check_query
 
 __all__ = ["NO_GRAPH", "SparqlEndpointGraphBackend"]
 
-_log = structlog.get_logger("cleveragents.acms.sparql_endpoint")
+_log = get_logger("cleveragents.acms.sparql_endpoint")
 
 # The prefixes a query may use undeclared, as with the rdflib adapter.
 _INIT_NS = {"uko": UKO}

@@ -44,9 +44,9 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-import structlog
 import tantivy
 
+from cleveragents._logging import get_logger
 from cleveragents.domain.models.acms.backends import (
     IndexUnit,
     TextResult,
@@ -91,7 +91,7 @@ __all__ = ["TantivyTextBackend"]
 # The benchmarks' raw references import the analyzer under its old name.
 _analyzer = code_analyzer
 
-_log = structlog.get_logger("cleveragents.acms.tantivy_text")
+_log = get_logger("cleveragents.acms.tantivy_text")
 
 DEFAULT_QUERY_TIMEOUT = 5.0
 # Worker threads for searches, process-wide.  A search past its deadline keeps

@@ -13,8 +13,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import TypeVar
 
-import structlog
-
+from cleveragents._logging import get_logger
 from cleveragents.domain.models.acms.backends import (
     GraphBackend,
     GraphResult,
@@ -29,7 +28,7 @@ from cleveragents.domain.models.acms.ulids import validate_scope
 
 __all__ = ["ScopedView", "make_resource_filter"]
 
-_log = structlog.get_logger("cleveragents.acms.scope")
+_log = get_logger("cleveragents.acms.scope")
 
 _R = TypeVar("_R", TextResult, VectorResult)
 
