@@ -14,13 +14,21 @@ structlog itself (~50 ms to import, a fifth of a CLI question) is imported
 by the first event that will be emitted: :func:`get_logger` gives a
 :class:`Logger` that, while structlog is not configured, drops an event its
 standard ``logging`` logger would drop (exactly what the default's
-``filter_by_level`` does) without importing anything.
+``filter_by_level`` does) without importing anything.  The standard
+loggers are looked up per event, never created at import (``dictConfig``
+disables the loggers that exist when it runs).
+
+One corner differs from configuring at import: a host that never
+configures structlog but enters ``structlog.testing.capture_logs()`` before
+the package's first event leaves structlog configured with its own
+defaults (stdout) when the block ends, for its events and the package's.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+import threading
 from collections.abc import Callable
 from types import ModuleType
 from typing import Protocol
@@ -30,6 +38,7 @@ __all__ = ["Logger", "configure_on_first_event", "get_logger", "quiet_default"]
 # An entry point's structlog configuration, run (instead of the default) by
 # the first event emitted, if structlog is still unconfigured then.
 _pending: Callable[[], None] | None = None
+_resolving = threading.RLock()
 
 
 def quiet_default() -> None:
@@ -68,11 +77,12 @@ def _structlog() -> ModuleType:
     """structlog, configured (the entry point's pending configuration, else
     the quiet default, if nobody configured it)."""
     global _pending
-    import structlog
+    import structlog  # blocks until another thread's import of it is done
 
-    if not structlog.is_configured():
-        configure, _pending = _pending, None
-        (configure or quiet_default)()
+    with _resolving:
+        if not structlog.is_configured():
+            configure, _pending = _pending, None
+            (configure or quiet_default)()
     return structlog
 
 
@@ -89,25 +99,25 @@ class _Bound(Protocol):
 class Logger:
     """A structlog logger, imported on the first event that is emitted."""
 
-    __slots__ = ("_name", "_real", "_std")
+    __slots__ = ("_name", "_real")
 
     def __init__(self, name: str) -> None:
         self._name = name
-        self._std = logging.getLogger(name)
         self._real: _Bound | None = None
 
     def _at(self, level: int) -> _Bound | None:
         """The structlog logger, or ``None`` if an event at ``level`` is dropped."""
         module = sys.modules.get("structlog")
-        if module is None or not module.is_configured():
+        configured = getattr(module, "is_configured", None)  # None: not imported, or mid-import
+        if configured is None or not configured():
             # Unconfigured, structlog would route through this logger and
             # its filter_by_level; an entry point's pending configuration
             # filters at the level it set on the standard loggers.
-            if not self._std.isEnabledFor(level):
+            if not logging.getLogger(self._name).isEnabledFor(level):
                 return None
             module = _structlog()
         if self._real is None:
-            self._real = module.get_logger(self._name)
+            self._real = (module or _structlog()).get_logger(self._name)
         return self._real
 
     def log(self, level: int, event: str, **fields: object) -> None:

@@ -117,3 +117,76 @@ def test_a_library_host_gets_events_through_logging_and_drops_the_rest_unimporte
     assert lines[2] == "after warning: True"
     assert lines[3] == "cleveragents.acms.test event='now kept' n=3"
     assert "dropped" not in done.stderr
+
+
+def test_a_host_that_configures_logging_after_importing_the_package_sees_its_events() -> None:
+    """``dictConfig`` disables every logger that exists when it runs: the
+    package must not create its standard loggers at import."""
+    done = _python(
+        """
+        import logging.config, sys
+        from cleveragents.infrastructure.acms import index_store
+        logging.config.dictConfig({
+            "version": 1,
+            "handlers": {"err": {"class": "logging.StreamHandler", "stream": "ext://sys.stderr"}},
+            "root": {"level": "INFO", "handlers": ["err"]},
+        })
+        index_store._log.warning("visible_to_host", n=1)
+        """
+    )
+    assert done.returncode == 0, done.stderr
+    assert "event='visible_to_host'" in done.stderr
+    assert done.stdout == ""
+
+
+def test_a_thread_logging_while_another_imports_structlog_does_not_fail() -> None:
+    """Mid-import, ``sys.modules`` holds a structlog without its functions."""
+    done = _python(
+        """
+        import importlib.abc, sys, threading, time
+        class Slow(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path, target=None):
+                if name == "structlog.dev":
+                    time.sleep(0.5)  # a slow first import (a cold cache, a busy machine)
+                return None
+        sys.meta_path.insert(0, Slow())
+        from cleveragents._logging import get_logger
+        a, b = get_logger("cleveragents.acms.a"), get_logger("cleveragents.acms.b")
+        t = threading.Thread(target=lambda: a.warning("first"))
+        t.start()
+        time.sleep(0.1)
+        b.warning("second")
+        t.join()
+        """
+    )
+    assert done.returncode == 0, done.stderr
+    assert "event='first'" in done.stderr and "event='second'" in done.stderr
+
+
+def test_two_threads_first_events_configure_the_cli_log_once() -> None:
+    """The CLI's pending configuration is taken and applied under a lock:
+    another thread's first event meanwhile must wait, not configure the
+    quiet default (whose events would loop through the CLI's handler)."""
+    done = _python(
+        """
+        import sys, threading, time
+        from cleveragents.cli.main import configure_logging
+        from cleveragents._logging import get_logger
+        configure_logging("info")
+        import structlog
+        real = structlog.processors.TimeStamper
+        def slow(*args, **kwargs):  # the CLI's configuration, slowed down
+            time.sleep(0.3)
+            return real(*args, **kwargs)
+        structlog.processors.TimeStamper = slow
+        a, b = get_logger("cleveragents.acms.a"), get_logger("cleveragents.acms.b")
+        t = threading.Thread(target=lambda: a.info("from_a"))
+        t.start()
+        time.sleep(0.1)
+        b.info("from_b")
+        t.join()
+        """
+    )
+    assert done.returncode == 0, done.stderr
+    events = [json.loads(line) for line in done.stderr.splitlines()]  # JSON lines only
+    assert sorted(e["event"] for e in events) == ["from_a", "from_b"]
