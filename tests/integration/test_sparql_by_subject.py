@@ -2,10 +2,11 @@
 
 Oracle: the same query over the same files by a backend that loaded every
 graph (the path every SPARQL query took before).  A query whose patterns
-all bind a subject or an IRI object must answer from the subject indexes
-alone (nothing loaded); one with a pattern by predicate alone, or of every
-triple, must fall back to loading (when the data makes it ask such a
-pattern) and answer the same.
+all bind a subject, an IRI object, or a literal object along ``uko:name``
+or ``uko:path`` must answer from the subject indexes alone (nothing
+loaded); one with a pattern by predicate alone, or of every triple, must
+fall back to loading (when the data makes it ask such a pattern) and
+answer the same.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def _subjects(rid: str) -> list[str]:
 
 def _triples(rid: str) -> st.SearchStrategy[list[tuple[str, str, object]]]:
     objects = st.sampled_from([*_subjects(rid)[:2], LIB, Literal("1"), Literal("a")])
-    predicates = st.sampled_from([UKO + "calls", UKO + "defines", UKO + "line"])
+    predicates = st.sampled_from([UKO + "calls", UKO + "defines", UKO + "line", UKO + "name"])
     return st.lists(st.tuples(st.sampled_from(_subjects(rid)), predicates, objects), max_size=8)
 
 
@@ -55,6 +56,10 @@ QUERIES = [
         "BIND(1 AS ?unused) }",
         True,
     ),
+    # A literal object along a predicate whose literals the index keys.
+    (P + 'SELECT ?s ?p ?o WHERE { ?s uko:name "a" . ?s ?p ?o }', True),
+    (P + 'ASK { ?s uko:name "1" . ?s uko:calls ?o }', True),
+    # Along one it does not key (line numbers): a load.
     (P + 'SELECT ?s ?p ?o WHERE { ?s uko:line "1" . ?s ?p ?o }', False),
     (P + "SELECT ?s ?p ?o WHERE { ?s ?p ?o }", False),
     (P + "CONSTRUCT { ?s ?p ?o } WHERE { ?s uko:calls ?o . ?s ?p ?o }", False),

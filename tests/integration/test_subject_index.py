@@ -34,7 +34,8 @@ def _subjects(rid: str) -> list[str]:
     return [file_uri(rid, f"m{i}.py") for i in range(4)] + ["http://x/shared"]
 
 
-PREDICATES = [UKO + "defines", UKO + "calls", UKO + "line"]
+PREDICATES = [UKO + "defines", UKO + "calls", UKO + "line", UKO + "name"]
+LITERALS = [("1", None), ("a", None), ("b", None)]
 ALONG = [
     frozenset({UKO + "calls"}),
     frozenset({UKO + "defines", UKO + "calls"}),
@@ -82,6 +83,12 @@ def _check(root: Path) -> None:
                 for predicates in ALONG:
                     got = reader.incoming_of(o, predicates)
                     assert got == graph.incoming_of(o, predicates), (o, predicates)
+            assert reader.keys_literals(UKO + "name")
+            assert not reader.keys_literals(UKO + "line")
+            for literal in LITERALS:
+                edge = (UKO + "name", literal)
+                want = {s for s, edges in graph.by_subject.items() if edge in edges}
+                assert reader.subjects_with_literal(*edge) == want, literal
     finally:
         store.close()
 
@@ -272,10 +279,14 @@ def test_a_records_keys_are_its_subjects_objects_and_pairs(
         subjects = set(drops) | {s for s, _, _ in removes} | set(by_subject)
         added = {(p, o) for edges in by_subject.values() for p, o in edges}
     iris = {(p, o) for p, o in added if isinstance(o, str)}
+    literals = {
+        (p, o) for p, o in added if not isinstance(o, str) and p in graph_store.LITERAL_KEYED
+    }
     expected = (
         {graph_store.subject_key(s) for s in subjects}
         | {graph_store.object_key(o) for _, o in iris}
         | {graph_store.pair_key(p, o) for p, o in iris}
+        | {graph_store.literal_key(p, o) for p, o in literals}
     )
     assert graph_store._record_keys(kind.encode(), value) == expected
 
@@ -429,3 +440,36 @@ def test_a_damaged_record_read_by_subject_answers_as_a_load(
         "out": answers["get_triples"],
         "in": [],
     }
+
+
+def test_an_index_without_literal_keys_is_read_and_rebuilt_with_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A version 2 index (written before literal keys) still answers by
+    subject; a lookup by literal loads the graph instead of trusting keys
+    the index never had; the next rewrite makes it version 3, whole."""
+    monkeypatch.setattr(graph_store, "INDEX_TAIL_SHARE", 1 << 40)  # index every write
+    monkeypatch.setattr(graph_store, "INDEX_MIN_TAIL", 0)
+    rid, scope = RIDS[0], frozenset(RIDS[:1])
+    f, g = file_uri(rid, "m0.py"), file_uri(rid, "m1.py")
+    index = tmp_path / "graphs" / f"{rid}.subjects"
+    query = f'PREFIX uko: <{UKO}>\nSELECT ?s ?p ?o WHERE {{ ?s uko:name "run" . ?s ?p ?o }}'
+    with monkeypatch.context() as old:
+        old.setattr(graph_store, "_INDEX_MAGIC", b"ACMSSIX\x02")
+        old.setattr(graph_store, "LITERAL_KEYED", frozenset())
+        with RdflibGraphBackend(tmp_path) as writer:
+            writer.upsert(rid, [(f, UKO + "name", Literal("run"))])
+    assert index.read_bytes()[:8] == b"ACMSSIX\x02"
+    want = [(f, UKO + "name", "run")]
+    with RdflibGraphBackend(tmp_path) as fresh:
+        assert fresh.get_triples(f, scope=scope).triples == want
+        assert fresh.loaded_resource_ids() == set()  # read by subject
+        assert fresh.sparql_query(query, scope=scope).triples == want
+        assert fresh.loaded_resource_ids() == scope  # the literal: a load
+    with RdflibGraphBackend(tmp_path) as writer:
+        writer.upsert(rid, [(g, UKO + "name", Literal("run"))])
+    assert index.read_bytes()[:8] == b"ACMSSIX\x03"
+    with RdflibGraphBackend(tmp_path) as fresh:
+        got = fresh.sparql_query(query, scope=scope).triples
+        assert sorted(got) == sorted([*want, (g, UKO + "name", "run")])
+        assert fresh.loaded_resource_ids() == set()  # the old record's key too

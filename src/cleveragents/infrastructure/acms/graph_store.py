@@ -100,6 +100,7 @@ from typing import TYPE_CHECKING, Protocol, cast
 from cleveragents._logging import get_logger
 from cleveragents.domain.models.acms.backends import Triple
 from cleveragents.domain.models.acms.errors import IndexUnavailableError
+from cleveragents.domain.models.acms.uko import UKO as _UKO
 from cleveragents.domain.models.acms.ulids import is_ulid
 
 if TYPE_CHECKING:
@@ -158,7 +159,10 @@ _RACY_NS = 2_000_000_000
 
 # The subject index beside a graph file (see the module docstring).
 _INDEX_SUFFIX = ".subjects"
-_INDEX_MAGIC = b"ACMSSIX\x02"  # 2: pair keys (1 had object keys only)
+_INDEX_MAGIC = b"ACMSSIX\x03"  # 3: literal keys (2: no literal keys; 1: no pair keys)
+# Still read: an index of version 2 answers all but literal lookups (those
+# load the graph) until the file's next index rewrite makes it version 3.
+_INDEX_MAGIC_2 = b"ACMSSIX\x02"
 _INDEX_HEAD = struct.Struct("<8s16sQQ")  # magic, the graph file's name, covered, entries
 _INDEX_CRC = struct.Struct("<I")
 # Rewrite an index once the bytes it does not cover exceed both this share
@@ -465,6 +469,12 @@ _SUBJECT_SEEDS = (0, 1)
 _OBJECT_SEEDS = (0x0B1EC7, 0x0B1E)
 _PAIR_SEEDS = (0x9A12, 0x9A1)
 _PAIR_GLUE = " "  # between a pair's predicate and object (no IRI holds a space)
+_LITERAL_SEEDS = (0x11E2A1, 0x11E2)
+#: The predicates whose literal objects are keyed too (by :func:`literal_key`):
+#: a symbol's name and a file's path, what a question looks up by value
+#: (``?s uko:name "Graph"``).  Not line numbers, signatures or docs (68% of
+#: a code graph's literal edges: a larger index for lookups no one makes).
+LITERAL_KEYED = frozenset({_UKO + "name", _UKO + "path"})
 # A walk backwards along at most this many predicates looks up each one's
 # pair key; along more (or any), the object's key.
 _PAIR_PROBES = 16
@@ -493,9 +503,16 @@ def pair_key(p: str, o: str) -> int:
     return _key64(p + _PAIR_GLUE + o, _PAIR_SEEDS)
 
 
+def literal_key(p: str, o: tuple[str, str | None]) -> int:
+    """The key of edges of predicate ``p`` (one of :data:`LITERAL_KEYED`)
+    to the literal ``o`` (lexical form, datatype)."""
+    return _key64(p + "\x00" + o[0] + "\x00" + (o[1] or ""), _LITERAL_SEEDS)
+
+
 def _record_keys(kind: bytes, value: object) -> set[int]:
-    """The index keys of a decoded record: the subjects it changes, and the
-    IRIs it adds edges to, alone and with each edge's predicate.
+    """The index keys of a decoded record: the subjects it changes, the
+    IRIs it adds edges to, alone and with each edge's predicate, and the
+    literals it adds edges of a :data:`LITERAL_KEYED` predicate to.
 
     The same keys as :func:`subject_key`, :func:`object_key` and
     :func:`pair_key` give, computed with each IRI encoded once and a pair's
@@ -503,6 +520,7 @@ def _record_keys(kind: bytes, value: object) -> set[int]:
     sums): this runs on every graph write (13% faster than calling them)."""
     subjects: set[str] = set()
     along: dict[str, set[str]] = {}  # IRI object -> predicates of edges to it
+    literals: set[tuple[str, tuple[str, str | None]]] = set()
 
     def edges_to(edges: Iterable[Edge]) -> None:
         for p, o in edges:
@@ -512,6 +530,8 @@ def _record_keys(kind: bytes, value: object) -> set[int]:
                     along[o] = {p}
                 else:
                     found.add(p)
+            elif p in LITERAL_KEYED:
+                literals.add((p, cast(tuple[str, str | None], o)))
 
     if kind == _SNAPSHOT:
         for s, edges in cast(dict[str, set[Edge]], value).items():
@@ -530,6 +550,7 @@ def _record_keys(kind: bytes, value: object) -> set[int]:
             subjects.add(s)
             edges_to(edges)
     keys = {subject_key(s) for s in subjects}
+    keys.update(literal_key(p, o) for p, o in literals)
     crc32, adler32 = zlib.crc32, zlib.adler32
     prefixes: dict[str, tuple[int, int]] = {}
     for o, predicates in along.items():
@@ -596,24 +617,30 @@ def _index_file(
     return [head, sorted_keys, sorted_offsets, _INDEX_CRC.pack(crc)]
 
 
-def _index_head(data: bytes, nonce: bytes, size: int) -> tuple[int, int] | None:
-    """(covered, entries) of an index's header if it belongs to the graph
-    file named ``nonce`` (now ``size`` bytes long), else ``None``."""
+def _index_head(data: bytes, nonce: bytes, size: int) -> tuple[int, int, bool] | None:
+    """(covered, entries, whether it keys literals) of an index's header if
+    it belongs to the graph file named ``nonce`` (now ``size`` bytes long),
+    else ``None``."""
     if len(data) < _INDEX_HEAD.size:
         return None
     magic, named, covered, count = _INDEX_HEAD.unpack_from(data)
-    if magic != _INDEX_MAGIC or named != nonce or not _HEADER <= covered <= size:
+    if magic not in (_INDEX_MAGIC, _INDEX_MAGIC_2) or named != nonce:
         return None
-    return covered, count
+    if not _HEADER <= covered <= size:
+        return None
+    return covered, count, magic == _INDEX_MAGIC
 
 
-def _index_parts(data: bytes, nonce: bytes, size: int) -> tuple[int, memoryview, memoryview] | None:
-    """(covered, keys, offsets) of a whole, undamaged index of that file; the
-    columns are views of ``data``, little-endian ``uint64`` each."""
+def _index_parts(
+    data: bytes, nonce: bytes, size: int
+) -> tuple[int, memoryview, memoryview, bool] | None:
+    """(covered, keys, offsets, whether it keys literals) of a whole,
+    undamaged index of that file; the columns are views of ``data``,
+    little-endian ``uint64`` each."""
     head = _index_head(data, nonce, size)
     if head is None:
         return None
-    covered, count = head
+    covered, count, literals = head
     end = _INDEX_HEAD.size + 16 * count
     view = memoryview(data)
     if len(data) != end + _INDEX_CRC.size or zlib.crc32(view[:end]) != int.from_bytes(
@@ -621,24 +648,25 @@ def _index_parts(data: bytes, nonce: bytes, size: int) -> tuple[int, memoryview,
     ):
         return None
     middle = _INDEX_HEAD.size + 8 * count
-    return covered, view[_INDEX_HEAD.size : middle], view[middle:end]
+    return covered, view[_INDEX_HEAD.size : middle], view[middle:end], literals
 
 
 def _index_arrays(
     data: bytes, nonce: bytes, size: int
-) -> tuple[int, array[int], array[int]] | None:
-    """(covered, keys, offsets) of a whole, undamaged index of that file."""
+) -> tuple[int, array[int], array[int], bool] | None:
+    """(covered, keys, offsets, whether it keys literals) of a whole,
+    undamaged index of that file."""
     found = _index_parts(data, nonce, size)
     if found is None:
         return None
-    covered, key_bytes, offset_bytes = found
+    covered, key_bytes, offset_bytes, literals = found
     keys, offsets = array("Q"), array("Q")
     keys.frombytes(key_bytes)
     offsets.frombytes(offset_bytes)
     if sys.byteorder != "little":
         keys.byteswap()
         offsets.byteswap()
-    return covered, keys, offsets
+    return covered, keys, offsets, literals
 
 
 def _read_small(path: Path, size: int | None = None) -> bytes | None:
@@ -1161,9 +1189,9 @@ class GraphStore:
         old = None if data is None else _index_parts(data, cursor.nonce, cursor.offset)
         parts: list[tuple[memoryview, memoryview] | _Entries] = []
         covered = _HEADER
-        if old is not None:
+        if old is not None and old[3]:  # a version 2 index is rebuilt whole
             covered = old[0]
-            parts.append(old[1:])
+            parts.append((old[1], old[2]))
         entries = _Entries()
         if covered < pending.start:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
@@ -1341,7 +1369,7 @@ class GraphStore:
             found = None if data is None else _index_arrays(data, nonce, st.st_size)
             if found is None:
                 return None
-            covered, keys, offsets = found
+            covered, keys, offsets, literals = found
             if st.st_size - covered > 2 * _tail_allowed(covered):
                 return None  # written by code that keeps no index: load it
             rest = _pread_all(fd, st.st_size - covered, covered)
@@ -1359,7 +1387,7 @@ class GraphStore:
         except BaseException:
             os.close(own)
             raise
-        reader = SubjectReader(path, own, st, nonce, covered, keys, offsets, tail)
+        reader = SubjectReader(path, own, st, nonce, covered, keys, offsets, tail, literals)
         if previous is not None:
             reader.adopt(previous)
         return reader
@@ -1434,6 +1462,18 @@ class _Record:
             self._adds_to = adds_to
         return self._adds_to.get(o, [])
 
+    def adds_edge(self, edge: Edge) -> list[str]:
+        """The subjects this record adds ``edge`` to (scanning its subjects)."""
+        if self.kind == _LOG:
+            ops = cast(dict[str, list[tuple[bool, Edge]]], self.value)
+            return [s for s, changes in ops.items() if (True, edge) in changes]
+        value = (
+            self.value
+            if self.kind == _SNAPSHOT
+            else cast(tuple[object, object, object], self.value)[2]
+        )
+        return [s for s, edges in cast(dict[str, set[Edge]], value).items() if edge in edges]
+
     def adds_along(self, o: str, p: str) -> list[tuple[str, str]]:
         """The (subject, ``p``) pairs this record adds an edge ``p`` to ``o``
         from.  The first few questions test each subject's edges (a record
@@ -1441,15 +1481,7 @@ class _Record:
         :meth:`adds_to`, built once."""
         if self._adds_to is None and self._scans < _RECORD_SCANS and self.kind != _LOG:
             self._scans += 1
-            value = (
-                self.value
-                if self.kind == _SNAPSHOT
-                else cast(tuple[object, object, object], self.value)[2]
-            )
-            edge = (p, o)
-            return [
-                (s, p) for s, edges in cast(dict[str, set[Edge]], value).items() if edge in edges
-            ]
+            return [(s, p) for s in self.adds_edge((p, o))]
         return [pair for pair in self.adds_to(o) if pair[1] == p]
 
 
@@ -1505,8 +1537,10 @@ class SubjectReader:
         keys: array[int],
         offsets: array[int],
         tail: list[_Record],
+        literals: bool = True,
     ) -> None:
         self._path = path
+        self._literals = literals
         self._fd = fd  # owned: closed by close(), or when the reader is collected
         self._closer = weakref.finalize(self, os.close, fd)
         self._ino = st.st_ino
@@ -1523,6 +1557,7 @@ class SubjectReader:
         self._sorted: dict[str, tuple[list[Triple], list[str]]] = {}
         self._incoming: dict[str, set[tuple[str, str]]] = {}
         self._along: dict[tuple[str, str], set[tuple[str, str]]] = {}
+        self._holding: dict[tuple[str, tuple[str, str | None]], set[str]] = {}
         self._lookup = _Lookup(self)
 
     @property
@@ -1590,6 +1625,26 @@ class SubjectReader:
             found = self._along[p, o] = self._verified(o, self._records_for(pair_key(p, o)), p)
         return found
 
+    def keys_literals(self, p: str) -> bool:
+        """Whether :meth:`subjects_with_literal` answers for predicate ``p``
+        (an index of version 2 keys no literal: the graph must be loaded)."""
+        return self._literals and p in LITERAL_KEYED
+
+    def subjects_with_literal(self, p: str, o: tuple[str, str | None]) -> set[str]:
+        """The subjects with an edge ``p`` to the literal ``o``, reading only
+        the records that add such an edge (``p`` one of
+        :data:`LITERAL_KEYED`; see :meth:`keys_literals`)."""
+        found = self._holding.get((p, o))
+        if found is None:
+            edge = (p, o)
+            candidates: set[str] = set()
+            for record in self._records_for(literal_key(p, o)):
+                candidates.update(record.adds_edge(edge))
+            found = {s for s in candidates if edge in self.edges(s)}
+            self._bound()
+            self._holding[p, o] = found
+        return found
+
     def _verified(
         self, o: str, records: list[_Record], predicate: str | None
     ) -> set[tuple[str, str]]:
@@ -1637,11 +1692,13 @@ class SubjectReader:
         return self._weight + len(self._keys) // 5
 
     def _bound(self) -> None:
-        if len(self._edges) + len(self._incoming) + len(self._along) >= _READER_SUBJECTS:
+        memos = len(self._edges) + len(self._incoming) + len(self._along) + len(self._holding)
+        if memos >= _READER_SUBJECTS:
             self._edges.clear()
             self._sorted.clear()
             self._incoming.clear()
             self._along.clear()
+            self._holding.clear()
 
     def _records_for(self, key: int) -> list[_Record]:
         """The records filed under ``key``, then those past the index, in file order."""

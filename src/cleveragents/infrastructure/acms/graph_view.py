@@ -13,11 +13,14 @@ Lookups by pattern:
 - subject bound: that subject's edges (``by_subject``);
 - subject free, IRI object bound: the object's incoming edges (along the
   predicate, if bound);
+- subject free, predicate and literal object bound: the subjects with that
+  edge (a reader answers for the predicates its index keys literals of:
+  ``uko:name``, ``uko:path``);
 - subject free, predicate bound: the subjects having that predicate;
 - otherwise: every triple.
 
 A member may also be a :class:`~.graph_store.SubjectReader` (a graph read
-by subject from its file, not loaded): it answers the first two kinds, and
+by subject from its file, not loaded): it answers the first three kinds, and
 a lookup of the last two raises :class:`WholeGraphNeeded`, upon which the
 caller loads the graphs and asks again.  A selective query over a large
 resource then costs the records it touches, not a load.
@@ -47,7 +50,12 @@ from rdflib import Literal, URIRef
 from rdflib.store import Store
 
 from cleveragents.domain.models.acms.uko import resource_id_of
-from cleveragents.infrastructure.acms.graph_store import Obj, Readable, ResourceGraph
+from cleveragents.infrastructure.acms.graph_store import (
+    Obj,
+    Readable,
+    ResourceGraph,
+    SubjectReader,
+)
 
 __all__ = ["ScopeStore", "WholeGraphNeeded"]
 
@@ -96,8 +104,8 @@ def _matches(graph: Readable, s: str | None, p: str | None, o: Obj | None) -> It
     """The triples of one graph matching a pattern of stored values (None: any).
 
     Raises:
-        WholeGraphNeeded: neither the subject nor an IRI object is bound,
-            and ``graph`` is not loaded.
+        WholeGraphNeeded: neither the subject nor an object ``graph``
+            keys is bound, and ``graph`` is not loaded.
     """
     if s is not None:
         edges = graph.by_subject.get(s)
@@ -116,6 +124,15 @@ def _matches(graph: Readable, s: str | None, p: str | None, o: Obj | None) -> It
             yield ss, pp, o  # along ``p`` only, if bound
         return
     if not isinstance(graph, ResourceGraph):
+        if (
+            p is not None
+            and o is not None
+            and isinstance(graph, SubjectReader)
+            and graph.keys_literals(p)
+        ):  # ``?s uko:name "Graph"``: the records adding that edge
+            for ss in graph.subjects_with_literal(p, o):
+                yield ss, p, o
+            return
         raise WholeGraphNeeded
     by_subject = graph.by_subject
     if p is not None:
