@@ -139,10 +139,24 @@ def test_a_host_that_configures_logging_after_importing_the_package_sees_its_eve
     assert done.stdout == ""
 
 
+# Thread a's first event, then thread b's while a's is under way.
+_TWO_FIRST_EVENTS = """
+import threading, time
+from cleveragents._logging import get_logger
+a, b = get_logger("cleveragents.acms.a"), get_logger("cleveragents.acms.b")
+t = threading.Thread(target=lambda: a.{level}("{first}"))
+t.start()
+time.sleep(0.1)
+b.{level}("{second}")
+t.join()
+"""
+
+
 def test_a_thread_logging_while_another_imports_structlog_does_not_fail() -> None:
     """Mid-import, ``sys.modules`` holds a structlog without its functions."""
     done = _python(
-        """
+        textwrap.dedent(
+            """
         import importlib.abc, sys, threading, time
         class Slow(importlib.abc.MetaPathFinder):
             def find_spec(self, name, path, target=None):
@@ -150,14 +164,9 @@ def test_a_thread_logging_while_another_imports_structlog_does_not_fail() -> Non
                     time.sleep(0.5)  # a slow first import (a cold cache, a busy machine)
                 return None
         sys.meta_path.insert(0, Slow())
-        from cleveragents._logging import get_logger
-        a, b = get_logger("cleveragents.acms.a"), get_logger("cleveragents.acms.b")
-        t = threading.Thread(target=lambda: a.warning("first"))
-        t.start()
-        time.sleep(0.1)
-        b.warning("second")
-        t.join()
         """
+        )
+        + _TWO_FIRST_EVENTS.format(level="warning", first="first", second="second")
     )
     assert done.returncode == 0, done.stderr
     assert "event='first'" in done.stderr and "event='second'" in done.stderr
@@ -168,7 +177,8 @@ def test_two_threads_first_events_configure_the_cli_log_once() -> None:
     another thread's first event meanwhile must wait, not configure the
     quiet default (whose events would loop through the CLI's handler)."""
     done = _python(
-        """
+        textwrap.dedent(
+            """
         import sys, threading, time
         from cleveragents.cli.main import configure_logging
         from cleveragents._logging import get_logger
@@ -179,13 +189,9 @@ def test_two_threads_first_events_configure_the_cli_log_once() -> None:
             time.sleep(0.3)
             return real(*args, **kwargs)
         structlog.processors.TimeStamper = slow
-        a, b = get_logger("cleveragents.acms.a"), get_logger("cleveragents.acms.b")
-        t = threading.Thread(target=lambda: a.info("from_a"))
-        t.start()
-        time.sleep(0.1)
-        b.info("from_b")
-        t.join()
         """
+        )
+        + _TWO_FIRST_EVENTS.format(level="info", first="from_a", second="from_b")
     )
     assert done.returncode == 0, done.stderr
     events = [json.loads(line) for line in done.stderr.splitlines()]  # JSON lines only
