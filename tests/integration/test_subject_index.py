@@ -63,8 +63,27 @@ def _write(draw: st.DrawFn) -> tuple[str, int, list[object], list[str], list[obj
     return who, i, list(adds), drops, list(removes)
 
 
+def _agrees(reader: graph_store.SubjectReader, graph: graph_store.ResourceGraph, rid: str) -> None:
+    for s in [*_subjects(rid), "http://x/none"]:
+        assert reader.edges(s) == graph.by_subject.get(s, set()), s
+    for o in [*_subjects(rid), "http://x/lib", "http://x/none"]:
+        # Along some predicates first (their pair keys), then along
+        # any (the object's key: what this reader already verified
+        # must not change the answer).
+        for predicates in ALONG:
+            got = reader.incoming_of(o, predicates)
+            assert got == graph.incoming_of(o, predicates), (o, predicates)
+    assert reader.keys_literals(UKO + "name")
+    assert not reader.keys_literals(UKO + "line")
+    for literal in LITERALS:
+        edge = (UKO + "name", literal)
+        want = {s for s, edges in graph.by_subject.items() if edge in edges}
+        assert reader.subjects_with_literal(*edge) == want, literal
+
+
 def _check(root: Path) -> None:
     store = GraphStore(root)
+    scans = graph_store._RECORD_SCANS
     try:
         for rid in RIDS:
             loaded = store.refresh(rid, None, None)
@@ -73,23 +92,15 @@ def _check(root: Path) -> None:
                 assert reader is None
                 continue
             assert reader is not None, "a file written by this code has a usable index"
-            graph = loaded[0]
-            for s in [*_subjects(rid), "http://x/none"]:
-                assert reader.edges(s) == graph.by_subject.get(s, set()), s
-            for o in [*_subjects(rid), "http://x/lib", "http://x/none"]:
-                # Along some predicates first (their pair keys), then along
-                # any (the object's key: what this reader already verified
-                # must not change the answer).
-                for predicates in ALONG:
-                    got = reader.incoming_of(o, predicates)
-                    assert got == graph.incoming_of(o, predicates), (o, predicates)
-            assert reader.keys_literals(UKO + "name")
-            assert not reader.keys_literals(UKO + "line")
-            for literal in LITERALS:
-                edge = (UKO + "name", literal)
-                want = {s for s, edges in graph.by_subject.items() if edge in edges}
-                assert reader.subjects_with_literal(*edge) == want, literal
+            _agrees(reader, loaded[0], rid)  # records scanned subject by subject
+            graph_store._RECORD_SCANS = 0
+            mapped = store.subject_reader(rid)
+            assert mapped is not None
+            _agrees(mapped, loaded[0], rid)  # each record's maps, built at once
+            mapped.close()
+            graph_store._RECORD_SCANS = scans
     finally:
+        graph_store._RECORD_SCANS = scans
         store.close()
 
 
@@ -440,6 +451,31 @@ def test_a_damaged_record_read_by_subject_answers_as_a_load(
         "out": answers["get_triples"],
         "in": [],
     }
+
+
+def test_a_version_2_index_is_rebuilt_by_the_next_append(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the smallest tail an index may leave (64 KB), the first append
+    to a file whose index keys no literals rebuilds it: a store written
+    before literal keys does not keep loading for its literal lookups until
+    a quarter of the file has been appended."""
+    rid = RIDS[0]
+    index = tmp_path / "graphs" / f"{rid}.subjects"
+    with monkeypatch.context() as old:
+        old.setattr(graph_store, "_INDEX_MAGIC", b"ACMSSIX\x02")
+        old.setattr(graph_store, "LITERAL_KEYED", frozenset())
+        old.setattr(graph_store, "INDEX_MIN_TAIL", 0)  # index every write
+        with RdflibGraphBackend(tmp_path) as writer:
+            writer.upsert(
+                rid,
+                [(file_uri(rid, f"m{i}.py"), UKO + "name", Literal("x" * 40)) for i in range(1500)],
+            )
+    assert (tmp_path / "graphs" / f"{rid}.graph").stat().st_size > graph_store.INDEX_MIN_TAIL
+    assert index.read_bytes()[:8] == b"ACMSSIX\x02"
+    with RdflibGraphBackend(tmp_path) as writer:
+        writer.upsert(rid, [(file_uri(rid, "late.py"), UKO + "name", Literal("run"))])
+    assert index.read_bytes()[:8] == b"ACMSSIX\x03"
 
 
 def test_an_index_without_literal_keys_is_read_and_rebuilt_with_them(

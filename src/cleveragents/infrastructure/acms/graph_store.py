@@ -56,9 +56,11 @@ Reading by subject (:class:`SubjectReader`): a question about a few
 subjects (``get_triples``, a walk out of a file's symbols) need not load the
 whole graph (0.6 s for the standard library's).  A ``.subjects`` file maps
 each subject's 64-bit key (:func:`subject_key`) to the offsets of the
-records that change it, and each IRI's key, alone and with a predicate
-(:func:`object_key`, :func:`pair_key`), to those of the records that add
-an edge to it, for the records up to the length it *covers*; it
+records that change it, each IRI's key, alone and with a predicate
+(:func:`object_key`, :func:`pair_key`), and each literal of a
+:data:`LITERAL_KEYED` predicate with it (:func:`literal_key`), to those of
+the records that add an edge to it, for the records up to the length it
+*covers*; it
 names its graph file by that file's 16 random bytes.  A reader decodes the
 records of the subjects it is asked about, plus every record past the
 covered length.  The index is advisory: written after the graph file
@@ -1172,7 +1174,9 @@ class GraphStore:
         try:
             head = _read_small(self.index_path(rid), _INDEX_HEAD.size)
             found = None if head is None else _index_head(head, cursor.nonce, cursor.offset)
-            covered = _HEADER if found is None else found[0]
+            # A version 2 index counts as none: rebuilt (whole) by the first
+            # append once the file is past the smallest tail allowed.
+            covered = _HEADER if found is None or not found[2] else found[0]
             if cursor.offset - covered <= _tail_allowed(covered):
                 return
             del self._unindexed[rid]
@@ -1412,7 +1416,7 @@ class _Record:
     operations.  Which subjects it adds an edge to each IRI from is built on
     the first walk backwards that needs it."""
 
-    __slots__ = ("_adds_to", "_scans", "kind", "size", "value")
+    __slots__ = ("_adds_to", "_holders", "_scans", "kind", "size", "value")
 
     def __init__(self, kind: bytes, value: object) -> None:
         self.kind = kind
@@ -1434,6 +1438,7 @@ class _Record:
             self.value = (set(drops), removed, adds)
             self.size = len(drops) + len(removes) + sum(map(len, adds.values()))
         self._adds_to: dict[str, list[tuple[str, str]]] | None = None
+        self._holders: dict[Edge, list[str]] | None = None
         self._scans = 0
 
     def added(self) -> Iterator[tuple[str, str, Obj]]:
@@ -1474,6 +1479,21 @@ class _Record:
         )
         return [s for s, edges in cast(dict[str, set[Edge]], value).items() if edge in edges]
 
+    def adds_literal(self, edge: Edge) -> list[str]:
+        """The subjects this record adds ``edge`` (a :data:`LITERAL_KEYED`
+        predicate to a literal) to: the first few questions scan the
+        subjects, later ones share a map of those edges, built once."""
+        if self._holders is None and self._scans < _RECORD_SCANS:
+            self._scans += 1
+            return self.adds_edge(edge)
+        if self._holders is None:
+            holders: dict[Edge, list[str]] = {}
+            for s, p, o in self.added():
+                if p in LITERAL_KEYED and not isinstance(o, str):
+                    holders.setdefault((p, o), []).append(s)
+            self._holders = holders
+        return self._holders.get(edge, [])
+
     def adds_along(self, o: str, p: str) -> list[tuple[str, str]]:
         """The (subject, ``p``) pairs this record adds an edge ``p`` to ``o``
         from.  The first few questions test each subject's edges (a record
@@ -1512,8 +1532,9 @@ class SubjectReader:
     """One resource's graph read subject by subject, without loading it.
 
     The subject index names the records that change each subject, and those
-    that add an edge to each IRI, and along each predicate (by
-    :func:`subject_key`, :func:`object_key` and :func:`pair_key`); the
+    that add an edge to each IRI, and along each predicate, and to each
+    literal of a :data:`LITERAL_KEYED` predicate (by :func:`subject_key`,
+    :func:`object_key`, :func:`pair_key` and :func:`literal_key`); the
     records past what it covers were decoded when the reader was made.  A
     subject's edges are its records folded in file order, exactly what a
     full load holds for it; an IRI's incoming edges (along some predicates)
@@ -1639,7 +1660,7 @@ class SubjectReader:
             edge = (p, o)
             candidates: set[str] = set()
             for record in self._records_for(literal_key(p, o)):
-                candidates.update(record.adds_edge(edge))
+                candidates.update(record.adds_literal(edge))
             found = {s for s in candidates if edge in self.edges(s)}
             self._bound()
             self._holding[p, o] = found

@@ -4,7 +4,8 @@ Persistence is :mod:`.graph_store`'s: one file per resource (a snapshot and
 an append-only change log), so this module keeps only scope, traversal and
 SPARQL.  Opening the backend reads no graph.  A SPARQL query over graphs
 not held is first evaluated over them read by subject (a query whose
-patterns each bind a subject or an IRI object costs the records it touches);
+patterns each bind a subject, an IRI object or a literal of ``uko:name`` or
+``uko:path`` costs the records it touches);
 if it asks what only a loaded graph answers (a pattern by predicate alone,
 or of every triple), it loads the graphs of its in-scope resources and
 keeps them, and is evaluated again, within the same time limit.  Before
