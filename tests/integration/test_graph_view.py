@@ -115,10 +115,8 @@ def test_the_view_answers_as_a_copy_of_the_union(
         for s, p, o in triples:
             res.add(s, p, o)
     view = ScopeStore(graphs)
-    view.prepare()  # a graph's first query: its worker builds what it reads
-    assert all(g.incoming is None and g.by_predicate is None for g in graphs)
     view.prepare()
-    # From the second on, built here, in the caller: a forked worker inherits them.
+    # Built here, in the caller: a forked worker inherits them.
     assert all(g.incoming is not None and g.by_predicate is not None for g in graphs)
     for i, add, (s, p, o) in writes:
         res = graphs[i % len(graphs)]

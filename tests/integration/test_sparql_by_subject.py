@@ -196,25 +196,3 @@ def test_a_damaged_record_read_by_subject_answers_as_a_load(
     with RdflibGraphBackend(tmp_path) as fresh:
         assert fresh.sparql_query(query, scope=scope) == expected
     assert expected.triples == [(S0, UKO + "line", "1")]
-
-
-def test_a_graphs_first_query_builds_its_indexes_in_the_worker_only(tmp_path: Path) -> None:
-    """A process that asks one question (the CLI) builds in the worker only
-    the indexes its patterns read; from a graph's second query on, the
-    caller builds them, so a long-lived process builds them once (they are
-    counted in the cache budget from then on)."""
-    files = [file_uri(RIDS[0], f"m{i}.py") for i in range(20)]
-    with RdflibGraphBackend(tmp_path) as writer:
-        writer.upsert(RIDS[0], [(f, UKO + "line", Literal(str(i))) for i, f in enumerate(files)])
-    scope = frozenset(RIDS[:1])
-    query = P + "SELECT ?s ?p ?o WHERE { ?s uko:line ?l . ?s ?p ?o }"  # by predicate: a load
-    with RdflibGraphBackend(tmp_path) as backend:
-        first = backend.sparql_query(query, scope=scope)
-        assert len(first.triples) == 20
-        unindexed = backend.held_triples()
-        assert unindexed == 20  # the triples alone: the worker built what it read
-        assert backend.sparql_query(query, scope=scope) == first
-        indexed = backend.held_triples()
-        assert indexed > unindexed  # built in the caller now, and kept
-        assert backend.sparql_query(query, scope=scope) == first
-        assert backend.held_triples() == indexed

@@ -211,15 +211,7 @@ _NO_COUNTS: Mapping[str, int] = MappingProxyType({})
 class ResourceGraph:
     """One resource's triples as strings: subject -> {(predicate, object)}."""
 
-    __slots__ = (
-        "by_predicate",
-        "by_subject",
-        "edges",
-        "foreign",
-        "incoming",
-        "queried",
-        "size",
-    )
+    __slots__ = ("by_predicate", "by_subject", "edges", "foreign", "incoming", "size")
 
     def __init__(self, by_subject: dict[str, set[Edge]] | None = None) -> None:
         self.by_subject: dict[str, set[Edge]] = {} if by_subject is None else by_subject
@@ -235,8 +227,6 @@ class ResourceGraph:
         # each in O(1) (a subject may have thousands of edges).
         self.incoming: dict[str, set[tuple[str, str]]] | None = None
         self.by_predicate: dict[str, dict[str, int]] | None = None
-        # Whether a SPARQL query read this graph in this process before.
-        self.queried = False
 
     def weight(self) -> int:
         """This graph's memory in triples' worth, for a cache budget: its

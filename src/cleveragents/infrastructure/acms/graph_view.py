@@ -26,12 +26,10 @@ caller loads the graphs and asks again.  A selective query over a large
 resource then costs the records it touches, not a load.
 
 The last two indexes live on each :class:`ResourceGraph` (built once, kept
-up to date by its writes in O(1) each).  A graph's first query builds in
-its worker only those its patterns use; from the second on,
-:meth:`ScopeStore.prepare` builds them in the caller, before the query's
-worker process is forked (with the backend's lock held, so the child sees
-no half-applied write), so a long-lived process builds them once per loaded
-graph, not once per query, and a one-question process only what it needs.
+up to date by its writes in O(1) each): :meth:`ScopeStore.prepare` builds
+them in the caller, before the query's worker process is forked (with the
+backend's lock held, so the child sees no half-applied write), and a
+long-lived process builds them once per loaded graph, not once per query.
 
 A union of several resources holds each triple once, as a ``Memory`` union
 did: a triple found in an earlier member graph is not given again.  Only
@@ -176,18 +174,11 @@ class ScopeStore(Store):
         return self._graphs
 
     def prepare(self) -> None:
-        """Before each query: build the loaded members' predicate and
-        incoming-edge indexes in the caller (so that the forked worker
-        inherits them, and later queries find them built) for each member a
-        query read before.  A member's first query builds in the worker only
-        the indexes its patterns need: a process that asks one question (the
-        CLI) never builds the others (on the stdlib's graph, 0.5 s and 67 MB
-        for the incoming edges a query by predicate never reads)."""
+        """Build the loaded members' predicate and incoming-edge indexes (in
+        the caller, so that the forked worker inherits them)."""
         for graph in self._graphs:
             if isinstance(graph, ResourceGraph):
-                if graph.queried:
-                    graph.build_indexes()
-                graph.queried = True
+                graph.build_indexes()
 
     def reshare(self) -> None:
         """Find the subjects in more than one member anew (O(subjects)): for

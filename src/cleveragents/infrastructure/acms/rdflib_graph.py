@@ -46,7 +46,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from cleveragents._logging import get_logger
 from cleveragents.domain.models.acms.backends import (
@@ -793,11 +793,12 @@ class RdflibGraphBackend:
             if union is not None:
                 self._unions.move_to_end(present)
             else:
-                union = Graph(store=ScopeStore([graphs[rid] for rid in sorted(present)]))
+                view = ScopeStore([graphs[rid] for rid in sorted(present)])
+                view.prepare()
+                union = Graph(store=view)
                 self._unions[present] = union
                 while len(self._unions) > self._union_cache_size:
                     self._unions.popitem(last=False)
-            cast("ScopeStore", union.store).prepare()  # every query (see prepare)
             self._trim(set(graphs))
             return union
 
