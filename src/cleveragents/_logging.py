@@ -66,11 +66,12 @@ def configure_on_first_event(configure: Callable[[], None]) -> None:
     imported, ``configure`` runs now (a host, or an earlier configuration,
     may have set it up: the caller's must win, as an eager call's would)."""
     global _pending
-    if "structlog" in sys.modules:
-        _pending = None
-        configure()
-    else:
-        _pending = configure
+    with _resolving:  # never between another thread's taking and applying it
+        if "structlog" in sys.modules:
+            _pending = None
+            configure()
+        else:
+            _pending = configure
 
 
 def _structlog() -> ModuleType:

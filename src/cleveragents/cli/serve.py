@@ -49,8 +49,6 @@ __all__ = [
 #: 128 KiB; arguments beyond that are not useful, and the body is buffered).
 MAX_REQUEST_BYTES = 1 << 20
 
-_log = structlog.get_logger("cleveragents.acms.serve")
-
 
 def tool_functions(session: AgentSession) -> dict[str, Callable[..., dict[str, Any]]]:
     """The service's tools by name, each returning a JSON-able answer."""
