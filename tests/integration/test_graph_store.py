@@ -12,7 +12,7 @@ import multiprocessing
 import os
 import signal
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -387,12 +387,13 @@ def _kill_at(root: Path, point: str, action: Callable[[RdflibGraphBackend], None
             _die()
         return st
 
-    def write_new(path: Path, data: bytes) -> os.stat_result:
+    def write_new(path: Path, pieces: Iterable[bytes]) -> os.stat_result:
+        data = b"".join(pieces)
         if point == "replace.temp":
             fd, _ = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
             os.write(fd, data[: len(data) // 2])
             _die()
-        st = real_write_new(path, data)
+        st = real_write_new(path, [data])
         if point == "replace.done":
             _die()
         return st

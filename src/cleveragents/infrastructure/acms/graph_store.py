@@ -37,9 +37,11 @@ Why this shape (figures in ``benchmarks/bench_graph_store.py``):
   about the change, not the resource.  Once the log outgrows the snapshot
   (a writer holding the graph), or more than a third of the triples written
   are dead (a writer that does not: :class:`WriteState` counts them), a
-  fresh file (snapshot only) replaces the old one (compaction).  Appending
-  only new triples never compacts: indexing a resource from scratch writes
-  its graph once and never holds all of it.
+  fresh file (snapshot only) replaces the old one (compaction).  A writer
+  that does not hold the graph compacts reading one record at a time
+  (:meth:`GraphStore.compact`), so it never holds the graph either.
+  Appending only new triples never compacts: indexing a resource from
+  scratch writes its graph once and never holds all of it.
 - Crash safety: a new file is written to a temporary name, fsynced and
   renamed over the old one; a record whose length or CRC does not check out
   (a writer killed mid-append) ends the committed part, is ignored by
@@ -745,12 +747,14 @@ def _pread_all(fd: int, size: int | None, offset: int) -> bytes:
     return b"".join(chunks)
 
 
-def _write_new(path: Path, data: bytes) -> os.stat_result:
-    """Write ``data`` as ``path`` atomically and durably; its stat."""
+def _write_new(path: Path, pieces: Iterable[Buffer]) -> os.stat_result:
+    """Write ``pieces`` in order as ``path`` atomically and durably; its stat.
+    ``pieces`` may be a generator: only one piece need be in memory."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            for piece in pieces:
+                fh.write(piece)
             fh.flush()
             os.fsync(fh.fileno())
             st = os.fstat(fh.fileno())
@@ -925,14 +929,14 @@ class GraphStore:
                 if not path.exists():
                     if (self.root / "generation").exists():
                         self._convert_legacy()
-                    _write_new(path, FORMAT)
+                    _write_new(path, [FORMAT])
                     # Last: until it is gone, a killed conversion is redone.
                     (self.root / "generation").unlink(missing_ok=True)
             return
         if found == _FORMAT_2:
             with self.writer_lock():
                 if path.read_bytes() == _FORMAT_2:
-                    _write_new(path, FORMAT)
+                    _write_new(path, [FORMAT])
             return
         if found != FORMAT:
             raise IndexUnavailableError(f"graph store {self.root} has an unknown format {found!r}")
@@ -1230,18 +1234,23 @@ class GraphStore:
             chunks.append(_record(_SNAPSHOT, marshal.dumps(chunk, _MARSHAL_VERSION)))
             entries.add(_record_keys(_SNAPSHOT, chunk), offset)
             offset += len(chunks[-1])
-        data = b"".join([_MAGIC, nonce, *chunks])
-        del chunks
+        return self._write_snapshot(rid, nonce, [_MAGIC, nonce, *chunks], entries)
+
+    def _write_snapshot(
+        self, rid: str, nonce: bytes, pieces: Iterable[Buffer], entries: _Entries
+    ) -> Cursor:
+        """Write a snapshot-only file (``pieces``: header, then ``S`` records;
+        ``entries`` complete once they are consumed) and its subject index."""
         try:
-            st = _write_new(self.path(rid), data)
+            st = _write_new(self.path(rid), pieces)
         except OSError as exc:
             raise IndexUnavailableError(f"cannot write graph of {rid}: {exc}") from exc
         self._unindexed.pop(rid, None)
         try:
-            _write_advisory(self.index_path(rid), _index_file(nonce, len(data), [entries]))
+            _write_advisory(self.index_path(rid), _index_file(nonce, st.st_size, [entries]))
         except OSError as exc:
             _log.warning("graph_store.index_not_written", resource=rid, error=str(exc))
-        return Cursor(st.st_ino, nonce, len(data), len(data), _key(st), True)
+        return Cursor(st.st_ino, nonce, st.st_size, st.st_size, _key(st), True)
 
     def remove(self, rid: str) -> None:
         self._unindexed.pop(rid, None)
@@ -1346,6 +1355,94 @@ class GraphStore:
         state = WriteState(cursor, {})
         state.count(([], [], graph.by_subject))
         return state
+
+    def compact(self, rid: str, state: WriteState) -> WriteState:
+        """Rewrite ``rid``'s file as snapshot chunks of the triples it holds,
+        one record in memory at a time; the state of the new file.
+
+        For a writer that does not hold the graph (loading it for the
+        compaction made a reindex of many changed files peak at the whole
+        graph).  ``state`` is current and its torn tail cut (the caller holds
+        the writer lock).  Two passes over the records, last to first: which
+        of a record's edges survive depends only on the records after it
+        (:func:`_live_backwards`).  The first pass finds the subjects whose
+        surviving edges come from more than one record; the second writes
+        every other subject's edges as it meets them, in chunks, and those
+        subjects' edges, held, at the end, so that chunks stay disjoint.
+        Held in memory: the subjects and single triples later records drop,
+        and the held subjects' edges (usually the resource node's).
+        """
+        with self._reading(rid) as opened:
+            if opened is None or not _continues(state.cursor, opened[2], opened[3]):
+                raise IndexUnavailableError(f"graph file of {rid} changed under the writer lock")
+            path, fd, _st, _header = opened
+            spans = self._spans(fd, state.cursor.offset, path)
+            seen: set[int] = set()
+            several: set[int] = set()
+            for live in _live_backwards(fd, spans, path):
+                for s in live:
+                    key = subject_key(s)
+                    (several if key in seen else seen).add(key)
+            del seen
+            nonce = os.urandom(16)
+            entries = _Entries()
+            fresh = WriteState(Cursor(0, nonce, 0, 0, (0, 0, 0), True), {})
+
+            def pieces() -> Iterator[bytes]:
+                yield _MAGIC + nonce
+                offset, wrote = _HEADER, False
+                chunk: dict[str, set[Edge]] = {}
+                held: dict[str, set[Edge]] = {}
+
+                def record() -> bytes:
+                    nonlocal offset, wrote
+                    data = _record(_SNAPSHOT, marshal.dumps(chunk, _MARSHAL_VERSION))
+                    entries.add(_record_keys(_SNAPSHOT, chunk), offset)
+                    fresh.count(([], [], chunk))
+                    offset += len(data)
+                    wrote = True
+                    return data
+
+                for live in _live_backwards(fd, spans, path):
+                    for s, edges in live.items():
+                        if subject_key(s) in several:
+                            held.setdefault(s, set()).update(edges)
+                            continue
+                        chunk[s] = edges
+                        if len(chunk) >= SNAPSHOT_SUBJECTS:
+                            yield record()
+                            chunk = {}
+                for s, edges in held.items():
+                    chunk[s] = edges
+                    if len(chunk) >= SNAPSHOT_SUBJECTS:
+                        yield record()
+                        chunk = {}
+                if chunk or not wrote:  # a file holds at least one chunk
+                    yield record()
+
+            cursor = self._write_snapshot(rid, nonce, pieces(), entries)
+        fresh.cursor = cursor
+        _log.debug("graph_store.compacted", resource=rid, triples=fresh.live)
+        return fresh
+
+    @staticmethod
+    def _spans(fd: int, end: int, path: Path) -> list[tuple[int, int]]:
+        """(offset, length) of each record up to ``end``, from their heads
+        (the payloads are checked when read)."""
+        spans: list[tuple[int, int]] = []
+        pos = _HEADER
+        while pos < end:
+            head = _pread_all(fd, _RECORD.size, pos)
+            if len(head) < _RECORD.size:
+                break
+            kind, length, _crc = _RECORD.unpack(head)
+            if kind not in _KINDS or pos + _RECORD.size + length > end:
+                break
+            spans.append((pos, length))
+            pos += _RECORD.size + length
+        if pos != end or not spans:
+            raise IndexUnavailableError(f"corrupt graph file {path}: records do not end at {end}")
+        return spans
 
     @staticmethod
     def compaction_due(cursor: Cursor) -> bool:
@@ -1503,6 +1600,53 @@ class _Record:
             self._scans += 1
             return [(s, p) for s in self.adds_edge((p, o))]
         return [pair for pair in self.adds_to(o) if pair[1] == p]
+
+
+def _live_backwards(
+    fd: int, spans: list[tuple[int, int]], path: Path
+) -> Iterator[dict[str, set[Edge]]]:
+    """Per record of ``spans``, last to first: the edges it adds that the
+    file still holds, by subject.
+
+    An edge a record adds survives unless a later record drops its subject
+    or removes it; an ``L`` record's operations apply in order, and a ``C``
+    record's drops and removals come before its own additions.  An edge two
+    records add survives in both (a set holds it once).
+    """
+    dropped: set[str] = set()
+    removed: set[tuple[str, str, Obj]] = set()
+    for pos, length in reversed(spans):
+        head = _pread_all(fd, _RECORD.size, pos)
+        payload = _pread_all(fd, length, pos + _RECORD.size)
+        kind, _length, crc = _RECORD.unpack(head)
+        if len(payload) != length or zlib.crc32(payload, zlib.crc32(head[:5])) != crc:
+            raise IndexUnavailableError(f"corrupt graph file {path}: bad record at {pos}")
+        value = _decode_any(kind, memoryview(payload), path)
+        del payload
+        live: dict[str, set[Edge]] = {}
+        if kind == _LOG:
+            for add, s, p, o in reversed(cast(list[Op], value)):
+                if not add:
+                    removed.add((s, p, o))
+                elif s not in dropped and (s, p, o) not in removed:
+                    live.setdefault(s, set()).add((p, o))
+        else:
+            drops, removes, adds = (
+                ([], [], cast(dict[str, set[Edge]], value))
+                if kind == _SNAPSHOT
+                else cast(Change, value)
+            )
+            for s, edges in adds.items():
+                if s in dropped:
+                    continue
+                if removed:
+                    edges = {(p, o) for p, o in edges if (s, p, o) not in removed}
+                if edges:
+                    live[s] = edges
+            dropped.update(drops)
+            removed.update(removes)
+        del value
+        yield live
 
 
 def _fold(s: str, records: Iterable[_Record]) -> set[Edge]:

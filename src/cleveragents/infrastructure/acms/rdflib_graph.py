@@ -966,7 +966,7 @@ class RdflibGraphBackend:
         after it, so the file stays.  Only the per-subject counts of
         :class:`WriteState` are held, so an indexer's memory follows its
         batch, not the resource.  A compaction, when enough of the log is
-        dead, loads the graph for its duration only.  Call with both locks held.
+        dead, reads it record by record (:meth:`GraphStore.compact`).  Call with both locks held.
         """
         adds: dict[str, set[Edge]] = {}
         for s, p, o in to_add:
@@ -986,12 +986,8 @@ class RdflibGraphBackend:
         self._drop_unions(rid)
         self._cursors.pop(rid, None)
         if state.compaction_due():
-            fresh = store.refresh(rid, None, None)
-            if fresh is None:  # cannot happen under the writer lock
-                self._writes.pop(rid, None)
-                return
-            try:
-                self._writes[rid] = store.create_from(rid, fresh[0])
+            try:  # record by record: this writer never holds the graph
+                self._writes[rid] = store.compact(rid, state)
             except IndexUnavailableError as exc:  # the data is safe in the log: retry later
                 _log.warning("rdflib_graph.compaction_failed", resource=rid, error=str(exc))
 
