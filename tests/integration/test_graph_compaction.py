@@ -227,3 +227,81 @@ def test_a_compacted_file_holds_what_the_graph_holding_writer_would_write(
         assert fresh is not None
         graphs.append(fresh[0].by_subject)
     assert graphs[0] == graphs[1]
+
+
+# ---------------------------------------------------------------- deletions
+
+
+def _counting_loads(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    loads: list[Path] = []
+    real_parse = GraphStore._parse
+
+    def parse(self: GraphStore, data: bytes, st: Any, path: Path) -> Any:
+        loads.append(path)
+        return real_parse(self, data, st, path)
+
+    monkeypatch.setattr(GraphStore, "_parse", parse)
+    return loads
+
+
+def test_a_deletion_by_a_writer_without_the_graph_loads_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deleting a file's subjects (the indexer after a file was removed)
+    appends a record; it loaded the whole graph before."""
+    rid = str(ULID())
+    with RdflibGraphBackend(tmp_path) as writer:
+        for triples, doomed in _spread(rid, files=3000, rounds=1):
+            writer.upsert(rid, triples, delete_subjects=doomed)
+    loads = _counting_loads(monkeypatch)
+    gone = file_uri(rid, "m5.py")
+    with RdflibGraphBackend(tmp_path) as writer:
+        writer.upsert(rid, [], delete_subjects=[gone])
+        writer.delete(rid, [file_uri(rid, "m6.py")])
+        assert loads == []
+    monkeypatch.undo()
+    with RdflibGraphBackend(tmp_path) as reader:
+        scope = frozenset({rid})
+        assert reader.get_triples(gone, scope=scope).triples == []
+        assert reader.get_triples(file_uri(rid, "m6.py"), scope=scope).triples == []
+        assert len(reader.get_triples(file_uri(rid, "m7.py"), scope=scope).triples) == 2
+        assert len(reader.subjects(rid)) == 2998
+        assert rid in reader.resource_ids()
+
+
+def test_deleting_every_subject_removes_the_graph_without_loading_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rid, other = str(ULID()), str(ULID())
+    with RdflibGraphBackend(tmp_path) as writer:
+        for triples, doomed in _spread(rid, files=20, rounds=2):
+            writer.upsert(rid, triples, delete_subjects=doomed)
+        writer.upsert(other, _spread(other, files=1, rounds=1)[0][0])
+    loads = _counting_loads(monkeypatch)
+    with RdflibGraphBackend(tmp_path) as writer:
+        path = writer._store.path(rid)  # type: ignore[union-attr]
+        files = [file_uri(rid, f"m{i}.py") for i in range(20)]
+        writer.upsert(rid, [], delete_subjects=files[:10])
+        assert path.exists() and rid in writer.resource_ids()
+        writer.upsert(rid, [], delete_subjects=files[10:])
+        assert not path.exists()
+        assert writer.resource_ids() == {other}
+        # Deleting from a resource with no graph creates none.
+        writer.upsert(rid, [], delete_subjects=files[:1])
+        writer.delete(rid, files[:1])
+        assert not path.exists()
+        assert loads == []
+
+
+def test_an_edge_added_twice_then_removed_leaves_no_graph(tmp_path: Path) -> None:
+    """The write counts say one triple is left (the edge counted twice); the
+    exact count of a compaction says none, so the file goes."""
+    rid = str(ULID())
+    f = file_uri(rid, "m0.py")
+    edge = (f, UKO + "tag", Literal("x"))
+    with RdflibGraphBackend(tmp_path) as writer:
+        writer.upsert(rid, [edge])
+        writer.upsert(rid, [edge])
+        writer.upsert(rid, [], delete_triples=[edge])
+        assert writer.resource_ids() == set()
+        assert not writer._store.path(rid).exists()  # type: ignore[union-attr]

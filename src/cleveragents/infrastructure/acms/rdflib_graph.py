@@ -134,6 +134,11 @@ def _result(triples: list[Triple], metadata: dict[str, str]) -> GraphResult:
 # Subject readers kept at most (each holds its graph file open), beyond the
 # graph cache budget that also bounds them.
 _READERS = 256
+# A deletion by a writer that does not hold the graph compacts the file (an
+# exact count, and the file removed if the graph is empty) when the write
+# counts say at most this many triples are left: a small file, or one whose
+# log is mostly dead.
+_EXACT_BELOW = 4096
 
 
 def _required_scope(scope: frozenset[str] | None, method: str) -> frozenset[str]:
@@ -905,7 +910,7 @@ class RdflibGraphBackend:
         Call with both locks held.
         """
         store = self._store
-        if store is not None and to_add and rid not in self._graphs:
+        if store is not None and rid not in self._graphs:
             self._append_change(store, rid, doomed, to_add, drop)
             return
         self._writes.pop(rid, None)  # this process follows the file through the graph
@@ -959,14 +964,20 @@ class RdflibGraphBackend:
         to_add: list[tuple[str, str, Obj]],
         drop: Sequence[tuple[str, str, Obj]],
     ) -> None:
-        """Write a change that adds triples without loading the resource's graph.
+        """Write a change without loading the resource's graph.
 
         The change goes to the file as one record naming the subjects to
-        drop (their triples need not be known); the graph cannot be empty
-        after it, so the file stays.  Only the per-subject counts of
-        :class:`WriteState` are held, so an indexer's memory follows its
+        drop (their triples need not be known).  Only the per-subject counts
+        of :class:`WriteState` are held, so an indexer's memory follows its
         batch, not the resource.  A compaction, when enough of the log is
-        dead, reads it record by record (:meth:`GraphStore.compact`).  Call with both locks held.
+        dead, reads it record by record (:meth:`GraphStore.compact`).
+
+        A change that only deletes may leave the graph empty, and a resource
+        with an empty graph has no file.  The counts are not exact (an edge
+        added twice counts twice; removing an absent edge counts), so when
+        they say at most :data:`_EXACT_BELOW` triples are left the file is
+        compacted, which counts them exactly, and removed if none is.
+        Call with both locks held.
         """
         adds: dict[str, set[Edge]] = {}
         for s, p, o in to_add:
@@ -978,6 +989,8 @@ class RdflibGraphBackend:
         change: Change = (sorted(doomed), removes, adds)
         state = store.write_state(rid, self._writes.get(rid))
         if state is None:
+            if not adds:
+                return  # no graph to delete from
             state = store.create(rid, change)
         else:
             store.cut_torn_tail(rid, state.cursor)
@@ -985,11 +998,16 @@ class RdflibGraphBackend:
         self._writes[rid] = state
         self._drop_unions(rid)
         self._cursors.pop(rid, None)
-        if state.compaction_due():
+        maybe_empty = not adds and state.live <= _EXACT_BELOW
+        if state.compaction_due() or maybe_empty:
             try:  # record by record: this writer never holds the graph
-                self._writes[rid] = store.compact(rid, state)
+                state = self._writes[rid] = store.compact(rid, state)
             except IndexUnavailableError as exc:  # the data is safe in the log: retry later
                 _log.warning("rdflib_graph.compaction_failed", resource=rid, error=str(exc))
+                return
+            if not state.live:
+                store.remove(rid)
+                self._forget(rid)
 
     def _writer_lock(self) -> contextlib.AbstractContextManager[None]:
         self._check_open()
