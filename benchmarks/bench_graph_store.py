@@ -460,7 +460,7 @@ def write_costs(tmp: Path, graph: dict[str, set[Any]]) -> dict[str, Any]:
     def nt_append() -> None:
         text = "".join("+" + _nt_line(s, p, o) for _, s, p, o in change) + "C\n"
         graph_store._append(log, os.stat(log).st_ino, text.encode())
-        graph_store._write_new(gen, b"1\n")
+        graph_store._write_new(gen, [b"1\n"])
 
     log.touch()
     nt_ms = timed(nt_append)

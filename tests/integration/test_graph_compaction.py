@@ -73,9 +73,11 @@ def _loaded(store: GraphStore) -> dict[str, set[Edge]]:
     return {s: set(edges) for s, edges in fresh[0].by_subject.items() if edges}
 
 
-def _write(store: GraphStore, steps: list[Any]) -> WriteState:
-    """The steps as records of one file, the first a snapshot."""
-    state = store.create(RID, ([], [], {_S[0]: {(_P[0], "urn:x")}}))
+def _write(store: GraphStore, steps: list[Any], state: WriteState | None = None) -> WriteState:
+    """The steps as records of one file after ``state``'s, or of a new one
+    whose snapshot holds every subject (several chunks when they are small)."""
+    if state is None:
+        state = store.create(RID, ([], [], {s: {(_P[0], "urn:x"), (_P[1], s)} for s in _S}))
     for kind, spec in steps:
         if kind == "C":
             state = store.write_state(RID, state) or state
@@ -97,21 +99,32 @@ def _write(store: GraphStore, steps: list[Any]) -> WriteState:
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-@given(steps=st.lists(_step, max_size=12), chunk=st.sampled_from([1, 2, 4096]))
+@given(
+    steps=st.lists(_step, max_size=12),
+    more=st.lists(_step, max_size=6),
+    chunk=st.sampled_from([1, 2, 4096]),
+)
 def test_a_compaction_keeps_exactly_the_graph_a_load_gives(
     tmp_path_factory: pytest.TempPathFactory,
     monkeypatch: pytest.MonkeyPatch,
     steps: list[Any],
+    more: list[Any],
     chunk: int,
 ) -> None:
-    # Chunks of 1 or 2 subjects: records' surviving edges fill several
-    # chunks, and subjects whose edges several records add are held.
+    # Chunks of 1 or 2 subjects: the first snapshot is several chunks,
+    # records' surviving edges fill several chunks, and subjects whose
+    # edges several records add are held.  Then a compacted file (its
+    # snapshot in many chunks) is written to and compacted again.
     monkeypatch.setattr(graph_store, "SNAPSHOT_SUBJECTS", chunk)
     store = GraphStore(tmp_path_factory.mktemp("compact"))
     with store.writer_lock():
         state = _write(store, steps)
         expected = _loaded(store)
-        fresh = store.compact(RID, state)
+        first = store.compact(RID, state)
+        assert _loaded(store) == expected
+        again = _write(store, more, first)
+        expected = _loaded(store)
+        fresh = store.compact(RID, again)
     assert _loaded(store) == expected
     records = _records(store)
     assert {kind for kind, _ in records} == {graph_store._SNAPSHOT}
@@ -305,3 +318,82 @@ def test_an_edge_added_twice_then_removed_leaves_no_graph(tmp_path: Path) -> Non
         writer.upsert(rid, [], delete_triples=[edge])
         assert writer.resource_ids() == set()
         assert not writer._store.path(rid).exists()  # type: ignore[union-attr]
+
+
+# ---------------------------------------------------------------- failures and memory
+
+
+def _three_records(store: GraphStore) -> WriteState:
+    state = store.create(RID, ([], [], {s: {(_P[0], "urn:x")} for s in _S}))
+    store.append_change(RID, state, ([_S[0]], [], {_S[0]: {(_P[1], "urn:y")}}))
+    store.append_change(RID, state, ([_S[1]], [], {_S[1]: {(_P[1], "urn:y")}}))
+    return state
+
+
+def test_a_compaction_that_fails_leaves_the_file_and_the_state_as_they_were(
+    tmp_path: Path,
+) -> None:
+    store = GraphStore(tmp_path)
+    with store.writer_lock():
+        state = _three_records(store)
+        path = store.path(RID)
+        data = bytearray(path.read_bytes())
+        first = graph_store._next_record(bytes(data), graph_store._HEADER)
+        assert first is not None
+        data[first[2] + graph_store._RECORD.size + 2] ^= 0xFF  # the second record's payload
+        path.write_bytes(bytes(data))  # the same file (inode, name), damaged
+        with pytest.raises(graph_store.IndexUnavailableError, match="bad record"):
+            store.compact(RID, state)
+        assert path.read_bytes() == bytes(data)
+        assert [p.name for p in tmp_path.rglob("*.tmp")] == []
+        # The state still appends.
+        store.append_change(RID, state, ([], [], {_S[2]: {(_P[1], "urn:z")}}))
+        assert path.stat().st_size > len(data)
+
+
+def test_a_compaction_of_a_state_of_another_file_fails(tmp_path: Path) -> None:
+    store = GraphStore(tmp_path)
+    with store.writer_lock():
+        stale = _three_records(store)
+        fresh = store.refresh(RID, None, None)
+        assert fresh is not None
+        store.create_from(RID, fresh[0])  # another writer compacted meanwhile
+        before = store.path(RID).read_bytes()
+        with pytest.raises(graph_store.IndexUnavailableError, match="changed under"):
+            store.compact(RID, stale)
+        assert store.path(RID).read_bytes() == before
+
+
+def test_a_compaction_holds_far_less_than_the_graph(tmp_path: Path) -> None:
+    """Python allocations at their peak during a compaction, against a load
+    of the same file: only subjects whose edges span records are held."""
+    import tracemalloc
+
+    store = GraphStore(tmp_path)
+    files = 3000
+    with store.writer_lock():
+        state: WriteState | None = None
+        for rnd in range(2):
+            for start in range(0, files, 100):
+                adds = {
+                    f"urn:f{i}#s{j}": {(_P[0], (f"{rnd}-{i}-{j}-{k}", None)) for k in range(6)}
+                    for i in range(start, start + 100)
+                    for j in range(4)
+                }
+                drops = list(adds)
+                if state is None:
+                    state = store.create(RID, (drops, [], adds))
+                else:
+                    store.append_change(RID, state, (drops, [], adds))
+        assert state is not None
+        tracemalloc.start()
+        try:
+            store.refresh(RID, None, None)
+            load_peak = tracemalloc.get_traced_memory()[1]
+            tracemalloc.reset_peak()
+            base = tracemalloc.get_traced_memory()[0]
+            store.compact(RID, state)
+            compact_peak = tracemalloc.get_traced_memory()[1] - base
+        finally:
+            tracemalloc.stop()
+    assert compact_peak < load_peak / 3, (compact_peak, load_peak)

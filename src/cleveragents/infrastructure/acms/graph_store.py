@@ -1369,8 +1369,11 @@ class GraphStore:
         surviving edges come from more than one record; the second writes
         every other subject's edges as it meets them, in chunks, and those
         subjects' edges, held, at the end, so that chunks stay disjoint.
-        Held in memory: the subjects and single triples later records drop,
-        and the held subjects' edges (usually the resource node's).
+        Held in memory: one record and one chunk; the subjects and single
+        triples later records drop; the held subjects' edges (usually the
+        resource node's); and, per subject or record, 64-bit keys (the
+        subjects met, the new index's entries, the new state's counts, each
+        record's offset), not the triples.
         """
         with self._reading(rid) as opened:
             if opened is None or not _continues(state.cursor, opened[2], opened[3]):
