@@ -841,17 +841,30 @@ class WriteState:
     the compaction rule reads it, where a collision costs nothing but an
     early or late compaction); ``live`` counts the triples the file holds,
     ``dead`` those its log holds but the graph no longer does.
+    ``uncertain`` counts the edges added to a subject that already had some
+    without the change removing that edge first: each may have been there
+    already (then ``live`` counts it twice), so the graph holds at least
+    ``live - uncertain`` triples (a removal of an absent edge errs the
+    other way: fewer).
     """
 
     cursor: Cursor
     counts: dict[int, int]
     live: int = 0
     dead: int = 0
+    uncertain: int = 0
 
     def count(self, change: Change) -> None:
         """Follow ``change`` in the counts."""
         drops, removes, adds = change
         counts = self.counts
+        if adds and counts:
+            dropped = {hash(s) for s in drops}
+            renewed = {(s, p, o) for s, p, o in removes}
+            for s, edges in adds.items():
+                key = hash(s)
+                if key in counts and key not in dropped:
+                    self.uncertain += sum(1 for p, o in edges if (s, p, o) not in renewed)
         for s in drops:
             n = counts.pop(hash(s), 0)
             self.live -= n

@@ -134,10 +134,10 @@ def _result(triples: list[Triple], metadata: dict[str, str]) -> GraphResult:
 # Subject readers kept at most (each holds its graph file open), beyond the
 # graph cache budget that also bounds them.
 _READERS = 256
-# A deletion by a writer that does not hold the graph compacts the file (an
-# exact count, and the file removed if the graph is empty) when the write
-# counts say at most this many triples are left: a small file, or one whose
-# log is mostly dead.
+# A deletion by a writer that does not hold the graph loads a graph the
+# write counts say holds at most this many triples (small: it is held after),
+# and appends to a bigger one, then compacts it (an exact count, and the file
+# removed if the graph is empty) if at most this many may be left.
 _EXACT_BELOW = 4096
 
 
@@ -911,8 +911,20 @@ class RdflibGraphBackend:
         """
         store = self._store
         if store is not None and rid not in self._graphs:
-            self._append_change(store, rid, doomed, to_add, drop)
-            return
+            if to_add:
+                self._append_change(store, rid, doomed, to_add, drop)
+                return
+            # A deletion: appended to a big graph; a small one (by the write
+            # counts) is loaded and held, as a write that empties it must
+            # remove its file and the counts are not exact.
+            state = store.write_state(rid, self._writes.get(rid))
+            if state is None:
+                self._writes.pop(rid, None)
+                return  # no graph to delete from
+            self._writes[rid] = state
+            if state.live > _EXACT_BELOW:
+                self._append_change(store, rid, doomed, to_add, drop)
+                return
         self._writes.pop(rid, None)  # this process follows the file through the graph
         res = self._load([rid]).get(rid)
         cursor = self._cursors.get(rid)
@@ -972,11 +984,12 @@ class RdflibGraphBackend:
         batch, not the resource.  A compaction, when enough of the log is
         dead, reads it record by record (:meth:`GraphStore.compact`).
 
-        A change that only deletes may leave the graph empty, and a resource
-        with an empty graph has no file.  The counts are not exact (an edge
-        added twice counts twice; removing an absent edge counts), so when
-        they say at most :data:`_EXACT_BELOW` triples are left the file is
-        compacted, which counts them exactly, and removed if none is.
+        A change that only deletes (from a graph the counts say is big) may
+        leave it empty, and a resource with an empty graph has no file.  The
+        counts are not exact (see :class:`WriteState`), so when they say at
+        most :data:`_EXACT_BELOW` triples may be left, the file is compacted,
+        which counts them exactly, and removed if none is; the compacted
+        file is small, so the next deletions load it (:meth:`_change`).
         Call with both locks held.
         """
         adds: dict[str, set[Edge]] = {}
@@ -998,7 +1011,7 @@ class RdflibGraphBackend:
         self._writes[rid] = state
         self._drop_unions(rid)
         self._cursors.pop(rid, None)
-        maybe_empty = not adds and state.live <= _EXACT_BELOW
+        maybe_empty = not adds and state.live - state.uncertain <= _EXACT_BELOW
         if state.compaction_due() or maybe_empty:
             try:  # record by record: this writer never holds the graph
                 state = self._writes[rid] = store.compact(rid, state)
