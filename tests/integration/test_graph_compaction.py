@@ -184,11 +184,7 @@ def _spread(rid: str, files: int, rounds: int) -> list[tuple[list[Any], list[str
     return writes
 
 
-def test_an_indexing_writer_compacts_without_loading_the_graph(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    rid = str(ULID())
-    monkeypatch.setattr(graph_store, "COMPACT_MIN_BYTES", 256)
+def _counting_loads(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     loads: list[Path] = []
     real_parse = GraphStore._parse
 
@@ -197,6 +193,15 @@ def test_an_indexing_writer_compacts_without_loading_the_graph(
         return real_parse(self, data, st, path)
 
     monkeypatch.setattr(GraphStore, "_parse", parse)
+    return loads
+
+
+def test_an_indexing_writer_compacts_without_loading_the_graph(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rid = str(ULID())
+    monkeypatch.setattr(graph_store, "COMPACT_MIN_BYTES", 256)
+    loads = _counting_loads(monkeypatch)
     with RdflibGraphBackend(tmp_path) as writer:
         path = writer._store.path(rid)  # type: ignore[union-attr]
         names = set()  # each file's random name (inodes are reused)
@@ -243,18 +248,6 @@ def test_a_compacted_file_holds_what_the_graph_holding_writer_would_write(
 
 
 # ---------------------------------------------------------------- deletions
-
-
-def _counting_loads(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
-    loads: list[Path] = []
-    real_parse = GraphStore._parse
-
-    def parse(self: GraphStore, data: bytes, st: Any, path: Path) -> Any:
-        loads.append(path)
-        return real_parse(self, data, st, path)
-
-    monkeypatch.setattr(GraphStore, "_parse", parse)
-    return loads
 
 
 def test_a_deletion_by_a_writer_without_the_graph_loads_nothing(
