@@ -747,6 +747,21 @@ def _pread_all(fd: int, size: int | None, offset: int) -> bytes:
     return b"".join(chunks)
 
 
+def _pread_record(fd: int, pos: int) -> tuple[bytes, bytes] | None:
+    """(kind, payload) of the record at ``pos`` of an open file; ``None`` if
+    it is not whole (short, an unknown kind, or a CRC that does not check out)."""
+    head = _pread_all(fd, _RECORD.size, pos)
+    if len(head) < _RECORD.size:
+        return None
+    kind, length, crc = _RECORD.unpack(head)
+    if kind not in _KINDS:
+        return None
+    payload = _pread_all(fd, length, pos + _RECORD.size)
+    if len(payload) < length or zlib.crc32(payload, zlib.crc32(head[:5])) != crc:
+        return None
+    return kind, payload
+
+
 def _write_new(path: Path, pieces: Iterable[Buffer]) -> os.stat_result:
     """Write ``pieces`` in order as ``path`` atomically and durably; its stat.
     ``pieces`` may be a generator: only one piece need be in memory."""
@@ -1315,16 +1330,11 @@ class GraphStore:
     def _count_records(self, fd: int, state: WriteState, path: Path, *, snapshot: bool) -> None:
         cursor = state.cursor
         pos = cursor.offset
-        while True:
-            head = _pread_all(fd, _RECORD.size, pos)
-            if len(head) < _RECORD.size:
+        while (found := _pread_record(fd, pos)) is not None:  # None: a torn tail
+            kind, payload = found
+            length = len(payload)
+            if pos == _HEADER and kind != _SNAPSHOT:
                 break
-            kind, length, crc = _RECORD.unpack(head)
-            if kind not in _KINDS or (pos == _HEADER and kind != _SNAPSHOT):
-                break
-            payload = _pread_all(fd, length, pos + _RECORD.size)
-            if len(payload) < length or zlib.crc32(payload, zlib.crc32(head[:5])) != crc:
-                break  # a torn tail: the next append cuts it
             if kind == _SNAPSHOT:
                 if not snapshot:
                     break
@@ -1632,11 +1642,10 @@ def _live_backwards(
     dropped: set[str] = set()
     removed: set[tuple[str, str, Obj]] = set()
     for pos, length in reversed(spans):
-        head = _pread_all(fd, _RECORD.size, pos)
-        payload = _pread_all(fd, length, pos + _RECORD.size)
-        kind, _length, crc = _RECORD.unpack(head)
-        if len(payload) != length or zlib.crc32(payload, zlib.crc32(head[:5])) != crc:
+        found = _pread_record(fd, pos)
+        if found is None or len(found[1]) != length:
             raise IndexUnavailableError(f"corrupt graph file {path}: bad record at {pos}")
+        kind, payload = found
         value = _decode_any(kind, memoryview(payload), path)
         del payload
         live: dict[str, set[Edge]] = {}

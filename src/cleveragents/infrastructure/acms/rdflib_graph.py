@@ -921,9 +921,8 @@ class RdflibGraphBackend:
             if state is None:
                 self._writes.pop(rid, None)
                 return  # no graph to delete from
-            self._writes[rid] = state
             if state.live > _EXACT_BELOW:
-                self._append_change(store, rid, doomed, to_add, drop)
+                self._append_change(store, rid, doomed, to_add, drop, state)
                 return
         self._writes.pop(rid, None)  # this process follows the file through the graph
         res = self._load([rid]).get(rid)
@@ -975,8 +974,10 @@ class RdflibGraphBackend:
         doomed: set[str],
         to_add: list[tuple[str, str, Obj]],
         drop: Sequence[tuple[str, str, Obj]],
+        state: WriteState | None = None,
     ) -> None:
-        """Write a change without loading the resource's graph.
+        """Write a change without loading the resource's graph (``state``:
+        the resource's, current, if the caller has it).
 
         The change goes to the file as one record naming the subjects to
         drop (their triples need not be known).  Only the per-subject counts
@@ -1000,7 +1001,8 @@ class RdflibGraphBackend:
             edges.add((p, o))
         removes = [t for t in dict.fromkeys(drop) if t[0] not in doomed]
         change: Change = (sorted(doomed), removes, adds)
-        state = store.write_state(rid, self._writes.get(rid))
+        if state is None:
+            state = store.write_state(rid, self._writes.get(rid))
         if state is None:
             if not adds:
                 return  # no graph to delete from
