@@ -13,7 +13,9 @@
 from __future__ import annotations
 
 import functools
+import gc
 import os
+import pickle
 import shutil
 import signal
 import subprocess
@@ -27,7 +29,13 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from cleveragents.application.services.index_workers import FAULT_ENV_VAR, PlannerPool
+from cleveragents.application.services import index_workers
+from cleveragents.application.services.index_workers import (
+    COLLECT_EVERY,
+    FAULT_ENV_VAR,
+    PlanFailure,
+    PlannerPool,
+)
 from cleveragents.application.services.indexer import Indexer, PlannerSpec
 from cleveragents.domain.models.acms.indexing import IndexStats
 from cleveragents.infrastructure.acms.hashing_embedder import HashingEmbedder
@@ -297,3 +305,71 @@ def test_a_killed_writer_leaves_no_worker_and_the_next_run_repairs(
     assert contents(again, bm25=False) == contents(reference, bm25=False)
     again.store.close()
     reference.store.close()
+
+
+class _GcRecordingEmbedder(HashingEmbedder):
+    """Records whether the cyclic collector was on at each embedding call."""
+
+    def __init__(self, dimension: int) -> None:
+        super().__init__(dimension)
+        self.collector_on: list[bool] = []
+
+    def embed(self, texts: Any) -> Any:
+        self.collector_on.append(gc.isenabled())
+        return super().embed(texts)
+
+
+def test_indexing_pauses_the_collector_and_restores_it(tmp_path: Path) -> None:
+    tree = make_tree(tmp_path / "tree")
+    embedder = _GcRecordingEmbedder(DIM)
+    store = ManagedIndexStore.open(tmp_path / "data", dimension=DIM)
+    ix = Indexer(store, embedder, code_parser=TreeSitterCodeParser())
+    assert gc.isenabled()
+    stats = ix.index_resource(RID, tree, "directory")
+    assert stats.files_indexed > 5
+    assert embedder.collector_on and not any(embedder.collector_on)
+    assert gc.isenabled()
+    # Also when the session fails half way.
+    embedder.collector_on.clear()
+    (tree / "pkg" / "core.py").write_text("def alpha():\n    return 2\n")
+    with (
+        pytest.MonkeyPatch.context() as mp,
+        pytest.raises(RuntimeError, match="store gone"),
+    ):
+        mp.setattr(
+            store.catalog,
+            "put",
+            lambda *a, **k: (_ for _ in ()).throw(RuntimeError("store gone")),
+        )
+        ix.index_resource(RID, tree, "directory")
+    assert embedder.collector_on == [False]
+    assert gc.isenabled()
+    store.close()
+
+
+def test_workers_plan_with_the_collector_paused(tmp_path: Path) -> None:
+    spec = PlannerSpec(functools.partial(HashingEmbedder, DIM), TreeSitterCodeParser)
+    with PlannerPool(spec, 2) as pool:
+        outcomes = pool.submit(RID, pool.listing(["a.py"]), [("a.py", b"x = 1\n")]).result()
+        state = pool._executor().submit(
+            eval, "(__import__('gc').isenabled(), __import__('gc').get_freeze_count())"
+        )
+        enabled, frozen = state.result()
+    assert not isinstance(outcomes[0], PlanFailure)
+    assert enabled is False
+    assert frozen > 1000  # the imports, parser and embedder: never walked again
+
+
+def test_a_worker_collects_once_per_collect_every_batches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[int] = []
+    monkeypatch.setattr(index_workers.gc, "collect", lambda *a: calls.append(1) or 0)
+    monkeypatch.setattr(index_workers._Worker, "spec", PlannerSpec(HashingEmbedder))
+    monkeypatch.setattr(index_workers._Worker, "embedder", HashingEmbedder(DIM))
+    monkeypatch.setattr(index_workers._Worker, "batches", 0)
+    listing = tmp_path / "listing.pickle"
+    listing.write_bytes(pickle.dumps(["a.txt"]))
+    for _ in range(2 * COLLECT_EVERY + 1):
+        index_workers._plan_in_worker(RID, str(listing), [("a.txt", b"hello\n")])
+    assert len(calls) == 2

@@ -84,7 +84,6 @@ from __future__ import annotations
 import bisect
 import contextlib
 import fcntl
-import gc
 import marshal
 import os
 import struct
@@ -101,6 +100,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Protocol, cast
 
+from cleveragents._collector import paused_collector
 from cleveragents._logging import get_logger
 from cleveragents.domain.models.acms.backends import Triple
 from cleveragents.domain.models.acms.errors import IndexUnavailableError
@@ -407,22 +407,11 @@ def _next_record(data: bytes | memoryview, pos: int) -> tuple[bytes, memoryview,
     return kind, view[start:end], end
 
 
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    # marshal.loads allocates one container per edge; with the cyclic GC on,
-    # the collections it triggers cost 3x the load itself.
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def _loads(payload: memoryview, want: type, path: Path) -> object:
     try:
-        with _gc_paused():
+        # marshal.loads allocates one container per edge; with the cyclic GC
+        # on, the collections it triggers cost 3x the load itself.
+        with paused_collector():
             value = marshal.loads(payload)
     except (ValueError, EOFError, TypeError) as exc:
         raise IndexUnavailableError(f"corrupt graph file {path}: {exc}") from exc

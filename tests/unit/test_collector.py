@@ -1,0 +1,74 @@
+"""paused_collector: automatic cyclic collection off for a block, restored
+by the last of any concurrent blocks, never switched on for a process that
+had it off."""
+
+from __future__ import annotations
+
+import gc
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from cleveragents._collector import paused_collector
+
+
+@pytest.fixture(autouse=True)
+def _collector_on() -> Iterator[None]:
+    was = gc.isenabled()
+    gc.enable()
+    yield
+    if not was:
+        gc.disable()
+
+
+def test_off_inside_and_back_on_after_a_block_even_one_that_raises() -> None:
+    with paused_collector():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError), paused_collector():
+        assert not gc.isenabled()
+        raise RuntimeError("boom")
+    assert gc.isenabled()
+
+
+def test_nested_blocks_restore_only_at_the_outermost() -> None:
+    with paused_collector():
+        with paused_collector():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    assert gc.isenabled()
+
+
+def test_a_process_with_the_collector_off_keeps_it_off() -> None:
+    gc.disable()
+    with paused_collector():
+        assert not gc.isenabled()
+    assert not gc.isenabled()
+
+
+def test_overlapping_blocks_in_two_threads() -> None:
+    # A enters, B enters, A leaves (B still inside: stays off), B leaves: on.
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+    seen: dict[str, bool] = {}
+
+    def a() -> None:
+        with paused_collector():
+            a_in.set()
+            b_in.wait(5)
+        a_out.set()
+
+    def b() -> None:
+        a_in.wait(5)
+        with paused_collector():
+            b_in.set()
+            a_out.wait(5)
+            seen["b after a left"] = gc.isenabled()
+
+    threads = [threading.Thread(target=a), threading.Thread(target=b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert seen == {"b after a left": False}
+    assert gc.isenabled()
