@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import re
 import subprocess
 import sys
 
@@ -115,3 +117,87 @@ def test_rows_are_finite_unit_vectors(texts: list[str], dimension: int) -> None:
     assert out.shape == (len(texts), dimension)
     assert np.isfinite(out).all()
     np.testing.assert_allclose(np.linalg.norm(out, axis=1), 1.0, rtol=1e-5)
+
+
+def _reference_embed(texts: list[str], dimension: int) -> np.ndarray:
+    """hashing-v2 as its docstring states it, one text and one feature at a
+    time: a feature's weight is ``1 + log(count)`` times its kind's weight,
+    added with its sign into its bucket in the order of the feature keys."""
+    from cleveragents.infrastructure.acms import hashing_embedder as module
+
+    out = np.zeros((len(texts), dimension), dtype=np.float64)
+    empty = module._feature(module._EMPTY, "<empty>")
+    for row, text in enumerate(texts):
+        counts: dict[int, int] = {}
+        for token in re.findall(r"\w+", text):
+            for key in np.frombuffer(module._token_features(token), dtype=np.uint64):
+                counts[int(key)] = counts.get(int(key), 0) + 1
+        if not counts:
+            counts = {empty: 1}
+        for key in sorted(counts):
+            weight = (1.0 + math.log(counts[key])) * float(module._KIND_WEIGHTS[key & 3])
+            sign = 1.0 if (key >> 2) & 1 else -1.0
+            out[row, (key >> 8) % dimension] += weight * sign
+        norm = float(np.linalg.norm(out[row]))
+        if norm < 1e-12:
+            out[row] = 0.0
+            out[row, (empty >> 8) % dimension] = 1.0 if (empty >> 2) & 1 else -1.0
+        else:
+            out[row] /= norm
+    return out.astype(np.float32)
+
+
+_CODE_TEXT = st.lists(
+    st.sampled_from(
+        [
+            "parse",
+            "Json",
+            "HTTPServer",
+            "x2",
+            "_",
+            " ",
+            "\n",
+            "(",
+            "é",
+            "ü",
+            "日本",
+            "v2",
+            "get_value",
+            "AB",
+            "a",
+            "Z",
+            "9",
+            "parse_json",
+            "\udcff",
+        ]
+    ),
+    max_size=40,
+).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    texts=st.lists(st.one_of(_CODE_TEXT, st.text(max_size=60)), max_size=12),
+    dimension=st.integers(1, 48),
+)
+def test_vectors_are_the_reference_computation_bit_for_bit(
+    texts: list[str], dimension: int
+) -> None:
+    # Vectors already stored under the name "hashing-v2" must keep matching
+    # what this embedder computes for a query, to the last bit.
+    embedder = HashingEmbedder(dimension=dimension)
+    np.testing.assert_array_equal(embedder.embed(texts), _reference_embed(texts, dimension))
+    # And again with the token cache warm (the second batch reads it).
+    np.testing.assert_array_equal(embedder.embed(texts), _reference_embed(texts, dimension))
+
+
+def test_the_token_cache_is_cleared_when_full(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cleveragents.infrastructure.acms import hashing_embedder as module
+
+    monkeypatch.setattr(module, "_CACHE_LIMIT", 5)
+    embedder = HashingEmbedder(dimension=16)
+    texts = [" ".join(f"name{i}_{j}" for j in range(4)) for i in range(6)]
+    for text in texts:
+        embedder.embed([text])
+        assert len(embedder._cache) <= 5 + 4
+    np.testing.assert_array_equal(embedder.embed(texts), _reference_embed(texts, 16))

@@ -11,10 +11,11 @@ behind the :class:`~cleveragents.domain.models.acms.embedding.Embedder` port.
 
 from __future__ import annotations
 
+import itertools
 import re
 import zlib
 from array import array
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 
 import numpy as np
@@ -27,6 +28,8 @@ _TOKEN = re.compile(r"\w+")
 _PART = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+|[^\W\d_A-Za-z]+")
 
 _WHOLE, _PART_KIND, _GRAM, _EMPTY = 0, 1, 2, 3
+# A feature key: a CRC-32 and the kind's two bits.
+_KEY_BITS = 34
 # Parts carry the meaning of an identifier; 3-grams only smooth spelling
 # variants, and there are many of them per identifier.
 _KIND_WEIGHTS = np.array([1.0, 1.0, 0.35, 1.0])
@@ -105,50 +108,73 @@ class HashingEmbedder:
         """
         if isinstance(texts, str):
             raise TypeError("texts must be a sequence of str, not a str")
-        keys = array("Q")
-        token_counts: list[int] = []  # per token occurrence: its count in the text
-        token_sizes: list[int] = []  # and its number of features
-        per_text: list[int] = []  # features per text
+        n, dim = len(texts), self._dimension
+        # Each distinct token of the batch gets an id; per text, the ids of its
+        # distinct tokens and their counts.  Features are then gathered per
+        # (text, token) in numpy, not appended token by token in Python.
+        ids: defaultdict[str, int] = defaultdict(itertools.count().__next__)
+        token_ids: list[int] = []
+        token_counts: list[int] = []
+        per_text: list[int] = []  # distinct tokens per text
         for text in texts:
             if not isinstance(text, str):
                 raise TypeError(f"texts must hold str, not {type(text).__name__}")
-            before = len(keys)
-            self._features(text, keys, token_counts, token_sizes)
-            if len(keys) == before:
-                keys.append(self._empty)
-                token_counts.append(1)
-                token_sizes.append(1)
-            per_text.append(len(keys) - before)
-        n, dim = len(texts), self._dimension
+            counted = Counter(_TOKEN.findall(text))
+            per_text.append(len(counted))
+            token_ids.extend(map(ids.__getitem__, counted))
+            token_counts.extend(counted.values())
         if n == 0:
             return np.zeros((0, dim), dtype=np.float32)
-        # Sum the counts of equal (row, feature) pairs, in numpy rather than a
-        # Python dict per text (that loop was most of the embedding time).
-        raw_keys = np.frombuffer(keys, dtype=np.uint64)
-        row_arr = np.repeat(np.arange(n, dtype=np.int64), per_text)
-        order = np.lexsort((raw_keys, row_arr))
-        raw_keys, row_arr = raw_keys[order], row_arr[order]
-        count_arr = np.repeat(np.array(token_counts, dtype=np.float64), token_sizes)[order]
-        start = np.ones(len(raw_keys), dtype=bool)
-        start[1:] = (raw_keys[1:] != raw_keys[:-1]) | (row_arr[1:] != row_arr[:-1])
+        if n >= 1 << (64 - _KEY_BITS):
+            raise ValueError(f"at most {1 << (64 - _KEY_BITS)} texts per call")
+        cache = self._cache
+        if len(cache) > _CACHE_LIMIT:
+            cache.clear()
+        blobs = []
+        for token in ids:
+            features = cache.get(token)
+            if features is None:
+                features = cache[token] = _token_features(token)
+            blobs.append(features)
+        feature_table = np.frombuffer(b"".join(blobs), dtype=np.uint64)
+        sizes = np.fromiter(map(len, blobs), dtype=np.int64, count=len(blobs)) >> 3
+        firsts_of_token = np.zeros(len(blobs), dtype=np.int64)
+        np.cumsum(sizes[:-1], out=firsts_of_token[1:])
+        pair_token = np.array(token_ids, dtype=np.int64)
+        pair_sizes = sizes[pair_token]
+        pair_firsts = np.zeros(len(pair_token), dtype=np.int64)
+        np.cumsum(pair_sizes[:-1], out=pair_firsts[1:])
+        # Feature i of the batch is feature (i - its pair's first) of the pair's token.
+        gather = np.repeat(firsts_of_token[pair_token] - pair_firsts, pair_sizes)
+        gather += np.arange(len(gather), dtype=np.int64)
+        raw_keys = feature_table[gather]
+        row_arr = np.repeat(np.repeat(np.arange(n, dtype=np.uint64), per_text), pair_sizes)
+        count_arr = np.repeat(np.array(token_counts, dtype=np.float64), pair_sizes)
+        # Sum the counts of equal (row, feature) pairs: one sort of both as a
+        # single uint64 (a feature key has _KEY_BITS bits), not a lexsort.
+        combined = (row_arr << np.uint64(_KEY_BITS)) | raw_keys
+        order = np.argsort(combined)
+        combined, count_arr = combined[order], count_arr[order]
+        start = np.ones(len(combined), dtype=bool)
+        start[1:] = combined[1:] != combined[:-1]
         firsts = np.flatnonzero(start)
         counts_arr = np.add.reduceat(count_arr, firsts)
-        key_arr = raw_keys[firsts]
-        rows_arr = row_arr[firsts]
+        key_arr = combined[firsts] & np.uint64((1 << _KEY_BITS) - 1)
+        rows_arr = (combined[firsts] >> np.uint64(_KEY_BITS)).astype(np.intp)
         weights = (1.0 + np.log(counts_arr)) * _KIND_WEIGHTS[
             (key_arr & np.uint64(3)).astype(np.intp)
         ]
         signs = ((key_arr >> np.uint64(2)) & np.uint64(1)).astype(np.float64) * 2.0 - 1.0
         buckets = ((key_arr >> np.uint64(8)) % np.uint64(dim)).astype(np.intp)
-        flat = rows_arr.astype(np.intp) * dim + buckets
+        flat = rows_arr * dim + buckets
         matrix = (
             np.bincount(flat, weights=weights * signs, minlength=n * dim)
             .astype(np.float64, copy=False)
             .reshape(n, dim)
         )
         norms = np.linalg.norm(matrix, axis=1)
-        # Features can cancel out in a bucket; such a row falls back to the
-        # empty-text vector rather than dividing by zero.
+        # A text without identifiers, or whose features cancel out in their
+        # buckets, gets the empty-text vector (its one feature, normalised).
         dead = norms < 1e-12
         if dead.any():
             matrix[dead] = self._empty_row()
@@ -160,18 +186,3 @@ class HashingEmbedder:
         row = np.zeros(self._dimension, dtype=np.float64)
         row[(self._empty >> 8) % self._dimension] = ((self._empty >> 2) & 1) * 2.0 - 1.0
         return row
-
-    def _features(self, text: str, keys: array[int], counts: list[int], sizes: list[int]) -> None:
-        """Append the features of ``text`` (repeats allowed) to ``keys``, and
-        per token its count in the text and its number of features."""
-        cache = self._cache
-        if len(cache) > _CACHE_LIMIT:
-            cache.clear()
-        for token, n in Counter(_TOKEN.findall(text)).items():
-            features = cache.get(token)
-            if features is None:
-                features = cache[token] = _token_features(token)
-            if features:
-                keys.frombytes(features)
-                counts.append(n)
-                sizes.append(len(features) >> 3)
