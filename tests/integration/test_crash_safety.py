@@ -89,6 +89,7 @@ def _scenarios() -> list[Scenario]:
         Scenario("index.text", fault="index.text"),
         Scenario("index.vector:2", fault="index.vector:2"),
         Scenario("index.graph", fault="index.graph"),
+        Scenario("index.commit", fault="index.commit"),
         Scenario("index.catalog", fault="index.catalog"),
         Scenario("index.touch", fault="index.touch"),
         Scenario("delete.catalog", fault="delete.catalog"),

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from ulid import ULID
 
 from cleveragents.application.services.indexer import Indexer
-from cleveragents.domain.models.acms.backends import GroupedWrites, IndexUnit
+from cleveragents.domain.models.acms.backends import GroupedWrites, IndexUnit, StagedWrites
 from cleveragents.domain.models.acms.errors import IndexUnavailableError
 from cleveragents.domain.models.acms.uko import unit_uri
 from cleveragents.infrastructure.acms.hashing_embedder import HashingEmbedder
@@ -50,10 +50,21 @@ def _state(b: TantivyTextBackend, rid: str) -> tuple[object, ...]:
     return (sorted(b.unit_uris(rid)), found)
 
 
+def _hits(b: TantivyTextBackend, rid: str) -> tuple[object, ...]:
+    """:func:`_state` without scores: Tantivy counts deleted documents in
+    its statistics until their segment goes, and a write replaced in the same
+    commit leaves one where two commits drop the first segment whole."""
+    scope = frozenset({rid})
+    found = [sorted(r.uko_uri for r in b.search(w, scope=scope, max_results=50)) for w in WORDS]
+    return (sorted(b.unit_uris(rid)), found)
+
+
 def test_is_a_grouped_writes_index_and_the_memory_index_is_not(tmp_path: Path) -> None:
     b = TantivyTextBackend(tmp_path / "t")
     assert isinstance(b, GroupedWrites)
+    assert isinstance(b, StagedWrites)
     assert not isinstance(MemoryTextIndex(), GroupedWrites)
+    assert not isinstance(MemoryTextIndex(), StagedWrites)
     b.close()
 
 
@@ -201,6 +212,10 @@ class _Ungrouped(TantivyTextBackend):
     def grouped_writes(self, resource_id: str) -> Iterator[None]:
         yield
 
+    @contextlib.contextmanager
+    def staged_writes(self, resource_id: str) -> Iterator[None]:
+        yield
+
 
 def test_a_store_session_groups_its_text_writes(tmp_path: Path) -> None:
     """The index store's session keeps the writer across its batches (one
@@ -223,3 +238,133 @@ def test_a_store_session_groups_its_text_writes(tmp_path: Path) -> None:
     assert not _other_writer_blocked(tmp_path / "g", RID)
     grouped.close()
     plain.close()
+
+
+# ---------------------------------------------------------------- staged writes
+
+_STAGED_OPS = st.lists(
+    st.one_of(_OPS.map(lambda ops: ops[0]), st.just(("commit", []))), min_size=1, max_size=10
+)
+
+
+@settings(
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(ops=_STAGED_OPS, fail=st.booleans())
+def test_staged_writes_show_at_each_commit_what_the_same_writes_show_unstaged(
+    tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, list[object]]], fail: bool
+) -> None:
+    """Oracle: the same writes on a backend that commits each one.  Readers
+    see the state of the last commit; leaving the block commits the rest,
+    or (``fail``) drops it, as a crash would."""
+    root = tmp_path_factory.mktemp("staged")
+    staged, plain = TantivyTextBackend(root / "s"), TantivyTextBackend(root / "p")
+    oracle = TantivyTextBackend(root / "p")  # a reader of the plain index
+    committed = _hits(plain, RID)
+
+    def apply(b: TantivyTextBackend, op: str, arg: list[object]) -> None:
+        if op == "upsert":
+            b.upsert(RID, [_unit(RID, n, " ".join(ws)) for n, ws in arg])  # type: ignore[misc]
+        elif op == "delete":
+            b.delete(RID, [unit_uri(RID, f"f{n}.py", "L1-L5") for n in arg])
+        elif op == "delete_all":
+            b.delete(RID)
+
+    try:
+        with contextlib.suppress(RuntimeError), staged.staged_writes(RID):
+            for op, arg in ops:
+                apply(plain, op, arg)
+                if op == "commit":
+                    staged.commit_staged(RID)
+                    committed = _hits(plain, RID)
+                else:
+                    apply(staged, op, arg)
+                assert _hits(staged, RID) == committed  # nothing shows before a commit
+            if fail:
+                raise RuntimeError("the session failed")
+        want = committed if fail else _hits(oracle, RID)
+        assert _hits(staged, RID) == want
+        reopened = TantivyTextBackend(root / "s")
+        assert _hits(reopened, RID) == want  # durable, as committed
+        reopened.close()
+        assert not _other_writer_blocked(root / "s", RID)  # (it writes when free)
+    finally:
+        for b in (staged, plain, oracle):
+            b.close()
+
+
+def test_a_new_resource_staged_over_several_writes_is_whole_at_the_commit(
+    tmp_path: Path,
+) -> None:
+    # Its shard has no commit until the end: every write must reach the one writer.
+    b = TantivyTextBackend(tmp_path / "t")
+    with b.staged_writes(RID):
+        for n in range(5):
+            b.upsert(RID, [_unit(RID, n, f"needle number{n}")])
+        assert RID not in b.resource_ids()
+        assert _other_writer_blocked(tmp_path / "t", RID)
+    assert b.unit_uris(RID) == {unit_uri(RID, f"f{n}.py", "L1-L5") for n in range(5)}
+    assert len(b.search("needle", scope=frozenset({RID}), max_results=10)) == 5
+    b.close()
+
+
+def test_a_staged_delete_of_every_unit_removes_the_shard_at_the_commit(tmp_path: Path) -> None:
+    b = TantivyTextBackend(tmp_path / "t")
+    b.upsert(RID, [_unit(RID, 1, "beta")])
+    with b.staged_writes(RID):
+        b.delete(RID, [unit_uri(RID, "f1.py", "L1-L5")])
+        assert RID in b.resource_ids()
+        b.commit_staged(RID)
+        assert RID not in b.resource_ids()
+        b.upsert(RID, [_unit(RID, 2, "gamma")])  # written again in the same block
+    assert b.unit_uris(RID) == {unit_uri(RID, "f2.py", "L1-L5")}
+    b.close()
+
+
+class _Counting(TantivyTextBackend):
+    """Logs text writes and commits, in order, with the catalog's puts."""
+
+    log: list[str]
+
+    def upsert(self, *args: Any, **kwargs: Any) -> None:
+        self.log.append("upsert")
+        super().upsert(*args, **kwargs)
+
+    def commit_staged(self, resource_id: str) -> None:
+        self.log.append("commit")
+        super().commit_staged(resource_id)
+
+
+class _LoggedCatalog(MemoryCatalog):
+    log: list[str]
+
+    def put(self, *args: Any, **kwargs: Any) -> None:
+        self.log.append("put")
+        super().put(*args, **kwargs)
+
+
+def test_a_store_session_commits_text_once_per_several_batches_and_before_the_rows(
+    tmp_path: Path,
+) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for n in range(40):
+        (repo / f"m{n}.py").write_text(f"def function_{n}():\n    return {n}  # needle\n")
+    log: list[str] = []
+    text, catalog = _Counting(tmp_path / "g"), _LoggedCatalog()
+    text.log = catalog.log = log
+    store = ManagedIndexStore.over(
+        text, MemoryVectorIndex(8), MemoryGraphIndex(), catalog, batch_units=1, batch_triples=1
+    )
+    Indexer(store, HashingEmbedder(8)).index_resource(RID, repo, "directory")
+    upserts, commits = log.count("upsert"), log.count("commit")
+    assert upserts >= 40
+    assert 1 <= commits <= upserts // 4 + 1  # one per _COMMIT_BATCHES text batches
+    # No catalog row names a file whose text is not committed yet.
+    for i, call in enumerate(log):
+        if call == "put":
+            last_commit = max(j for j in range(i) if log[j] == "commit")
+            assert "upsert" not in log[last_commit:i]
+    assert store.verify([RID]) == []
+    assert len(text.search("needle", scope=frozenset({RID}), max_results=100)) == 40
+    text.close()

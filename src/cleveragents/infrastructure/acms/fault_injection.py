@@ -21,9 +21,12 @@ Steps (each fires right *after* the write it names has committed):
 ============================  ==========================================================
 ``index.dirty``               the resource's dirty marker is recorded (before its first
                               index write)
-``index.text``                a batch's text upsert (new units in, stale ones out)
+``index.text``                a batch's text upsert (new units in, stale ones out; a text
+                              index with staged writes commits it at ``index.commit``)
 ``index.vector``              the same batch's vector upsert
 ``index.graph``               the resource graph upsert of the batched files
+``index.commit``              the text writes staged since the last commit (before the
+                              catalog rows of their files; staged text indexes only)
 ``index.catalog``             their catalog rows
 ``index.touch``               catalog rows of files whose mtime changed but content did not
 ``delete.catalog``            catalog rows of vanished files removed
@@ -59,6 +62,7 @@ STEPS = (
     "index.text",
     "index.vector",
     "index.graph",
+    "index.commit",
     "index.catalog",
     "index.touch",
     "delete.catalog",

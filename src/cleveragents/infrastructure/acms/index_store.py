@@ -65,6 +65,7 @@ from cleveragents.domain.models.acms.backends import (
     GroupedWrites,
     IndexUnit,
     PreparedWrites,
+    StagedWrites,
     StoredUnits,
     TextIndex,
     VectorIndex,
@@ -206,6 +207,10 @@ def _file_subjects(subjects: Iterable[str]) -> set[str]:
 _BATCH_UNITS = 1024
 _BATCH_BYTES = 2 * 1024 * 1024
 _BATCH_TRIPLES = 30_000
+# With a text index that stages its writes, one text commit (and one round of
+# catalog rows) per this many text batches: a Tantivy commit makes a segment,
+# and merging ~30 small ones per stdlib-sized resource cost ~2 s of CPU.
+_COMMIT_BATCHES = 4
 # Triples per graph upsert within a batch (whole files each): one record of
 # the graph file, which a question about one of its subjects decodes whole.
 _GRAPH_PART_TRIPLES = 4096
@@ -436,10 +441,15 @@ class ManagedIndexStore:
         """
         rid = canonical_ulid(resource_id)
         text = self.text
-        # A session writes in batches: Tantivy keeps its writer between them.
-        grouped = text.grouped_writes(rid) if isinstance(text, GroupedWrites) else nullcontext()
+        # A session writes in batches: Tantivy keeps its writer between them,
+        # and commits once per several (StoreTransaction._put_ready).
+        grouped: AbstractContextManager[None] = nullcontext()
+        if isinstance(text, StagedWrites):
+            grouped = text.staged_writes(rid)
+        elif isinstance(text, GroupedWrites):
+            grouped = text.grouped_writes(rid)
         with grouped:
-            tx = StoreTransaction(self, rid, identity)
+            tx = StoreTransaction(self, rid, identity, staged=isinstance(text, StagedWrites))
             yield tx
             tx.commit()
         if tx.wrote:
@@ -651,8 +661,19 @@ class ManagedIndexStore:
 class StoreTransaction:
     """One resource's session over a :class:`ManagedIndexStore` (see the module doc)."""
 
-    def __init__(self, store: ManagedIndexStore, resource_id: str, identity: str | None) -> None:
+    def __init__(
+        self,
+        store: ManagedIndexStore,
+        resource_id: str,
+        identity: str | None,
+        *,
+        staged: bool = False,
+    ) -> None:
         self._store = store
+        # The text index's writes wait for commit_staged (see _put_ready).
+        self._staged = staged
+        self._staged_units = 0
+        self._staged_bytes = 0
         self.resource_id = resource_id
         self.stats = IndexStats()
         self._t0 = time.perf_counter()
@@ -699,6 +720,8 @@ class StoreTransaction:
         self._resource_part = _GraphPart([], set(), [])
         self._graph_triples = 0
         self._graph_records: list[FileRecord] = []
+        # Files every index holds, their catalog rows waiting for the text commit.
+        self._ready: list[FileRecord] = []
         self._touched: list[FileRecord] = []
         self._gone: list[FileRecord] = []
         self.wrote = False
@@ -857,6 +880,8 @@ class StoreTransaction:
         else:
             text.upsert(rid, units, delete_uris=stale)
         checkpoint("index.text")
+        self._staged_units += len(units)
+        self._staged_bytes += self._pending_bytes
         store.vector.upsert(rid, units, embeddings, delete_uris=stale)
         checkpoint("index.vector")
         self.stats.index_writes += 2
@@ -912,12 +937,39 @@ class StoreTransaction:
             )
             checkpoint("index.graph")
             self.stats.index_writes += 1
-        self._catalog.put(rid, self._graph_records)
-        checkpoint("index.catalog")
+        self._ready.extend(self._graph_records)
         self._graph_parts = []
         self._resource_part = _GraphPart([], set(), [])
         self._graph_triples = 0
         self._graph_records = []
+        self._put_ready()
+
+    def _put_ready(self, *, force: bool = False) -> None:
+        """The catalog rows of the files every index holds, once their text
+        is committed: with staged text writes, only every _COMMIT_BATCHES
+        text batches (each commit makes a Tantivy segment) or when forced."""
+        if not self._ready:
+            return
+        batches = self._store.batches
+        if (
+            self._staged
+            and not force
+            and self._staged_units < _COMMIT_BATCHES * batches.units
+            and self._staged_bytes < _COMMIT_BATCHES * batches.bytes
+        ):
+            return
+        self._commit_text()
+        self._catalog.put(self.resource_id, self._ready)
+        checkpoint("index.catalog")
+        self._ready = []
+
+    def _commit_text(self) -> None:
+        """Make the text writes staged so far durable (and visible)."""
+        text = self._store.text
+        if self._staged and isinstance(text, StagedWrites):
+            text.commit_staged(self.resource_id)
+            checkpoint("index.commit")
+            self._staged_units = self._staged_bytes = 0
 
     def commit(self) -> IndexStats:
         """Write what is pending, delete vanished files, repair, clear the marker."""
@@ -926,6 +978,7 @@ class StoreTransaction:
         rid, store = self.resource_id, self._store
         self._flush()
         self._flush_graph()
+        self._put_ready(force=True)
         if self._touched:
             self._catalog.put(rid, self._touched)
             checkpoint("index.touch")
@@ -952,8 +1005,11 @@ class StoreTransaction:
             checkpoint("delete.graph")
             self.stats.files_deleted += len(gone)
             self.stats.index_writes += 3
+        if self._gone or self._dirty_at_start:
+            self._commit_text()  # the sweep reads the text index
         if self._dirty_at_start:
             self._sweep()
+            self._commit_text()
         if self._dirty:
             self._catalog.delete_meta(_dirty_key(rid))
             checkpoint("index.clean")

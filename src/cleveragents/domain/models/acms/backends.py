@@ -40,6 +40,7 @@ __all__ = [
     "IndexUnit",
     "Literal",
     "PreparedWrites",
+    "StagedWrites",
     "StoredUnits",
     "TextBackend",
     "TextIndex",
@@ -491,6 +492,35 @@ class GroupedWrites(Protocol):
         between commits instead of after each one).  Each write is still
         committed when it returns; leaving the block waits for background
         work and releases what was kept.
+        """
+        ...
+
+
+@runtime_checkable
+class StagedWrites(Protocol):
+    """A text index whose writes of a block become durable together.
+
+    Within ``staged_writes(resource_id)``, each write of the resource is
+    applied to the engine but neither committed nor visible to readers until
+    ``commit_staged(resource_id)``; leaving the block normally commits what
+    is left, leaving it with an exception discards it, as a crash would.
+    Fewer commits make fewer, larger segments (Tantivy then merges far less).
+    """
+
+    def staged_writes(self, resource_id: str) -> AbstractContextManager[None]:
+        """The block (it also groups the writes, as ``grouped_writes`` does).
+
+        Raises:
+            ValueError: an invalid ULID, or the resource's writes are
+                already grouped.
+        """
+        ...
+
+    def commit_staged(self, resource_id: str) -> None:
+        """Commit the resource's writes staged so far (none: nothing happens).
+
+        Raises:
+            IndexUnavailableError: the commit failed; the staged writes are lost.
         """
         ...
 
