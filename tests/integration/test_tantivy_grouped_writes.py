@@ -321,6 +321,24 @@ def test_a_staged_delete_of_every_unit_removes_the_shard_at_the_commit(tmp_path:
     b.close()
 
 
+def test_staged_writes_dropped_by_a_failed_write_or_close_fail_the_commit(
+    tmp_path: Path,
+) -> None:
+    b = TantivyTextBackend(tmp_path / "t")
+    b.upsert(RID, [_unit(RID, 0, "alpha")])
+    with pytest.raises(IndexUnavailableError, match="dropped"), b.staged_writes(RID):
+        b.upsert(RID, [_unit(RID, 1, "beta")])
+        with pytest.raises(IndexUnavailableError):
+            b._upsert(RID, [_unit(RID, 2, "gamma")], [("x", 1)], ())  # type: ignore[list-item]
+        b.commit_staged(RID)
+    assert b.unit_uris(RID) == {unit_uri(RID, "f0.py", "L1-L5")}
+    # The block's own end reports it too, and close() inside a block is a loss.
+    with pytest.raises(IndexUnavailableError, match="dropped"), b.staged_writes(RID):
+        b.upsert(RID, [_unit(RID, 3, "delta")])
+        b.close()
+    assert not _other_writer_blocked(tmp_path / "t", RID)
+
+
 class _Counting(TantivyTextBackend):
     """Logs text writes and commits, in order, with the catalog's puts."""
 

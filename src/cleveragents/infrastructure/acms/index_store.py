@@ -17,15 +17,17 @@ Planners hand it per-file :class:`FileDelta` values inside a session::
         tx.apply(delta)            # index / touch / delete one file
     # normal exit commits: flush, vanished files, sweep, clean marker
 
-Write order of a session (every step a commit, each followed by its
-``checkpoint``):
+Write order of a session (every step a commit, except a staged text
+upsert, each followed by its ``checkpoint``):
 
 1. ``dirty:<rid>`` recorded in the catalog before the first index write;
 2. per batch of changed files: text upsert, vector upsert (new units in the
    same atomic change that drops the old); per larger batch the graph
    upserts (one per few thousand triples, whole files each: a graph record
    a question reads by subject stays small) and *then* the files' catalog
-   rows, so the catalog names only units that
+   rows, once their text is committed (a text index with ``StagedWrites``
+   commits once per ``_COMMIT_BATCHES`` text batches, step
+   ``index.commit``), so the catalog names only units that
    every index holds (except during a changed file's window, when the file's
    size or mtime no longer match its row, so it is re-read);
 3. catalog rows of files whose mtime changed but content did not;
@@ -203,7 +205,8 @@ def _file_subjects(subjects: Iterable[str]) -> set[str]:
 # byte (units, metadata, triples, embeddings), so a batch of 8 MB of source
 # held ~70 MB and one of 120k triples ~30 MB.  Since a graph write appends
 # only its change (it no longer loads the resource's graph), small graph
-# batches cost little; the text batch pays a Tantivy commit each.
+# batches cost little.  The text batches are committed together
+# (_COMMIT_BATCHES), in Tantivy's memory until then.
 _BATCH_UNITS = 1024
 _BATCH_BYTES = 2 * 1024 * 1024
 _BATCH_TRIPLES = 30_000

@@ -409,6 +409,9 @@ class TantivyTextBackend:
         # writer holds writes not committed yet (both under _write_lock).
         self._staging: set[str] = set()
         self._uncommitted: set[str] = set()
+        # Staging resources whose uncommitted writes were dropped (a failed
+        # write's rollback, close()): their commit must fail, not succeed empty.
+        self._lost: set[str] = set()
         self._ram: dict[str, tantivy.Index] = {}
         self._commits: dict[str, int] = {}
         # Built queries of the parser ``_parsed_for`` (a query that passed the
@@ -455,6 +458,8 @@ class TantivyTextBackend:
                 held = self._held.pop(rid)
                 if held is not None:
                     _settle(held[1])
+            self._lost |= self._uncommitted
+            self._uncommitted.clear()
             self._index = None
             self._shards.clear()
             self._used.clear()
@@ -1102,6 +1107,11 @@ class TantivyTextBackend:
         """
         rid = canonical_ulid(resource_id)
         with self._write_lock:
+            if rid in self._lost:
+                self._lost.discard(rid)
+                raise IndexUnavailableError(
+                    f"the text writes staged for {rid} were dropped (a failed write, or close)"
+                )
             held = self._held.get(rid)
             if rid not in self._uncommitted or held is None:
                 return
@@ -1154,6 +1164,7 @@ class TantivyTextBackend:
             with self._write_lock:
                 self._staging.discard(rid)
                 self._uncommitted.discard(rid)
+                self._lost.discard(rid)
                 held = self._held.pop(rid, None)
                 if held is not None:
                     _settle(held[1])
@@ -1194,7 +1205,9 @@ class TantivyTextBackend:
                 writer.commit()
                 keep = self._committed(rid, index, directory) and rid in self._held
             except BaseException as exc:
-                self._uncommitted.discard(rid)  # a rollback drops the staged writes too
+                if rid in self._uncommitted:  # a rollback drops the staged writes too
+                    self._uncommitted.discard(rid)
+                    self._lost.add(rid)
                 with contextlib.suppress(OSError, ValueError):
                     writer.rollback()
                 reraise_fatal(exc)
