@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from cleveragents import _collector as collector
 from cleveragents.application.services import index_workers
 from cleveragents.application.services.index_workers import (
     COLLECT_EVERY,
@@ -344,6 +345,22 @@ def test_indexing_pauses_the_collector_and_restores_it(tmp_path: Path) -> None:
         ix.index_resource(RID, tree, "directory")
     assert embedder.collector_on == [False]
     assert gc.isenabled()
+    store.close()
+
+
+def test_a_long_indexing_run_still_collects_now_and_then(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Other threads of the process (a service's queries) make cycles while
+    # the collector is paused: the writer collects once per period.
+    calls: list[int] = []
+    real = gc.collect
+    monkeypatch.setattr(collector, "COLLECT_PERIOD", 0.0)
+    monkeypatch.setattr(collector.gc, "collect", lambda *a: calls.append(1) or real(*a))
+    tree = make_tree(tmp_path / "tree")
+    store = ManagedIndexStore.open(tmp_path / "data", dimension=DIM)
+    stats = Indexer(store, HashingEmbedder(DIM)).index_resource(RID, tree, "directory")
+    assert len(calls) >= stats.files_indexed > 5  # once per file at a period of 0
     store.close()
 
 

@@ -386,3 +386,27 @@ def test_a_store_session_commits_text_once_per_several_batches_and_before_the_ro
     assert store.verify([RID]) == []
     assert len(text.search("needle", scope=frozenset({RID}), max_results=100)) == 40
     text.close()
+
+
+def test_a_resource_with_few_triples_still_commits_once_per_four_text_batches(
+    tmp_path: Path,
+) -> None:
+    # Its graph batch (30k triples by default) would fill only at the end:
+    # the text commit may not wait for it (a crash would redo everything).
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for n in range(40):
+        (repo / f"notes{n}.txt").write_text(f"needle note {n}\n")
+    log: list[str] = []
+    text, catalog = _Counting(tmp_path / "g"), _LoggedCatalog()
+    text.log = catalog.log = log
+    store = ManagedIndexStore.over(
+        text, MemoryVectorIndex(8), MemoryGraphIndex(), catalog, batch_units=1
+    )
+    Indexer(store, HashingEmbedder(8)).index_resource(RID, repo, "directory")
+    upserts, commits = log.count("upsert"), log.count("commit")
+    assert upserts >= 40
+    assert upserts // 4 <= commits <= upserts // 4 + 1
+    assert log.count("put") >= upserts // 4  # rows come with the commits, not at the end
+    assert store.verify([RID]) == []
+    text.close()

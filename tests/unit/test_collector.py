@@ -10,7 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from cleveragents._collector import paused_collector
+from cleveragents import _collector as collector
+from cleveragents._collector import collect_when_due, paused_collector
 
 
 @pytest.fixture(autouse=True)
@@ -72,3 +73,24 @@ def test_overlapping_blocks_in_two_threads() -> None:
         t.join(10)
     assert seen == {"b after a left": False}
     assert gc.isenabled()
+
+
+def test_a_long_pause_collects_once_per_period(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    monkeypatch.setattr(collector.gc, "collect", lambda *a: calls.append(1) or 0)
+    now = [1000.0]
+    monkeypatch.setattr(collector.time, "monotonic", lambda: now[0])
+    collect_when_due()
+    assert calls == []  # not paused: the collector does its own work
+    with paused_collector():
+        collect_when_due()
+        now[0] += collector.COLLECT_PERIOD - 1
+        collect_when_due()
+        assert calls == []
+        now[0] += 1
+        collect_when_due()
+        collect_when_due()
+        assert calls == [1]
+        now[0] += collector.COLLECT_PERIOD
+        collect_when_due()
+        assert calls == [1, 1]

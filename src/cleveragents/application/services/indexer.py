@@ -54,7 +54,7 @@ from types import TracebackType
 import numpy as np
 import numpy.typing as npt
 
-from cleveragents._collector import paused_collector
+from cleveragents._collector import collect_when_due, paused_collector
 from cleveragents._logging import get_logger
 from cleveragents.application.services.code_graph import PathLookup
 from cleveragents.application.services.index_workers import (
@@ -680,6 +680,7 @@ class IndexSession:
             offset += len(p.units)
 
     def _apply(self, p: _Planned, embeddings: npt.NDArray[np.float32]) -> None:
+        collect_when_due()  # index_resource pauses the collector
         record = FileRecord(
             p.listed.rel_path,
             p.listed.size,

@@ -11,11 +11,10 @@ behind the :class:`~cleveragents.domain.models.acms.embedding.Embedder` port.
 
 from __future__ import annotations
 
-import itertools
 import re
 import zlib
 from array import array
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
@@ -66,6 +65,18 @@ def _token_features(token: str) -> bytes:
     return array("Q", features).tobytes()
 
 
+class _FeatureCache(dict[str, bytes]):
+    """Token -> its features; a miss computes them, and keeps them while the
+    cache holds fewer than :data:`_CACHE_LIMIT` tokens (``embed`` clears it
+    once full)."""
+
+    def __missing__(self, token: str) -> bytes:
+        features = _token_features(token)
+        if len(self) < _CACHE_LIMIT:
+            self[token] = features
+        return features
+
+
 class HashingEmbedder:
     """Lexical feature hashing of code identifiers into ``dimension`` buckets.
 
@@ -87,7 +98,7 @@ class HashingEmbedder:
         if dimension < 1:
             raise ValueError(f"dimension must be positive, got {dimension}")
         self._dimension = dimension
-        self._cache: dict[str, bytes] = {}
+        self._cache = _FeatureCache()
         self._empty = _feature(_EMPTY, "<empty>")
 
     @property
@@ -105,15 +116,19 @@ class HashingEmbedder:
 
         Raises:
             TypeError: ``texts`` is a ``str`` or holds a non-``str``.
+            ValueError: 2**30 texts or more in one call.
         """
         if isinstance(texts, str):
             raise TypeError("texts must be a sequence of str, not a str")
         n, dim = len(texts), self._dimension
-        # Each distinct token of the batch gets an id; per text, the ids of its
-        # distinct tokens and their counts.  Features are then gathered per
-        # (text, token) in numpy, not appended token by token in Python.
-        ids: defaultdict[str, int] = defaultdict(itertools.count().__next__)
-        token_ids: list[int] = []
+        if n >= 1 << (64 - _KEY_BITS):
+            raise ValueError(f"at most {1 << (64 - _KEY_BITS)} texts per call")
+        cache = self._cache
+        if len(cache) >= _CACHE_LIMIT:
+            cache.clear()
+        # Per text, each distinct token's features (bytes from the cache, a
+        # C-level lookup) and its count; numpy then takes them all at once.
+        blobs: list[bytes] = []
         token_counts: list[int] = []
         per_text: list[int] = []  # distinct tokens per text
         for text in texts:
@@ -121,33 +136,12 @@ class HashingEmbedder:
                 raise TypeError(f"texts must hold str, not {type(text).__name__}")
             counted = Counter(_TOKEN.findall(text))
             per_text.append(len(counted))
-            token_ids.extend(map(ids.__getitem__, counted))
+            blobs.extend(map(cache.__getitem__, counted))
             token_counts.extend(counted.values())
         if n == 0:
             return np.zeros((0, dim), dtype=np.float32)
-        if n >= 1 << (64 - _KEY_BITS):
-            raise ValueError(f"at most {1 << (64 - _KEY_BITS)} texts per call")
-        cache = self._cache
-        if len(cache) > _CACHE_LIMIT:
-            cache.clear()
-        blobs = []
-        for token in ids:
-            features = cache.get(token)
-            if features is None:
-                features = cache[token] = _token_features(token)
-            blobs.append(features)
-        feature_table = np.frombuffer(b"".join(blobs), dtype=np.uint64)
-        sizes = np.fromiter(map(len, blobs), dtype=np.int64, count=len(blobs)) >> 3
-        firsts_of_token = np.zeros(len(blobs), dtype=np.int64)
-        np.cumsum(sizes[:-1], out=firsts_of_token[1:])
-        pair_token = np.array(token_ids, dtype=np.int64)
-        pair_sizes = sizes[pair_token]
-        pair_firsts = np.zeros(len(pair_token), dtype=np.int64)
-        np.cumsum(pair_sizes[:-1], out=pair_firsts[1:])
-        # Feature i of the batch is feature (i - its pair's first) of the pair's token.
-        gather = np.repeat(firsts_of_token[pair_token] - pair_firsts, pair_sizes)
-        gather += np.arange(len(gather), dtype=np.int64)
-        raw_keys = feature_table[gather]
+        raw_keys = np.frombuffer(b"".join(blobs), dtype=np.uint64)
+        pair_sizes = np.fromiter(map(len, blobs), dtype=np.int64, count=len(blobs)) >> 3
         row_arr = np.repeat(np.repeat(np.arange(n, dtype=np.uint64), per_text), pair_sizes)
         count_arr = np.repeat(np.array(token_counts, dtype=np.float64), pair_sizes)
         # Sum the counts of equal (row, feature) pairs: one sort of both as a

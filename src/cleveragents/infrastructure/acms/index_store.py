@@ -912,8 +912,8 @@ class StoreTransaction:
         self._pending_units = 0
         self._pending_bytes = 0
         del units, rows, embeddings
-        if self._graph_triples >= store.batches.triples:
-            self._flush_graph()
+        if self._graph_triples >= store.batches.triples or (self._staged and self._commit_due()):
+            self._flush_graph()  # and, when due, the text commit and catalog rows
         _release_memory()
 
     def _flush_graph(self) -> None:
@@ -949,22 +949,25 @@ class StoreTransaction:
 
     def _put_ready(self, *, force: bool = False) -> None:
         """The catalog rows of the files every index holds, once their text
-        is committed: with staged text writes, only every _COMMIT_BATCHES
-        text batches (each commit makes a Tantivy segment) or when forced."""
-        if not self._ready:
-            return
-        batches = self._store.batches
-        if (
-            self._staged
-            and not force
-            and self._staged_units < _COMMIT_BATCHES * batches.units
-            and self._staged_bytes < _COMMIT_BATCHES * batches.bytes
-        ):
+        is committed: with staged text writes, once per _COMMIT_BATCHES text
+        batches (each commit makes a Tantivy segment; _flush then writes the
+        graph batch early, so a resource with few triples commits as often)
+        or when forced."""
+        if not self._ready or (self._staged and not force and not self._commit_due()):
             return
         self._commit_text()
         self._catalog.put(self.resource_id, self._ready)
         checkpoint("index.catalog")
         self._ready = []
+
+    def _commit_due(self) -> bool:
+        """Whether the text staged since the last commit is _COMMIT_BATCHES
+        text batches' worth."""
+        batches = self._store.batches
+        return (
+            self._staged_units >= _COMMIT_BATCHES * batches.units
+            or self._staged_bytes >= _COMMIT_BATCHES * batches.bytes
+        )
 
     def _commit_text(self) -> None:
         """Make the text writes staged so far durable (and visible)."""

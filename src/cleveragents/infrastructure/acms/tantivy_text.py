@@ -1119,7 +1119,7 @@ class TantivyTextBackend:
             index, writer = held
             try:
                 writer.commit()
-                if not self._committed(rid, index, self._directory(rid)):
+                if not self._committed(rid, index):
                     self._held[rid] = None
                     _settle(writer)
             except BaseException as exc:
@@ -1194,7 +1194,6 @@ class TantivyTextBackend:
                 if found is None:
                     return
                 index, writer = found, self._writer_for(rid, found)
-            directory = self._directory(rid)
             keep = False
             try:
                 change(writer)
@@ -1203,7 +1202,7 @@ class TantivyTextBackend:
                     keep = True
                     return
                 writer.commit()
-                keep = self._committed(rid, index, directory) and rid in self._held
+                keep = self._committed(rid, index) and rid in self._held
             except BaseException as exc:
                 if rid in self._uncommitted:  # a rollback drops the staged writes too
                     self._uncommitted.discard(rid)
@@ -1223,7 +1222,7 @@ class TantivyTextBackend:
                     _settle(writer)
                 del writer
 
-    def _committed(self, rid: str, index: tantivy.Index, directory: object) -> bool:
+    def _committed(self, rid: str, index: tantivy.Index) -> bool:
         """After a commit: the resource's shard as committed, or removed when
         it holds nothing.  False: removed (its writer must go)."""
         if self._path is None:
@@ -1237,6 +1236,7 @@ class TantivyTextBackend:
             self._remove(rid)
             return False
         # Only this resource's shard moves; every other one stays as loaded.
+        directory = self._directory(rid)
         shard = _Shard(rid, index, searcher, generation, searcher.num_docs, True, directory)
         with self._lock:
             self._keep(shard)
