@@ -19,7 +19,10 @@ def _collector_on() -> Iterator[None]:
     was = gc.isenabled()
     gc.enable()
     yield
-    if not was:
+    # Restore the state found, both ways: a test may leave it switched off.
+    if was:
+        gc.enable()
+    else:
         gc.disable()
 
 
