@@ -6,6 +6,7 @@ analyzer itself), and a pair query finds what a two-word phrase finds."""
 from __future__ import annotations
 
 import itertools
+import re
 
 import tantivy
 from hypothesis import given, settings
@@ -14,6 +15,8 @@ from hypothesis import strategies as st
 from cleveragents.infrastructure.acms import tantivy_text
 from cleveragents.infrastructure.acms.tantivy_query import code_analyzer
 from cleveragents.infrastructure.acms.text_analysis import (
+    ACRONYM_BOUNDARY,
+    ASCII_TOKEN,
     analysable,
     content_terms,
     pair_term,
@@ -21,8 +24,17 @@ from cleveragents.infrastructure.acms.text_analysis import (
 )
 
 CODE_CHARS = st.sampled_from(
-    [*list("abcxyzABCXYZ019_ .,:;()[]{}'\"\n\t-+*/=<>#@!?"), "HTTPServer", "parseJsonV2", "x" * 120]
+    [
+        *list("abcxyzABCXYZ019_ .,:;()[]{}'\"\n\t-+*/=<>#@!?"),
+        "HTTPServer",
+        "parseJsonV2",
+        "ABCDef",
+        "aBCd",
+        "x" * 120,
+    ]
 )
+# The plain forms of the faster patterns text_analysis uses (the oracles).
+PLAIN_ASCII_TOKEN = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
 
 
 @settings(max_examples=400, deadline=None)
@@ -31,6 +43,19 @@ def test_python_terms_of_ascii_text_are_the_analyzers(text: str) -> None:
     ready = analysable(text)
     assert ready.isascii()
     assert content_terms(ready) == code_analyzer().analyze(ready)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(CODE_CHARS, max_size=80).map("".join))
+def test_faster_patterns_match_their_plain_forms(text: str) -> None:
+    assert analysable(text) == ACRONYM_BOUNDARY.sub("_", text)
+    assert ASCII_TOKEN.findall(text) == PLAIN_ASCII_TOKEN.findall(text)
+    ready = analysable(text)
+    assert content_terms(ready) == [
+        t.lower() for t in PLAIN_ASCII_TOKEN.findall(ready) if len(t) < 100
+    ]
+    # Text whose acronyms were not split still gets the engine's terms.
+    assert content_terms(text) == code_analyzer().analyze(text)
 
 
 @settings(max_examples=100, deadline=None)

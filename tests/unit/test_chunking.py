@@ -263,6 +263,15 @@ def test_make_units_lists_the_names_called_in_each_chunk() -> None:
     )
     assert many[0].metadata["calls"].split() == [f"f{i}" for i in range(MAX_UNIT_CALLS)]
     assert "calls" not in many[1].metadata
+    # A name with white space (any Unicode space) or none is never a callee.
+    odd = make_units(
+        RID,
+        "m.c",
+        text,
+        chunks=chunks,
+        calls=[("a b", 2), ("", 2), ("c\u00a0d", 3), ("e\tf", 4), ("ok", 4), (" ", 6)],
+    )
+    assert [u.metadata.get("calls") for u in odd] == ["ok", None]
 
 
 line_text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=30)

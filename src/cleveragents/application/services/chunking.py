@@ -511,7 +511,12 @@ def make_units(
     rid = canonical_ulid(resource_id)
     lang = language if language is not None else detect_language(rel_path)
     defined = sorted((line, order, name) for order, (name, line) in enumerate(definitions))
-    called = sorted((line, order, name) for order, (name, line) in enumerate(calls))
+    # A name with white space would be several terms of the calls field: never one.
+    called = sorted(
+        (line, order, name)
+        for order, (name, line) in enumerate(calls)
+        if name and not any(map(str.isspace, name))
+    )
     units: list[IndexUnit] = []
     for chunk in chunks if chunks is not None else chunk_text(text, lang):
         metadata = {
@@ -528,9 +533,7 @@ def make_units(
             metadata["symbols"] = " ".join(names)
         lo = bisect.bisect_left(called, (chunk.start_line,))
         hi = bisect.bisect_left(called, (chunk.end_line + 1,))
-        callees = dict.fromkeys(
-            name for _, _, name in called[lo:hi] if name and not any(c.isspace() for c in name)
-        )
+        callees = dict.fromkeys(name for _, _, name in called[lo:hi])
         if callees:
             metadata["calls"] = " ".join(list(callees)[:MAX_UNIT_CALLS])
         units.append(

@@ -41,8 +41,20 @@ ACRONYM_BOUNDARY = re.compile(r"(?<=[A-Z])(?=[A-Z][a-z])")
 MAX_TOKEN_CHARS = 100
 # The analyzer on ASCII text (the acronym split, then TOKEN_PATTERN), for
 # pairs and ``match_lines``.  Over-long tokens are not dropped here: callers
-# that need it drop them (a query term is never one).
-ASCII_TOKEN = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
+# that need it drop them (a query term is never one).  The leading lookahead
+# (every branch starts with one of those characters) changes no match; it
+# lets ``re`` skip the other characters in C, without trying each branch at
+# each of them: ~1.35x faster on code.
+ASCII_TOKEN = re.compile(r"(?=[A-Za-z0-9])(?:[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+)")
+# ASCII_TOKEN on text whose acronyms are split (:func:`analysable`): there
+# an upper-case run is never followed by a capitalised word (a ``_`` was put
+# between them), so its first branch never matches and is left out (~1.8x).
+_READY_TOKEN = re.compile(r"(?=[A-Za-z0-9])(?:[A-Z]?[a-z]+|[A-Z]+|[0-9]+)")
+# ACRONYM_BOUNDARY as a match of the run's last letter, which ``re`` finds
+# by skipping to upper-case letters (~1.8x faster than a zero-width match
+# tried at every position).  Two boundaries are never adjacent (the second
+# letter of "Ab" is not upper case), so no letter is needed by two matches.
+_ACRONYM_END = re.compile(r"([A-Z])(?=[A-Z][a-z])")
 
 _ANALYZERS = threading.local()
 
@@ -51,7 +63,7 @@ def analysable(text: str) -> str:
     """Text as the analyzer should see it: acronyms split, surrogates replaced."""
     if not text.isascii():
         text = text.encode("utf-8", "replace").decode("utf-8")
-    return ACRONYM_BOUNDARY.sub("_", text)
+    return _ACRONYM_END.sub(r"\1_", text)  # = ACRONYM_BOUNDARY.sub("_", text)
 
 
 def content_terms(ready: str) -> list[str]:
@@ -60,7 +72,7 @@ def content_terms(ready: str) -> list[str]:
     characters dropped as ``remove_long`` does; ~1.5x faster than a call
     into the engine's analyzer), else the analyzer itself."""
     if ready.isascii():
-        terms = " ".join(ASCII_TOKEN.findall(ready)).lower().split()
+        terms = " ".join(_READY_TOKEN.findall(ready)).lower().split()
         return [t for t in terms if len(t) < MAX_TOKEN_CHARS]
     analyzer: tantivy.TextAnalyzer | None = getattr(_ANALYZERS, "code", None)
     if analyzer is None:
