@@ -4,6 +4,7 @@ Tantivy / FAISS / rdflib indexes on disk, incrementally."""
 from __future__ import annotations
 
 import os
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from structlog.testing import capture_logs
 
 from cleveragents.application.container import build_container
 from cleveragents.application.services import context_tier_hydrator as hydrator_module
+from cleveragents.application.services import indexer as indexer_module
 from cleveragents.application.services.context_tier_hydrator import (
     hydrate_tiers_for_plan,
     hydrate_tiers_from_project,
@@ -338,3 +340,62 @@ def test_a_rerun_fetches_full_records_only_for_changed_or_vanished_files(
     assert fetched == [["pkg/util.py"], ["notes.txt"]]
     assert "notes.txt" not in indexed_paths(container, RID)
     assert container.text_backend().search("renamed", scope=frozenset({RID}))
+
+
+def test_a_hydration_that_fails_mid_way_leaves_the_resource_writable(
+    repo: Path, container: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A write failing while files are still being visited (not at the final
+    # commit) must still end the store session: before, the text index kept
+    # the resource's staged writer (and its shard's writer lock), so every
+    # later session of the resource in this process failed ("already grouped").
+    ix: Indexer = container.indexer()
+    hydrate_tiers_from_project(ContextTierService(), "p", RID, str(repo), indexer=ix)
+    (repo / "pkg" / "util.py").write_text("def replacement_function():\n    pass\n")
+    (repo / "pkg" / "core.py").write_text("def other_replacement():\n    pass\n")
+    store = ManagedIndexStore.over(
+        container.text_backend(),
+        container.vector_backend(),
+        ExplodingGraph(container.graph_backend()),  # type: ignore[arg-type]
+        ix.catalog,
+        batch_units=1,
+        batch_triples=1,  # the first changed file's graph write fails at once
+    )
+    broken = Indexer(store, container.embedder())
+    monkeypatch.setattr(indexer_module, "_EMBED_BATCH", 1)  # each file written as visited
+    with pytest.raises(OSError, match="injected") as failure:
+        hydrate_tiers_from_project(ContextTierService(), "p", RID, str(repo), indexer=broken)
+    assert any(
+        f.f_code.co_name == "visit" for f, _ in traceback.walk_tb(failure.value.__traceback__)
+    )
+    assert "pkg/util.py" in indexed_paths(container, RID)
+    # The host still holds the error (and so its frames), as one that logs it does.
+    assert failure.value.__traceback__ is not None
+    repaired = ix.index_resource(RID, repo)
+    assert repaired.files_indexed == 2
+    assert container.text_backend().search("replacement", scope=ONLY)
+    del failure
+
+
+def test_an_index_run_failing_at_its_end_leaves_the_resource_writable(
+    repo: Path, container: Any
+) -> None:
+    # The same, for a write that fails while the session's last files are
+    # handed on (IndexSession.finish), before the store's commit.
+    ix: Indexer = container.indexer()
+    ix.index_resource(RID, repo)
+    (repo / "pkg" / "util.py").write_text("def replacement_function():\n    pass\n")
+    store = ManagedIndexStore.over(
+        container.text_backend(),
+        container.vector_backend(),
+        ExplodingGraph(container.graph_backend()),  # type: ignore[arg-type]
+        ix.catalog,
+        batch_units=1,
+        batch_triples=1,
+    )
+    with pytest.raises(OSError, match="injected") as failure:
+        Indexer(store, container.embedder()).index_resource(RID, repo)
+    assert failure.value.__traceback__ is not None
+    assert ix.index_resource(RID, repo).files_indexed == 1
+    assert container.text_backend().search("replacement", scope=ONLY)
+    del failure

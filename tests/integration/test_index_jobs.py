@@ -348,6 +348,26 @@ def test_indexing_pauses_the_collector_and_restores_it(tmp_path: Path) -> None:
     store.close()
 
 
+def test_hydration_pauses_the_collector_and_restores_it(tmp_path: Path) -> None:
+    from cleveragents.application.services.context_tier_hydrator import (
+        hydrate_tiers_from_project,
+    )
+    from cleveragents.application.services.context_tier_service import ContextTierService
+
+    tree = make_tree(tmp_path / "tree")
+    embedder = _GcRecordingEmbedder(DIM)
+    store = ManagedIndexStore.open(tmp_path / "data", dimension=DIM)
+    ix = Indexer(store, embedder, code_parser=TreeSitterCodeParser())
+    assert gc.isenabled()
+    stored = hydrate_tiers_from_project(
+        ContextTierService(), "p", RID, str(tree), "directory", indexer=ix
+    )
+    assert stored > 5
+    assert embedder.collector_on and not any(embedder.collector_on)
+    assert gc.isenabled()
+    store.close()
+
+
 def test_a_long_indexing_run_still_collects_now_and_then(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

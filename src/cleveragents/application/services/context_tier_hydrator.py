@@ -35,9 +35,11 @@ context_hydrator.hydrated              INFO    done: fragments_stored, total_byt
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any
 
+from cleveragents._collector import paused_collector
 from cleveragents._logging import get_logger
 from cleveragents.application.services.context_tier_service import ContextTierService
 from cleveragents.application.services.indexer import NOT_READ, Indexer, NotRead
@@ -160,51 +162,60 @@ def hydrate_tiers_from_project(
         if indexer is not None
         else None
     )
-    if session is not None:
-        for _ in listing.secret_skipped:
-            session.stats.skip("secret")
-    stored = 0
-    total_bytes = 0
-    for f in listed:  # binary extensions and skip directories never get listed
-        want_tier = f.size <= MAX_FILE_BYTES and total_bytes + f.size <= MAX_TOTAL_BYTES
-        read: ReadFile | NotRead | None = NOT_READ
-        if want_tier or (session is not None and session.needs_read(f)):
-            # One read serves both: up to the larger of the two caps.
-            cap = max(MAX_FILE_BYTES, indexer.max_file_bytes if indexer else 0)
-            read = read_file(resource_location, f, max_bytes=cap)
-            if isinstance(read, ReadFile) and secret_content(secrets, f.rel_path, read.data):
-                # Neither stored nor indexed (the session's old units for it go).
-                if session is not None:
-                    session.skip(f, "secret")
-                continue
+    # The session is a context: a failure part way ends it as a failed one
+    # (the dirty marker stays for the next run), never left open holding the
+    # resource's writers.  Planned files leave no reference cycles, so the
+    # cyclic collector is paused, as Indexer.index_resource does.
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(paused_collector())
         if session is not None:
-            session.visit(f, read)
-        if not isinstance(read, ReadFile):
-            continue
-        data = read.data
-        if not want_tier or len(data) > MAX_FILE_BYTES or total_bytes + len(data) > MAX_TOTAL_BYTES:
-            continue
-        if is_binary(f.rel_path, data[:8192]):
-            continue
-        try:
-            tier_service.store(
-                TieredFragment(
-                    content=decode_text(data),
-                    tier=ContextTier.HOT,
-                    metadata={
-                        "path": f.rel_path,
-                        "detail_depth": "1",
-                        "relevance_score": "0.5",
-                    },
+            stack.enter_context(session)
+            for _ in listing.secret_skipped:
+                session.stats.skip("secret")
+        stored = 0
+        total_bytes = 0
+        for f in listed:  # binary extensions and skip directories never get listed
+            want_tier = f.size <= MAX_FILE_BYTES and total_bytes + f.size <= MAX_TOTAL_BYTES
+            read: ReadFile | NotRead | None = NOT_READ
+            if want_tier or (session is not None and session.needs_read(f)):
+                # One read serves both: up to the larger of the two caps.
+                cap = max(MAX_FILE_BYTES, indexer.max_file_bytes if indexer else 0)
+                read = read_file(resource_location, f, max_bytes=cap)
+                if isinstance(read, ReadFile) and secret_content(secrets, f.rel_path, read.data):
+                    # Neither stored nor indexed (the session's old units for it go).
+                    if session is not None:
+                        session.skip(f, "secret")
+                    continue
+            if session is not None:
+                session.visit(f, read)
+            if not isinstance(read, ReadFile):
+                continue
+            data = read.data
+            if (
+                not want_tier
+                or len(data) > MAX_FILE_BYTES
+                or total_bytes + len(data) > MAX_TOTAL_BYTES
+            ):
+                continue
+            if is_binary(f.rel_path, data[:8192]):
+                continue
+            try:
+                tier_service.store(
+                    TieredFragment(
+                        content=decode_text(data),
+                        tier=ContextTier.HOT,
+                        metadata={
+                            "path": f.rel_path,
+                            "detail_depth": "1",
+                            "relevance_score": "0.5",
+                        },
+                    )
                 )
-            )
-        except Exception as exc:
-            _log.debug("context_hydrator.store_failed", path=f.rel_path, error=str(exc))
-            continue
-        stored += 1
-        total_bytes += len(data)
-    if session is not None:
-        session.finish()
+            except Exception as exc:
+                _log.debug("context_hydrator.store_failed", path=f.rel_path, error=str(exc))
+                continue
+            stored += 1
+            total_bytes += len(data)
     _log.info(
         "context_hydrator.hydrated",
         project=project_name,

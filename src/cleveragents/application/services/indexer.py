@@ -413,13 +413,18 @@ class IndexSession:
     ) -> None:
         if exc_type is None:
             self.finish()
-        else:
-            for _, future in self._in_flight:
-                future.cancel()
-            self._in_flight.clear()
-            # Nothing more is written: the store keeps the dirty marker, and
-            # the resource's next session repairs what this one left.
-            self._stack.__exit__(exc_type, exc, tb)
+        elif exc is not None:
+            self._abandon(exc)
+
+    def _abandon(self, exc: BaseException) -> None:
+        """End the session after ``exc``: nothing more is written, the store
+        keeps the dirty marker, and the resource's next session repairs what
+        this one left."""
+        self._finished = True
+        for _, future in self._in_flight:
+            future.cancel()
+        self._in_flight.clear()
+        self._stack.__exit__(type(exc), exc, exc.__traceback__)
 
     @property
     def _files(self) -> PathLookup:
@@ -708,12 +713,18 @@ class IndexSession:
         """Hand on what is planned, delete files no longer present, commit."""
         if self._finished:
             return self.stats
-        self._drain()
-        self._embed_pending()
-        gone_paths = [path for path in self._catalog_stats if path not in self._seen]
-        if gone_paths:
-            for path, rec in sorted(self._tx.records(gone_paths).items()):
-                self._tx.apply(FileDelta("delete", path, old=rec))
         self._finished = True
+        try:
+            self._drain()
+            self._embed_pending()
+            gone_paths = [path for path in self._catalog_stats if path not in self._seen]
+            if gone_paths:
+                for path, rec in sorted(self._tx.records(gone_paths).items()):
+                    self._tx.apply(FileDelta("delete", path, old=rec))
+        except BaseException as exc:
+            # End the store's session as a failed one (the dirty marker stays),
+            # or the text index would keep the resource's staged writer.
+            self._abandon(exc)
+            raise
         self._stack.close()  # the store commits
         return self.stats
