@@ -4,6 +4,8 @@ Oracle: the same writes made one by one on a backend that groups nothing
 (every query's URIs, order and scores, and the stored units, must agree).
 The writer lock is what grouping changes; it is checked from a second
 backend on the same directory (as another process's writer would see it).
+Staged writes are checked on Tantivy and on the in-memory reference, which
+the store's fast unit tests run on.
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ def test_is_a_grouped_writes_index_and_the_memory_index_is_not(tmp_path: Path) -
     assert isinstance(b, GroupedWrites)
     assert isinstance(b, StagedWrites)
     assert not isinstance(MemoryTextIndex(), GroupedWrites)
-    assert not isinstance(MemoryTextIndex(), StagedWrites)
+    assert isinstance(MemoryTextIndex(), StagedWrites)  # the store's fast tests stage too
     b.close()
 
 
@@ -293,6 +295,58 @@ def test_staged_writes_show_at_each_commit_what_the_same_writes_show_unstaged(
             b.close()
 
 
+@settings(max_examples=60, deadline=None)
+@given(ops=_STAGED_OPS, fail=st.booleans())
+def test_the_memory_index_stages_as_the_contract_says(
+    ops: list[tuple[str, list[object]]], fail: bool
+) -> None:
+    """The same oracle for the in-memory reference (its BM25 has no deleted
+    documents, so scores are compared too), and the other resource's writes
+    are never staged with this one's."""
+    staged, plain = MemoryTextIndex(), MemoryTextIndex()
+    committed = _state(plain, RID)
+
+    def apply(b: MemoryTextIndex, op: str, arg: list[object]) -> None:
+        if op == "upsert":
+            b.upsert(RID, [_unit(RID, n, " ".join(ws)) for n, ws in arg])  # type: ignore[misc]
+        elif op == "delete":
+            b.delete(RID, [unit_uri(RID, f"f{n}.py", "L1-L5") for n in arg])
+        elif op == "delete_all":
+            b.delete(RID)
+
+    with contextlib.suppress(RuntimeError), staged.staged_writes(RID):
+        for op, arg in ops:
+            apply(plain, op, arg)
+            if op == "commit":
+                staged.commit_staged(RID)
+                committed = _state(plain, RID)
+            else:
+                apply(staged, op, arg)
+            assert _state(staged, RID) == committed  # nothing shows before a commit
+            staged.upsert(OTHER, [_unit(OTHER, 0, "needle")])  # not staged: shows at once
+            assert staged.unit_uris(OTHER) == {unit_uri(OTHER, "f0.py", "L1-L5")}
+        if fail:
+            raise RuntimeError("the session failed")
+    assert _state(staged, RID) == (committed if fail else _state(plain, RID))
+    with staged.staged_writes(RID):  # the block ended: the resource can stage again
+        pass
+
+
+def test_the_memory_index_refuses_staging_twice_and_a_commit_after_close() -> None:
+    b = MemoryTextIndex()
+    with (
+        b.staged_writes(RID),
+        pytest.raises(ValueError, match="already grouped"),
+        b.staged_writes(RID),
+    ):
+        pass
+    # close() inside a block loses its writes: the block's end reports it.
+    with pytest.raises(IndexUnavailableError), b.staged_writes(RID):
+        b.upsert(RID, [_unit(RID, 1, "beta")])
+        b.close()
+    assert RID not in b.resource_ids()
+
+
 def test_a_new_resource_staged_over_several_writes_is_whole_at_the_commit(
     tmp_path: Path,
 ) -> None:
@@ -353,6 +407,20 @@ class _Counting(TantivyTextBackend):
         super().commit_staged(resource_id)
 
 
+class _CountingMemory(MemoryTextIndex):
+    """:class:`_Counting` for the in-memory reference."""
+
+    log: list[str]
+
+    def upsert(self, *args: Any, **kwargs: Any) -> None:
+        self.log.append("upsert")
+        super().upsert(*args, **kwargs)
+
+    def commit_staged(self, resource_id: str) -> None:
+        self.log.append("commit")
+        super().commit_staged(resource_id)
+
+
 class _LoggedCatalog(MemoryCatalog):
     log: list[str]
 
@@ -361,15 +429,18 @@ class _LoggedCatalog(MemoryCatalog):
         super().put(*args, **kwargs)
 
 
+@pytest.mark.parametrize("engine", ["tantivy", "memory"])
 def test_a_store_session_commits_text_once_per_several_batches_and_before_the_rows(
-    tmp_path: Path,
+    tmp_path: Path, engine: str
 ) -> None:
     repo = tmp_path / "repo"
     repo.mkdir()
     for n in range(40):
         (repo / f"m{n}.py").write_text(f"def function_{n}():\n    return {n}  # needle\n")
     log: list[str] = []
-    text, catalog = _Counting(tmp_path / "g"), _LoggedCatalog()
+    text: _Counting | _CountingMemory
+    text = _Counting(tmp_path / "g") if engine == "tantivy" else _CountingMemory()
+    catalog = _LoggedCatalog()
     text.log = catalog.log = log
     store = ManagedIndexStore.over(
         text, MemoryVectorIndex(8), MemoryGraphIndex(), catalog, batch_units=1, batch_triples=1

@@ -240,7 +240,7 @@ class Recorder:
 
     def wrap(self, name: str, target: Any) -> Any:
         recorder = self
-        writes = {"upsert", "delete", "put", "remove", "set_meta", "delete_meta"}
+        writes = {"upsert", "delete", "put", "remove", "set_meta", "delete_meta", "commit_staged"}
 
         class Wrapped:
             def __getattr__(self, attr: str) -> Any:
@@ -285,6 +285,7 @@ def test_the_write_order_of_a_session(
         "vector.upsert",
         "graph.upsert",  # the files' triples
         "graph.upsert",  # the resource node's edges, a part of their own
+        "text.commit_staged",  # the text is durable before a row names it
         "catalog.put",
         "catalog.delete_meta(dirty)",
         "catalog.set_meta(catalog_written_ns)",
@@ -303,6 +304,7 @@ def test_the_write_order_of_a_session(
         "text.delete",
         "vector.delete",
         "graph.upsert",
+        "text.commit_staged",  # the deletion is durable before the marker goes
         "catalog.delete_meta(dirty)",
         "catalog.set_meta(catalog_written_ns)",
     ]
@@ -323,6 +325,7 @@ SESSION_STEPS = [
     "index.text",
     "index.vector",
     "index.graph",
+    "index.commit",  # the in-memory text index stages, as Tantivy does
     "index.catalog",
     "index.touch",
     "delete.catalog",

@@ -12,7 +12,9 @@ Brute force and small, for tests and the planner's unit tests (haystack's
   definitions rank above uses; ``path``/``lang`` filters restrict matches
   without changing the statistics (as Tantivy's zero-scored filter clauses).
   ``syntax="tantivy"`` is a subset here: words, phrases read as words and
-  ``OR``; any ``field:`` is refused.
+  ``OR``; any ``field:`` is refused.  It stages writes as Tantivy does
+  (``StagedWrites``: invisible until committed, dropped by a failed block),
+  so the store's fast tests run the same staged sessions.
 - :class:`MemoryVectorIndex`: exact cosine over L2-normalised rows (numpy).
 - :class:`MemoryGraphIndex`: one rdflib ``Graph`` per resource; SPARQL through
   the same sandbox (:mod:`.sparql_guard`) over the union of the in-scope graphs,
@@ -25,11 +27,12 @@ and stay as the seed describes them.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import threading
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -116,6 +119,58 @@ class MemoryTextIndex(_Closable):
     def __init__(self) -> None:
         super().__init__()
         self._docs: dict[str, dict[str, tuple[IndexUnit, Counter[str], int]]] = {}
+        # Per resource in a staged block: its writes since the last commit,
+        # applied to ``_docs`` in order by commit_staged (``StagedWrites``).
+        self._staged: dict[str, list[Callable[[], None]]] = {}
+
+    @contextlib.contextmanager
+    def staged_writes(self, resource_id: str) -> Iterator[None]:
+        """Hold the resource's writes until :meth:`commit_staged` (see
+        ``StagedWrites``): readers see its last commit; leaving the block
+        normally commits the rest, an exception drops it.
+
+        Raises:
+            ValueError: an invalid ULID, or the resource's writes are
+                already staged.
+        """
+        rid = canonical_ulid(resource_id)
+        self._check_open()
+        with self._lock:
+            if rid in self._staged:
+                raise ValueError(f"the writes of {rid} are already grouped")
+            self._staged[rid] = []
+        try:
+            yield
+            self.commit_staged(rid)
+        finally:
+            with self._lock:
+                self._staged.pop(rid, None)
+
+    def commit_staged(self, resource_id: str) -> None:
+        """Apply the resource's staged writes (none: nothing happens).
+
+        Raises:
+            ValueError: an invalid ULID.
+            IndexUnavailableError: the index was closed (the writes are lost).
+        """
+        rid = canonical_ulid(resource_id)
+        with self._lock:
+            pending = self._staged.get(rid)
+            if not pending:
+                return
+            self._check_open()
+            self._staged[rid] = []
+            for change in pending:
+                change()
+
+    def _change(self, rid: str, change: Callable[[], None]) -> None:
+        """Apply ``change`` now, or stage it in the resource's staged block."""
+        with self._lock:
+            pending = self._staged.get(rid)
+            if pending is None:
+                change()
+            else:
+                pending.append(change)
 
     def search(
         self,
@@ -197,29 +252,39 @@ class MemoryTextIndex(_Closable):
         rid = canonical_ulid(resource_id)
         doomed = _check_units(rid, units, delete_uris)
         self._check_open()
-        with self._lock:
+        analysed = []
+        for unit in units:
+            words = tokens(unit.content) + tokens(unit.metadata.get("path", ""))
+            analysed.append((unit, Counter(words), max(1, len(words))))
+
+        def change() -> None:
             docs = self._docs.setdefault(rid, {})
             for uri in doomed:
                 docs.pop(uri, None)
-            for unit in units:
-                words = tokens(unit.content) + tokens(unit.metadata.get("path", ""))
-                docs[unit.uko_uri] = (unit, Counter(words), max(1, len(words)))
+            for entry in analysed:
+                docs[entry[0].uko_uri] = entry
             if not docs:
                 del self._docs[rid]
+
+        self._change(rid, change)
 
     def delete(self, resource_id: str, uris: Iterable[str] | None = None) -> None:
         """Delete the given units of a resource, or all of them."""
         rid = canonical_ulid(resource_id)
         self._check_open()
-        with self._lock:
-            if uris is None:
+        doomed = None if uris is None else list(uris)
+
+        def change() -> None:
+            if doomed is None:
                 self._docs.pop(rid, None)
                 return
             docs = self._docs.get(rid, {})
-            for uri in uris:
+            for uri in doomed:
                 docs.pop(uri, None)
             if not docs:
                 self._docs.pop(rid, None)
+
+        self._change(rid, change)
 
     def unit_uris(self, resource_id: str) -> set[str]:
         """URIs of a resource's units."""
