@@ -73,7 +73,9 @@ def content_terms(ready: str) -> list[str]:
     into the engine's analyzer), else the analyzer itself."""
     if ready.isascii():
         terms = " ".join(_READY_TOKEN.findall(ready)).lower().split()
-        return [t for t in terms if len(t) < MAX_TOKEN_CHARS]
+        if terms and max(map(len, terms)) >= MAX_TOKEN_CHARS:  # rare: filter only then
+            terms = [t for t in terms if len(t) < MAX_TOKEN_CHARS]
+        return terms
     analyzer: tantivy.TextAnalyzer | None = getattr(_ANALYZERS, "code", None)
     if analyzer is None:
         from cleveragents.infrastructure.acms.tantivy_query import code_analyzer
