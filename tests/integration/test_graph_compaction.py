@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from ulid import ULID
 
 from cleveragents.domain.models.acms.backends import Literal
+from cleveragents.domain.models.acms.errors import IndexUnavailableError
 from cleveragents.domain.models.acms.uko import UKO, file_uri
 from cleveragents.infrastructure.acms import graph_store
 from cleveragents.infrastructure.acms.graph_store import (
@@ -419,3 +420,62 @@ def test_a_compaction_holds_far_less_than_the_graph(tmp_path: Path) -> None:
         finally:
             tracemalloc.stop()
     assert compact_peak < load_peak / 3, (compact_peak, load_peak)
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    steps=st.lists(_step, max_size=12),
+    chunk=st.sampled_from([1, 2, 4096]),
+    torn=st.sampled_from([b"", b"C", b"C\x05\x00\x00\x00\x00\x00\x00\x00abc"]),
+    compacted=st.booleans(),
+)
+def test_the_subjects_read_record_by_record_are_those_a_load_holds(
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    steps: list[Any],
+    chunk: int,
+    torn: bytes,
+    compacted: bool,
+) -> None:
+    # What verify and the repair sweep ask of every resource: answered
+    # without loading the graph, exactly as the loaded graph would, after
+    # any records, a compaction, and a torn tail a killed writer left.
+    monkeypatch.setattr(graph_store, "SNAPSHOT_SUBJECTS", chunk)
+    root = tmp_path_factory.mktemp("subjects")
+    store = GraphStore(root)
+    with store.writer_lock():
+        state = _write(store, steps)
+        if compacted:
+            store.compact(RID, state)
+    with store.path(RID).open("ab") as fh:
+        fh.write(torn)
+    expected = set(_loaded(store))
+    loads = _counting_loads(monkeypatch)
+    assert store.live_subjects(RID) == expected
+    backend = RdflibGraphBackend(root)
+    try:
+        assert backend.subjects(RID) == expected
+        assert loads == []  # neither loaded the graph
+        with backend._lock:
+            backend._load([RID])  # held, as after a query that loads it
+        assert (RID in backend._graphs) == bool(expected)
+        assert backend.subjects(RID) == expected  # the same from the held graph
+    finally:
+        backend.close()
+    assert store.live_subjects(str(ULID())) is None  # no file
+
+
+def test_subjects_of_a_file_without_a_whole_snapshot_fail_as_a_load_does(tmp_path: Path) -> None:
+    store = GraphStore(tmp_path)
+    with store.writer_lock():
+        store.create(RID, ([], [], {_S[0]: {(_P[0], "urn:x")}}))
+    path = store.path(RID)
+    path.write_bytes(path.read_bytes()[: graph_store._HEADER + 3])
+    with pytest.raises(IndexUnavailableError, match="no whole snapshot"):
+        store.live_subjects(RID)
+    with pytest.raises(IndexUnavailableError, match="no whole snapshot"):
+        store.refresh(RID, None, None)

@@ -90,9 +90,18 @@ def test_a_query_loads_only_the_in_scope_graphs(three: tuple[Path, list[str]]) -
         assert len(backend.traverse(file_uri(a, "m0.py"), depth=2, scope=scope).triples) == 1
         assert backend.get_triples(file_uri(b, "m0.py"), scope=scope).triples == []
         assert backend.loaded_resource_ids() == {a}
-        assert len(backend.subjects(b)) == 6
+        assert len(backend.subjects(b)) == 6  # read record by record (verify, the sweep)
+        assert backend.loaded_resource_ids() == {a}
+        _hold(backend, b)
         assert backend.loaded_resource_ids() == {a, b}
     assert _reads(logs) == [("graph_store.loaded", a), ("graph_store.loaded", b)]
+
+
+def _hold(backend: RdflibGraphBackend, rid: str) -> None:
+    """Load ``rid``'s graph into the cache, as a query that needs it whole does."""
+    with backend._lock:
+        backend._load([rid])
+        backend._trim({rid})
 
 
 def test_a_subject_outside_uko_is_looked_up_in_every_in_scope_graph(tmp_path: Path) -> None:
@@ -242,10 +251,10 @@ def test_graphs_beyond_the_cache_budget_are_dropped_least_recent_first(
 ) -> None:
     root, (a, b, c) = three
     with RdflibGraphBackend(root, cache_triples=13) as backend:
-        backend.subjects(a)
-        backend.subjects(b)
+        _hold(backend, a)
+        _hold(backend, b)
         assert backend.loaded_resource_ids() == {a, b}  # 5 + 6 triples
-        backend.subjects(c)
+        _hold(backend, c)
         assert backend.loaded_resource_ids() == {b, c}  # a was least recently used
         # One query's own graphs are kept even over the budget.
         assert len(backend.sparql_query(Q, scope=frozenset({a, b, c})).triples) == 18
@@ -260,11 +269,11 @@ def test_the_budget_counts_the_indexes_a_query_built(tmp_path: Path) -> None:
     with RdflibGraphBackend(tmp_path, cache_triples=22) as backend:
         backend.upsert(a, _triples(a, 10))
         backend.upsert(b, _triples(b, 10))
-        backend.subjects(a)
-        backend.subjects(b)
+        _hold(backend, a)
+        _hold(backend, b)
         assert backend.loaded_resource_ids() == {a, b}
         assert len(backend.sparql_query(Q, scope=frozenset({a})).triples) == 10
-        backend.subjects(b)
+        _hold(backend, b)
         assert backend.loaded_resource_ids() == {b}
 
 

@@ -570,8 +570,14 @@ class RdflibGraphBackend:
         """Distinct subjects (IRIs) in a resource's graph; empty if it has none."""
         rid = canonical_ulid(resource_id)
         with self._lock:
+            self._check_open()
+            store = self._store
+            if store is not None and rid not in self._graphs:
+                # Not held: read record by record (verify and the repair
+                # sweep ask this of every resource; a load peaks at its graph).
+                return store.live_subjects(rid) or set()
             res = self._load([rid]).get(rid)
-            found = set() if res is None else set(res.by_subject)
+            found = set() if res is None else {s for s, edges in res.by_subject.items() if edges}
             self._trim({rid})
             return found
 
