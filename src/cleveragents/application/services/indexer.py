@@ -352,6 +352,9 @@ class IndexSession:
         self._secrets = secrets
         self.resource_id = resource_id
         self.root = root
+        # Before the store's session starts: a bad fault variable (tests) must
+        # not leave it open.
+        self._fault = fault_from_env()
         self._stack = contextlib.ExitStack()
         self._tx: IndexTransaction = self._stack.enter_context(
             indexer.store.session(resource_id, identity=indexer.identity)
@@ -375,7 +378,6 @@ class IndexSession:
         self._to_embed: list[_Planned] = []
         self._to_embed_units = 0
         self._pool = indexer._pool
-        self._fault = fault_from_env()
         self._listing_file: str | None = None
         self._batch: list[_Work] = []
         self._batch_bytes = 0
