@@ -432,6 +432,7 @@ def test_a_compaction_holds_far_less_than_the_graph(tmp_path: Path) -> None:
     chunk=st.sampled_from([1, 2, 4096]),
     torn=st.sampled_from([b"", b"C", b"C\x05\x00\x00\x00\x00\x00\x00\x00abc"]),
     compacted=st.booleans(),
+    damaged=st.one_of(st.none(), st.integers(1, 20)),
 )
 def test_the_subjects_read_record_by_record_are_those_a_load_holds(
     tmp_path_factory: pytest.TempPathFactory,
@@ -440,6 +441,7 @@ def test_the_subjects_read_record_by_record_are_those_a_load_holds(
     chunk: int,
     torn: bytes,
     compacted: bool,
+    damaged: int | None,
 ) -> None:
     # What verify and the repair sweep ask of every resource: answered
     # without loading the graph, exactly as the loaded graph would, after
@@ -453,6 +455,16 @@ def test_the_subjects_read_record_by_record_are_those_a_load_holds(
             store.compact(RID, state)
     with store.path(RID).open("ab") as fh:
         fh.write(torn)
+    if damaged is not None:  # a bad CRC in some record after the first: a load stops there
+        data = bytearray(store.path(RID).read_bytes())
+        starts, pos = [], graph_store._HEADER
+        while (record := graph_store._next_record(bytes(data), pos)) is not None:
+            starts.append(pos)
+            pos = record[2]
+        if len(starts) > 1:
+            at = starts[1 + damaged % (len(starts) - 1)] + graph_store._RECORD.size
+            data[at] ^= 0xFF
+            store.path(RID).write_bytes(bytes(data))
     expected = set(_loaded(store))
     loads = _counting_loads(monkeypatch)
     assert store.live_subjects(RID) == expected

@@ -21,6 +21,7 @@ from cleveragents.application.services.context_tier_hydrator import (
 )
 from cleveragents.application.services.context_tier_service import ContextTierService
 from cleveragents.application.services.indexer import Indexer
+from cleveragents.application.services.resource_files import list_resource
 from cleveragents.domain.models.acms.scope import ScopedView
 from cleveragents.domain.models.acms.tiers import ContextTier
 from cleveragents.domain.models.acms.uko import UKO, file_uri, path_of
@@ -399,3 +400,25 @@ def test_an_index_run_failing_at_its_end_leaves_the_resource_writable(
     assert ix.index_resource(RID, repo).files_indexed == 1
     assert container.text_backend().search("replacement", scope=ONLY)
     del failure
+
+
+def test_a_session_whose_finish_failed_refuses_to_finish_again(repo: Path, container: Any) -> None:
+    ix: Indexer = container.indexer()
+    ix.index_resource(RID, repo)
+    (repo / "pkg" / "util.py").write_text("def replacement_function():\n    pass\n")
+    store = ManagedIndexStore.over(
+        container.text_backend(),
+        container.vector_backend(),
+        ExplodingGraph(container.graph_backend()),  # type: ignore[arg-type]
+        ix.catalog,
+        batch_units=1,
+        batch_triples=1,
+    )
+    session = Indexer(store, container.embedder()).session(RID, repo, ["pkg/util.py"])
+    listed = [f for f in list_resource(repo, "directory").files if f.rel_path == "pkg/util.py"]
+    session.visit_all(listed)
+    with pytest.raises(OSError, match="injected"):
+        session.finish()
+    with pytest.raises(RuntimeError, match="failed"):  # not a silent success
+        session.finish()
+    assert ix.index_resource(RID, repo).files_indexed == 1  # its store session ended

@@ -58,6 +58,15 @@ def test_faster_patterns_match_their_plain_forms(text: str) -> None:
     assert content_terms(text) == code_analyzer().analyze(text)
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=60))
+def test_faster_patterns_match_their_plain_forms_on_any_text(text: str) -> None:
+    assert analysable(text) == ACRONYM_BOUNDARY.sub(
+        "_", text.encode("utf-8", "replace").decode("utf-8")
+    )
+    assert ASCII_TOKEN.findall(text) == PLAIN_ASCII_TOKEN.findall(text)
+
+
 @settings(max_examples=100, deadline=None)
 @given(st.text(max_size=60))
 def test_any_text_gets_the_analyzers_terms(text: str) -> None:

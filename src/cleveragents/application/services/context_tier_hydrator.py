@@ -155,21 +155,19 @@ def hydrate_tiers_from_project(
         return 0
     listed = listing.files
     secrets = secrets or DEFAULT_SECRET_FILTER
-    session = (
-        indexer.session(
-            resource_id, resource_location, [f.rel_path for f in listed], secrets=secrets
-        )
-        if indexer is not None
-        else None
-    )
     # The session is a context: a failure part way ends it as a failed one
     # (the dirty marker stays for the next run), never left open holding the
     # resource's writers.  Planned files leave no reference cycles, so the
-    # cyclic collector is paused, as Indexer.index_resource does.
+    # cyclic collector is paused while indexing, as Indexer.index_resource does.
     with contextlib.ExitStack() as stack:
-        stack.enter_context(paused_collector())
-        if session is not None:
-            stack.enter_context(session)
+        session = None
+        if indexer is not None:
+            stack.enter_context(paused_collector())
+            session = stack.enter_context(
+                indexer.session(
+                    resource_id, resource_location, [f.rel_path for f in listed], secrets=secrets
+                )
+            )
             for _ in listing.secret_skipped:
                 session.stats.skip("secret")
         stored = 0

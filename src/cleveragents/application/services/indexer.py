@@ -352,9 +352,14 @@ class IndexSession:
         self._secrets = secrets
         self.resource_id = resource_id
         self.root = root
-        # Before the store's session starts: a bad fault variable (tests) must
-        # not leave it open.
+        # Before the store's session starts: a bad fault variable (tests) or
+        # a listing that raises must not leave it open.
         self._fault = fault_from_env()
+        self._listed_paths = (
+            listed_paths
+            if isinstance(listed_paths, list | tuple | set | frozenset)
+            else list(listed_paths)
+        )
         self._stack = contextlib.ExitStack()
         self._tx: IndexTransaction = self._stack.enter_context(
             indexer.store.session(resource_id, identity=indexer.identity)
@@ -368,11 +373,6 @@ class IndexSession:
         # not once per file of a re-run.
         self._suspects = self._tx.suspects
         self._max_file_bytes = indexer.max_file_bytes
-        self._listed_paths = (
-            listed_paths
-            if isinstance(listed_paths, list | tuple | set | frozenset)
-            else list(listed_paths)
-        )
         self._path_lookup: PathLookup | None = None
         self._seen: set[str] = set()
         self._to_embed: list[_Planned] = []
@@ -383,6 +383,7 @@ class IndexSession:
         self._batch_bytes = 0
         self._in_flight: deque[tuple[list[_Work], Future[list[Outcome]]]] = deque()
         self._finished = False
+        self._broken = False
 
     def _reembed(self, progress: Callable[[str, int, int], None] | None) -> None:
         """Only the embedder changed: re-embed the stored units (the store's
@@ -415,14 +416,16 @@ class IndexSession:
     ) -> None:
         if exc_type is None:
             self.finish()
-        elif exc is not None:
-            self._abandon(exc)
+        else:
+            self._abandon(exc if exc is not None else exc_type())
 
     def _abandon(self, exc: BaseException) -> None:
         """End the session after ``exc``: nothing more is written, the store
         keeps the dirty marker, and the resource's next session repairs what
         this one left."""
-        self._finished = True
+        if self._finished:
+            return
+        self._finished = self._broken = True
         for _, future in self._in_flight:
             future.cancel()
         self._in_flight.clear()
@@ -712,10 +715,16 @@ class IndexSession:
         )
 
     def finish(self) -> IndexStats:
-        """Hand on what is planned, delete files no longer present, commit."""
+        """Hand on what is planned, delete files no longer present, commit.
+
+        Raises:
+            RuntimeError: the session already failed (its store session
+                ended; the resource's next session repairs it).
+        """
+        if self._broken:
+            raise RuntimeError(f"the index session of {self.resource_id} failed; start another")
         if self._finished:
             return self.stats
-        self._finished = True
         try:
             self._drain()
             self._embed_pending()
@@ -728,5 +737,10 @@ class IndexSession:
             # or the text index would keep the resource's staged writer.
             self._abandon(exc)
             raise
-        self._stack.close()  # the store commits
+        self._finished = True
+        try:
+            self._stack.close()  # the store commits
+        except BaseException:
+            self._broken = True
+            raise
         return self.stats

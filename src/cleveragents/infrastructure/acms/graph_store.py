@@ -1471,7 +1471,10 @@ class GraphStore:
         For ``verify`` and the repair sweep, which need only the subjects: a
         load of a stdlib-sized graph for them peaked at ~245 MB.  The records
         read are those a load applies (:meth:`_parse`): the snapshot chunks,
-        then the change records up to the first that is not whole.
+        then the change records up to the first that is not whole.  Like
+        :meth:`compact` and the subject reader, it relies on the format's rule
+        that snapshot chunks hold disjoint subjects (every writer of chunks,
+        :meth:`replace` and :meth:`compact`, keeps it).
         """
         with self._reading(rid) as opened:
             if opened is None:
