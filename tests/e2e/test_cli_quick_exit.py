@@ -61,6 +61,15 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ("--json", "symbols", "big.py", "--project", "local/big", "--budget", "200000"),
         ("symbols", "big.py", "--project", "local/big", "--budget", "200000"),
         ("search", "text", "function_number_7", "--project", "local/big"),
+        # By predicate: the graph is loaded whole; the script leaves its
+        # indexes to the query's worker (cleveragents._process), main() does not.
+        (
+            "--json",
+            "sparql",
+            "SELECT ?s ?p ?o WHERE { ?s <https://cleveragents.dev/ns/uko#name> ?o . ?s ?p ?o }",
+            "--project",
+            "local/big",
+        ),
         ("symbols", "missing.py", "--project", "local/big"),  # fails at run time
         ("symbols", "big.py", "--project", "local/nobody"),  # bad input
         ("search", "text", "", "--project", "local/big"),  # bad input

@@ -11,6 +11,8 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -23,6 +25,7 @@ from hypothesis import strategies as st
 from structlog.testing import capture_logs
 from ulid import ULID
 
+from cleveragents import _process as process
 from cleveragents.domain.models.acms.backends import Literal
 from cleveragents.domain.models.acms.errors import IndexUnavailableError
 from cleveragents.domain.models.acms.uko import UKO, file_uri
@@ -259,6 +262,52 @@ def test_graphs_beyond_the_cache_budget_are_dropped_least_recent_first(
         # One query's own graphs are kept even over the budget.
         assert len(backend.sparql_query(Q, scope=frozenset({a, b, c})).triples) == 18
         assert backend.loaded_resource_ids() == {a, b, c}
+
+
+def test_a_one_question_process_leaves_the_indexes_to_the_query_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The console script declares one question (cleveragents._process): the
+    loaded graph's indexes are then built only in the query's worker, for
+    what the query needs; the answer is the same."""
+    a = new_ulid()
+    with RdflibGraphBackend(tmp_path) as backend:
+        backend.upsert(a, _triples(a, 10))
+    with RdflibGraphBackend(tmp_path) as backend:
+        expected = backend.sparql_query(Q, scope=frozenset({a})).triples
+        assert backend._graphs[a].incoming is not None  # built here, kept for later queries
+    monkeypatch.setattr(process, "_one_question", True)
+    with RdflibGraphBackend(tmp_path) as backend:
+        assert backend.sparql_query(Q, scope=frozenset({a})).triples == expected
+        graph = backend._graphs[a]
+        assert graph.incoming is None and graph.by_predicate is None
+
+
+_DECLARED = """
+import sys
+from cleveragents import _process
+from cleveragents.cli.main import _main
+data = ["--data-dir", sys.argv[1]]
+seen = []
+for args, restore in ((["project", "list"], False), (["status"], True), (["status"], False)):
+    _main([*data, *args], restore_collector=restore)
+    seen.append(_process.one_question())
+print(seen)
+"""
+
+
+def test_the_console_script_declares_one_question(tmp_path: Path) -> None:
+    # In a process of its own: the CLI's entry sets process-wide state.
+    done = subprocess.run(
+        [sys.executable, "-c", _DECLARED, str(tmp_path / "data")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    # Not a question; main() (its caller may ask again); the console script's question.
+    assert done.stdout.split()[-3:] == ["[False,", "False,", "True]"]
 
 
 def test_the_budget_counts_the_indexes_a_query_built(tmp_path: Path) -> None:

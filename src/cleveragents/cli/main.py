@@ -893,6 +893,10 @@ def _main(argv: Sequence[str] | None, restore_collector: bool) -> tuple[int, boo
         args = parser.parse_args(argv)
         configure_logging(args.log_level)
         question = args.command in _QUESTIONS
+        if question and not restore_collector:  # the console script: one question, then exit
+            from cleveragents._process import asks_one_question
+
+            asks_one_question()
         with _collector_off(restore_collector) if question else contextlib.nullcontext():
             return run(args, Output(args.json))
 
