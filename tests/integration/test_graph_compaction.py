@@ -9,6 +9,8 @@ graph (that made a reindex of many changed files peak at the whole graph).
 
 from __future__ import annotations
 
+import marshal
+import os
 from pathlib import Path
 from typing import Any
 
@@ -491,3 +493,22 @@ def test_subjects_of_a_file_without_a_whole_snapshot_fail_as_a_load_does(tmp_pat
         store.live_subjects(RID)
     with pytest.raises(IndexUnavailableError, match="no whole snapshot"):
         store.refresh(RID, None, None)
+
+
+def test_snapshot_chunks_sharing_a_subject_read_as_their_union_everywhere(tmp_path: Path) -> None:
+    # Writers keep chunks disjoint; a file that is not (hand-made here) must
+    # still read the same through a load and live_subjects (and compaction
+    # and the subject reader, which take the union too).  Before, a load kept
+    # only the later chunk's edges.
+    store = GraphStore(tmp_path)
+    e1, e2 = (_P[0], "urn:x"), (_P[0], "urn:y")
+    s = _S[0]
+    store.path(RID).write_bytes(
+        graph_store._MAGIC
+        + os.urandom(16)
+        + graph_store._record(graph_store._SNAPSHOT, marshal.dumps({s: {e1}, _S[1]: {e1}}, 4))
+        + graph_store._record(graph_store._SNAPSHOT, marshal.dumps({s: {e2}}, 4))
+        + graph_store._record(graph_store._CHANGE, marshal.dumps(([], [(s, *e2)], {}), 4))
+    )
+    assert _loaded(store) == {s: {e1}, _S[1]: {e1}}
+    assert store.live_subjects(RID) == {s, _S[1]}

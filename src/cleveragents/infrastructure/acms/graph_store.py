@@ -13,8 +13,9 @@ file) followed by records, each ``kind length crc32 payload``:
 - ``S`` records first (at least one): the whole graph, ``marshal`` of
   ``{subject: {(predicate, object), ...}}`` (an object is an IRI ``str`` or a
   literal ``(lexical, datatype IRI or None)``), in chunks of at most
-  :data:`SNAPSHOT_SUBJECTS` subjects (disjoint), so that no step of reading
-  or writing a file needs more than one chunk's objects at once;
+  :data:`SNAPSHOT_SUBJECTS` subjects (disjoint, as written; a reader takes
+  the union should two share one), so that no step of reading or writing a
+  file needs more than one chunk's objects at once;
 - then any number of ``L`` and ``C`` records, one per committed write.  An
   ``L`` record is ``marshal`` of the ``(add?, s, p, o)`` operations that
   changed the graph (written by a process that holds the graph); a ``C``
@@ -1111,7 +1112,13 @@ class GraphStore:
         by_subject = cast(dict[str, set[Edge]], _loads(first[1], dict, path))
         end = first[2]
         while (chunk := _next_record(data, end)) is not None and chunk[0] == _SNAPSHOT:
-            by_subject.update(cast(dict[str, set[Edge]], _loads(chunk[1], dict, path)))
+            more = cast(dict[str, set[Edge]], _loads(chunk[1], dict, path))
+            # Chunks are disjoint; should two ever share a subject, its edges
+            # are their union, as every other reader of the file takes them
+            # (compaction, the subject reader, live_subjects).
+            for s in [s for s in more if s in by_subject]:
+                more[s] |= by_subject[s]
+            by_subject.update(more)
             end = chunk[2]
         graph = ResourceGraph(by_subject)
         records, length = self._log_records(data, end, path)
@@ -1471,10 +1478,7 @@ class GraphStore:
         For ``verify`` and the repair sweep, which need only the subjects: a
         load of a stdlib-sized graph for them peaked at ~245 MB.  The records
         read are those a load applies (:meth:`_parse`): the snapshot chunks,
-        then the change records up to the first that is not whole.  Like
-        :meth:`compact` and the subject reader, it relies on the format's rule
-        that snapshot chunks hold disjoint subjects (every writer of chunks,
-        :meth:`replace` and :meth:`compact`, keeps it).
+        then the change records up to the first that is not whole.
         """
         with self._reading(rid) as opened:
             if opened is None:
