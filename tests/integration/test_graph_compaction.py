@@ -52,6 +52,14 @@ _step = st.one_of(
 )
 
 
+# The property tests' settings: files written by many random steps.
+_PROPERTY = settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
+
 def _as_change(spec: tuple[list[str], list[Any], list[Any]]) -> Change:
     drops, removes, added = spec
     adds: dict[str, set[Edge]] = {}
@@ -97,11 +105,7 @@ def _write(store: GraphStore, steps: list[Any], state: WriteState | None = None)
     return current
 
 
-@settings(
-    max_examples=150,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@_PROPERTY
 @given(
     steps=st.lists(_step, max_size=12),
     more=st.lists(_step, max_size=6),
@@ -424,11 +428,7 @@ def test_a_compaction_holds_far_less_than_the_graph(tmp_path: Path) -> None:
     assert compact_peak < load_peak / 3, (compact_peak, load_peak)
 
 
-@settings(
-    max_examples=150,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@_PROPERTY
 @given(
     steps=st.lists(_step, max_size=12),
     chunk=st.sampled_from([1, 2, 4096]),

@@ -211,19 +211,26 @@ class ExplodingGraph:
         raise OSError("disk full (injected)")
 
 
+def exploding_indexer(container: Any, catalog: Any, **batches: int) -> Indexer:
+    """An indexer over the container's text and vector indexes and catalog
+    whose every graph write fails (``batches``: the store's batch sizes)."""
+    store = ManagedIndexStore.over(
+        container.text_backend(),
+        container.vector_backend(),
+        ExplodingGraph(container.graph_backend()),  # type: ignore[arg-type]
+        catalog,
+        **batches,
+    )
+    return Indexer(store, container.embedder())
+
+
 def test_a_failed_write_never_loses_a_file_and_the_next_run_repairs(
     repo: Path, container: Any
 ) -> None:
     ix: Indexer = container.indexer()
     ix.index_resource(RID, repo)
     (repo / "pkg" / "util.py").write_text("def replacement_function():\n    pass\n")
-    store = ManagedIndexStore.over(
-        container.text_backend(),
-        container.vector_backend(),
-        ExplodingGraph(container.graph_backend()),  # type: ignore[arg-type]
-        ix.catalog,
-    )
-    broken = Indexer(store, container.embedder())
+    broken = exploding_indexer(container, ix.catalog)
     with pytest.raises(OSError, match="injected"):
         broken.index_resource(RID, repo)
     # The file is still in every index (old or new version), never missing.
@@ -354,15 +361,8 @@ def test_a_hydration_that_fails_mid_way_leaves_the_resource_writable(
     hydrate_tiers_from_project(ContextTierService(), "p", RID, str(repo), indexer=ix)
     (repo / "pkg" / "util.py").write_text("def replacement_function():\n    pass\n")
     (repo / "pkg" / "core.py").write_text("def other_replacement():\n    pass\n")
-    store = ManagedIndexStore.over(
-        container.text_backend(),
-        container.vector_backend(),
-        ExplodingGraph(container.graph_backend()),  # type: ignore[arg-type]
-        ix.catalog,
-        batch_units=1,
-        batch_triples=1,  # the first changed file's graph write fails at once
-    )
-    broken = Indexer(store, container.embedder())
+    # The first changed file's graph write fails at once.
+    broken = exploding_indexer(container, ix.catalog, batch_units=1, batch_triples=1)
     monkeypatch.setattr(indexer_module, "_EMBED_BATCH", 1)  # each file written as visited
     with pytest.raises(OSError, match="injected") as failure:
         hydrate_tiers_from_project(ContextTierService(), "p", RID, str(repo), indexer=broken)
@@ -386,16 +386,9 @@ def test_an_index_run_failing_at_its_end_leaves_the_resource_writable(
     ix: Indexer = container.indexer()
     ix.index_resource(RID, repo)
     (repo / "pkg" / "util.py").write_text("def replacement_function():\n    pass\n")
-    store = ManagedIndexStore.over(
-        container.text_backend(),
-        container.vector_backend(),
-        ExplodingGraph(container.graph_backend()),  # type: ignore[arg-type]
-        ix.catalog,
-        batch_units=1,
-        batch_triples=1,
-    )
+    broken = exploding_indexer(container, ix.catalog, batch_units=1, batch_triples=1)
     with pytest.raises(OSError, match="injected") as failure:
-        Indexer(store, container.embedder()).index_resource(RID, repo)
+        broken.index_resource(RID, repo)
     assert failure.value.__traceback__ is not None
     assert ix.index_resource(RID, repo).files_indexed == 1
     assert container.text_backend().search("replacement", scope=ONLY)
@@ -406,15 +399,8 @@ def test_a_session_whose_finish_failed_refuses_to_finish_again(repo: Path, conta
     ix: Indexer = container.indexer()
     ix.index_resource(RID, repo)
     (repo / "pkg" / "util.py").write_text("def replacement_function():\n    pass\n")
-    store = ManagedIndexStore.over(
-        container.text_backend(),
-        container.vector_backend(),
-        ExplodingGraph(container.graph_backend()),  # type: ignore[arg-type]
-        ix.catalog,
-        batch_units=1,
-        batch_triples=1,
-    )
-    session = Indexer(store, container.embedder()).session(RID, repo, ["pkg/util.py"])
+    broken = exploding_indexer(container, ix.catalog, batch_units=1, batch_triples=1)
+    session = broken.session(RID, repo, ["pkg/util.py"])
     listed = [f for f in list_resource(repo, "directory").files if f.rel_path == "pkg/util.py"]
     session.visit_all(listed)
     with pytest.raises(OSError, match="injected"):

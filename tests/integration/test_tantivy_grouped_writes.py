@@ -61,6 +61,16 @@ def _hits(b: TantivyTextBackend, rid: str) -> tuple[object, ...]:
     return (sorted(b.unit_uris(rid)), found)
 
 
+def _apply(b: TantivyTextBackend | MemoryTextIndex, op: str, arg: list[object]) -> None:
+    """One write of the strategies below (``commit`` is the caller's)."""
+    if op == "upsert":
+        b.upsert(RID, [_unit(RID, n, " ".join(ws)) for n, ws in arg])  # type: ignore[misc]
+    elif op == "delete":
+        b.delete(RID, [unit_uri(RID, f"f{n}.py", "L1-L5") for n in arg])
+    elif op == "delete_all":
+        b.delete(RID)
+
+
 def test_is_a_grouped_writes_index_and_the_memory_index_is_not(tmp_path: Path) -> None:
     b = TantivyTextBackend(tmp_path / "t")
     assert isinstance(b, GroupedWrites)
@@ -98,19 +108,11 @@ def test_grouped_writes_equal_the_same_writes_ungrouped(
     root = tmp_path_factory.mktemp("grouped")
     grouped, plain = TantivyTextBackend(root / "g"), TantivyTextBackend(root / "p")
 
-    def apply(b: TantivyTextBackend, op: str, arg: list[object]) -> None:
-        if op == "upsert":
-            b.upsert(RID, [_unit(RID, n, " ".join(ws)) for n, ws in arg])  # type: ignore[misc]
-        elif op == "delete":
-            b.delete(RID, [unit_uri(RID, f"f{n}.py", "L1-L5") for n in arg])
-        else:
-            b.delete(RID)
-
     try:
         with grouped.grouped_writes(RID):
             for op, arg in ops:
-                apply(grouped, op, arg)
-                apply(plain, op, arg)
+                _apply(grouped, op, arg)
+                _apply(plain, op, arg)
                 # Every write is committed and visible when it returns.
                 assert _state(grouped, RID) == _state(plain, RID)
         assert _state(grouped, RID) == _state(plain, RID)
@@ -264,23 +266,15 @@ def test_staged_writes_show_at_each_commit_what_the_same_writes_show_unstaged(
     oracle = TantivyTextBackend(root / "p")  # a reader of the plain index
     committed = _hits(plain, RID)
 
-    def apply(b: TantivyTextBackend, op: str, arg: list[object]) -> None:
-        if op == "upsert":
-            b.upsert(RID, [_unit(RID, n, " ".join(ws)) for n, ws in arg])  # type: ignore[misc]
-        elif op == "delete":
-            b.delete(RID, [unit_uri(RID, f"f{n}.py", "L1-L5") for n in arg])
-        elif op == "delete_all":
-            b.delete(RID)
-
     try:
         with contextlib.suppress(RuntimeError), staged.staged_writes(RID):
             for op, arg in ops:
-                apply(plain, op, arg)
+                _apply(plain, op, arg)
                 if op == "commit":
                     staged.commit_staged(RID)
                     committed = _hits(plain, RID)
                 else:
-                    apply(staged, op, arg)
+                    _apply(staged, op, arg)
                 assert _hits(staged, RID) == committed  # nothing shows before a commit
             if fail:
                 raise RuntimeError("the session failed")
@@ -306,22 +300,14 @@ def test_the_memory_index_stages_as_the_contract_says(
     staged, plain = MemoryTextIndex(), MemoryTextIndex()
     committed = _state(plain, RID)
 
-    def apply(b: MemoryTextIndex, op: str, arg: list[object]) -> None:
-        if op == "upsert":
-            b.upsert(RID, [_unit(RID, n, " ".join(ws)) for n, ws in arg])  # type: ignore[misc]
-        elif op == "delete":
-            b.delete(RID, [unit_uri(RID, f"f{n}.py", "L1-L5") for n in arg])
-        elif op == "delete_all":
-            b.delete(RID)
-
     with contextlib.suppress(RuntimeError), staged.staged_writes(RID):
         for op, arg in ops:
-            apply(plain, op, arg)
+            _apply(plain, op, arg)
             if op == "commit":
                 staged.commit_staged(RID)
                 committed = _state(plain, RID)
             else:
-                apply(staged, op, arg)
+                _apply(staged, op, arg)
             assert _state(staged, RID) == committed  # nothing shows before a commit
             staged.upsert(OTHER, [_unit(OTHER, 0, "needle")])  # not staged: shows at once
             assert staged.unit_uris(OTHER) == {unit_uri(OTHER, "f0.py", "L1-L5")}
@@ -393,32 +379,26 @@ def test_staged_writes_dropped_by_a_failed_write_or_close_fail_the_commit(
     assert not _other_writer_blocked(tmp_path / "t", RID)
 
 
-class _Counting(TantivyTextBackend):
+class _LogsWrites:
     """Logs text writes and commits, in order, with the catalog's puts."""
 
     log: list[str]
 
     def upsert(self, *args: Any, **kwargs: Any) -> None:
         self.log.append("upsert")
-        super().upsert(*args, **kwargs)
+        super().upsert(*args, **kwargs)  # type: ignore[misc]
 
     def commit_staged(self, resource_id: str) -> None:
         self.log.append("commit")
-        super().commit_staged(resource_id)
+        super().commit_staged(resource_id)  # type: ignore[misc]
 
 
-class _CountingMemory(MemoryTextIndex):
-    """:class:`_Counting` for the in-memory reference."""
+class _Counting(_LogsWrites, TantivyTextBackend):
+    pass
 
-    log: list[str]
 
-    def upsert(self, *args: Any, **kwargs: Any) -> None:
-        self.log.append("upsert")
-        super().upsert(*args, **kwargs)
-
-    def commit_staged(self, resource_id: str) -> None:
-        self.log.append("commit")
-        super().commit_staged(resource_id)
+class _CountingMemory(_LogsWrites, MemoryTextIndex):
+    pass
 
 
 class _LoggedCatalog(MemoryCatalog):
