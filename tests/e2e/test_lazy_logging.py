@@ -58,7 +58,7 @@ def indexed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
 CLI = """
 import sys
 from cleveragents.cli.main import _main
-code, _ = _main(sys.argv[1:], restore_collector=True)
+code, _ = _main(sys.argv[1:], console=False)
 sys.stdout.flush()
 print("structlog imported:", "structlog" in sys.modules, file=sys.stderr)
 sys.exit(code)

@@ -289,8 +289,8 @@ from cleveragents import _process
 from cleveragents.cli.main import _main
 data = ["--data-dir", sys.argv[1]]
 seen = []
-for args, restore in ((["project", "list"], False), (["status"], True), (["status"], False)):
-    _main([*data, *args], restore_collector=restore)
+for args, console in ((["project", "list"], True), (["status"], False), (["status"], True)):
+    _main([*data, *args], console=console)
     seen.append(_process.one_question())
 print(seen)
 """

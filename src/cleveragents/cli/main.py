@@ -863,15 +863,18 @@ def _collector_off(restore: bool) -> Iterator[None]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one ``acms`` command in this process; its exit code."""
-    return _main(argv, restore_collector=True)[0]
+    return _main(argv, console=False)[0]
 
 
-def _main(argv: Sequence[str] | None, restore_collector: bool) -> tuple[int, bool]:
+def _main(argv: Sequence[str] | None, *, console: bool) -> tuple[int, bool]:
     """The exit code, and whether the command was a question (`_QUESTIONS`).
 
-    With ``restore_collector=False`` the GC stays off after a question: what
-    it loaded may still be referenced (the stores' caches), and the first
-    collection after switching it back on would walk all of it.
+    ``console`` says the caller is the console script, whose process ends
+    after a question.  Such a process declares one question (so a backend
+    builds nothing for later ones, see :mod:`cleveragents._process`) and
+    leaves the GC off after it: what it loaded may still be referenced (the
+    stores' caches), and a collection after switching it back on would walk
+    all of it for nothing.  :func:`main` (a host's caller) restores both.
     """
     from cleveragents.bootstrap import lean_container_import, private_umask
 
@@ -893,11 +896,11 @@ def _main(argv: Sequence[str] | None, restore_collector: bool) -> tuple[int, boo
         args = parser.parse_args(argv)
         configure_logging(args.log_level)
         question = args.command in _QUESTIONS
-        if question and not restore_collector:  # the console script: one question, then exit
+        if question and console:  # one question, then the process exits
             from cleveragents._process import asks_one_question
 
             asks_one_question()
-        with _collector_off(restore_collector) if question else contextlib.nullcontext():
+        with _collector_off(restore=not console) if question else contextlib.nullcontext():
             return run(args, Output(args.json))
 
     private_umask()  # this process owns the data directory: owner-only files
@@ -913,7 +916,7 @@ def console() -> NoReturn:
     teardown (freeing every object one by one) would only cost time.  Other
     commands (indexing, registration, the services) exit normally.
     """
-    code, question = _main(None, restore_collector=False)
+    code, question = _main(None, console=True)
     if not question:
         sys.exit(code)
     logging.shutdown()
