@@ -306,7 +306,8 @@ def test_the_console_script_declares_one_question(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    # Not a question; main() (its caller may ask again); the console script's question.
+    # The console script's non-question; main()'s question (its caller may ask
+    # again); the console script's question.
     assert done.stdout.split()[-3:] == ["[False,", "False,", "True]"]
 
 

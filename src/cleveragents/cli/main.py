@@ -874,7 +874,8 @@ def _main(argv: Sequence[str] | None, *, console: bool) -> tuple[int, bool]:
     builds nothing for later ones, see :mod:`cleveragents._process`) and
     leaves the GC off after it: what it loaded may still be referenced (the
     stores' caches), and a collection after switching it back on would walk
-    all of it for nothing.  :func:`main` (a host's caller) restores both.
+    all of it for nothing.  :func:`main` (its caller may ask again) declares
+    nothing and turns the GC back on.
     """
     from cleveragents.bootstrap import lean_container_import, private_umask
 
