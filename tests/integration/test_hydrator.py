@@ -224,13 +224,19 @@ def exploding_indexer(container: Any, catalog: Any, **batches: int) -> Indexer:
     return Indexer(store, container.embedder())
 
 
-def test_a_failed_write_never_loses_a_file_and_the_next_run_repairs(
-    repo: Path, container: Any
-) -> None:
+def changed_then_exploding(repo: Path, container: Any, **batches: int) -> tuple[Indexer, Indexer]:
+    """``repo`` indexed, then ``pkg/util.py`` rewritten: the container's
+    indexer, and one whose every graph write fails (:func:`exploding_indexer`)."""
     ix: Indexer = container.indexer()
     ix.index_resource(RID, repo)
     (repo / "pkg" / "util.py").write_text("def replacement_function():\n    pass\n")
-    broken = exploding_indexer(container, ix.catalog)
+    return ix, exploding_indexer(container, ix.catalog, **batches)
+
+
+def test_a_failed_write_never_loses_a_file_and_the_next_run_repairs(
+    repo: Path, container: Any
+) -> None:
+    ix, broken = changed_then_exploding(repo, container)
     with pytest.raises(OSError, match="injected"):
         broken.index_resource(RID, repo)
     # The file is still in every index (old or new version), never missing.
@@ -383,10 +389,7 @@ def test_an_index_run_failing_at_its_end_leaves_the_resource_writable(
 ) -> None:
     # The same, for a write that fails while the session's last files are
     # handed on (IndexSession.finish), before the store's commit.
-    ix: Indexer = container.indexer()
-    ix.index_resource(RID, repo)
-    (repo / "pkg" / "util.py").write_text("def replacement_function():\n    pass\n")
-    broken = exploding_indexer(container, ix.catalog, batch_units=1, batch_triples=1)
+    ix, broken = changed_then_exploding(repo, container, batch_units=1, batch_triples=1)
     with pytest.raises(OSError, match="injected") as failure:
         broken.index_resource(RID, repo)
     assert failure.value.__traceback__ is not None
@@ -396,10 +399,7 @@ def test_an_index_run_failing_at_its_end_leaves_the_resource_writable(
 
 
 def test_a_session_whose_finish_failed_refuses_to_finish_again(repo: Path, container: Any) -> None:
-    ix: Indexer = container.indexer()
-    ix.index_resource(RID, repo)
-    (repo / "pkg" / "util.py").write_text("def replacement_function():\n    pass\n")
-    broken = exploding_indexer(container, ix.catalog, batch_units=1, batch_triples=1)
+    ix, broken = changed_then_exploding(repo, container, batch_units=1, batch_triples=1)
     session = broken.session(RID, repo, ["pkg/util.py"])
     listed = [f for f in list_resource(repo, "directory").files if f.rel_path == "pkg/util.py"]
     session.visit_all(listed)

@@ -11,7 +11,7 @@ the store's fast unit tests run on.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +96,34 @@ _OPS = st.lists(
     min_size=1,
     max_size=8,
 )
+
+
+def _replay_staged(
+    staged: Any,
+    plain: Any,
+    ops: list[tuple[str, list[object]]],
+    fail: bool,
+    observe: Callable[[Any], object],
+    after_each: Callable[[], None] = lambda: None,
+) -> object:
+    """Apply ``ops`` to ``plain`` one by one and to ``staged`` inside one
+    staged block of RID (``commit`` commits it); after each, ``staged`` must
+    show what ``plain`` showed at the last commit.  ``fail`` ends the block
+    with an error.  Returns that last committed state."""
+    committed = observe(plain)
+    with contextlib.suppress(RuntimeError), staged.staged_writes(RID):
+        for op, arg in ops:
+            _apply(plain, op, arg)
+            if op == "commit":
+                staged.commit_staged(RID)
+                committed = observe(plain)
+            else:
+                _apply(staged, op, arg)
+            assert observe(staged) == committed  # nothing shows before a commit
+            after_each()
+        if fail:
+            raise RuntimeError("the session failed")
+    return committed
 
 
 @settings(
@@ -264,20 +292,8 @@ def test_staged_writes_show_at_each_commit_what_the_same_writes_show_unstaged(
     root = tmp_path_factory.mktemp("staged")
     staged, plain = TantivyTextBackend(root / "s"), TantivyTextBackend(root / "p")
     oracle = TantivyTextBackend(root / "p")  # a reader of the plain index
-    committed = _hits(plain, RID)
-
     try:
-        with contextlib.suppress(RuntimeError), staged.staged_writes(RID):
-            for op, arg in ops:
-                _apply(plain, op, arg)
-                if op == "commit":
-                    staged.commit_staged(RID)
-                    committed = _hits(plain, RID)
-                else:
-                    _apply(staged, op, arg)
-                assert _hits(staged, RID) == committed  # nothing shows before a commit
-            if fail:
-                raise RuntimeError("the session failed")
+        committed = _replay_staged(staged, plain, ops, fail, lambda b: _hits(b, RID))
         want = committed if fail else _hits(oracle, RID)
         assert _hits(staged, RID) == want
         reopened = TantivyTextBackend(root / "s")
@@ -298,21 +314,14 @@ def test_the_memory_index_stages_as_the_contract_says(
     documents, so scores are compared too), and the other resource's writes
     are never staged with this one's."""
     staged, plain = MemoryTextIndex(), MemoryTextIndex()
-    committed = _state(plain, RID)
 
-    with contextlib.suppress(RuntimeError), staged.staged_writes(RID):
-        for op, arg in ops:
-            _apply(plain, op, arg)
-            if op == "commit":
-                staged.commit_staged(RID)
-                committed = _state(plain, RID)
-            else:
-                _apply(staged, op, arg)
-            assert _state(staged, RID) == committed  # nothing shows before a commit
-            staged.upsert(OTHER, [_unit(OTHER, 0, "needle")])  # not staged: shows at once
-            assert staged.unit_uris(OTHER) == {unit_uri(OTHER, "f0.py", "L1-L5")}
-        if fail:
-            raise RuntimeError("the session failed")
+    def other_resource_not_staged() -> None:
+        staged.upsert(OTHER, [_unit(OTHER, 0, "needle")])  # shows at once
+        assert staged.unit_uris(OTHER) == {unit_uri(OTHER, "f0.py", "L1-L5")}
+
+    committed = _replay_staged(
+        staged, plain, ops, fail, lambda b: _state(b, RID), other_resource_not_staged
+    )
     assert _state(staged, RID) == (committed if fail else _state(plain, RID))
     with staged.staged_writes(RID):  # the block ended: the resource can stage again
         pass
