@@ -45,14 +45,14 @@ class ShardOracle:
     def __init__(self) -> None:
         self._schema = _schema()
         self._indexes: dict[str, tantivy.Index] = {}
-        self._parser = self._fresh()
+        self._parser = self._fresh(parses_queries=True)
         self._builder = QueryBuilder()
         self._plain = PlainQueryBuilder()
         self._analyzer = code_analyzer()
 
-    def _fresh(self) -> tantivy.Index:
+    def _fresh(self, *, parses_queries: bool = False) -> tantivy.Index:
         index = tantivy.Index(self._schema)
-        _register(index)
+        _register(index, parses_queries=parses_queries)
         return index
 
     def _commit(self, rid: str, deletes: Iterable[tuple[str, str]], adds: list[IndexUnit]) -> None:

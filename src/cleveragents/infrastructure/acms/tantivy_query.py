@@ -110,6 +110,7 @@ __all__ = [
     "MAX_WILDCARD_TERMS",
     "PAIRS_ANALYZER_NAME",
     "SEARCH_FIELDS",
+    "TERMS_ANALYZER_NAME",
     "W_CASE",
     "W_EXACT",
     "W_NAMES",
@@ -123,6 +124,8 @@ __all__ = [
     "pairs_analyzer",
     "query_terms",
     "reraise_fatal",
+    "terms_analyzer",
+    "token_analyzer",
 ]
 
 ANALYZER_NAME = "cleveragents_code"
@@ -130,6 +133,9 @@ ANALYZER_NAME = "cleveragents_code"
 KEYWORD_ANALYZER_NAME = "cleveragents_keyword"
 # ``pairs``: each adjacent pair of content terms as one token (see pair_terms).
 PAIRS_ANALYZER_NAME = "cleveragents_pairs"
+# ``content``: a shard indexes the tokens a worker cut (terms_analyzer); the
+# query parser analyses query text with code_analyzer under this name.
+TERMS_ANALYZER_NAME = "cleveragents_terms"
 
 # Plain-mode weights (see the module docstring; measured, not guessed).
 W_NAMES = 0.5
@@ -194,6 +200,23 @@ SEARCH_FIELDS = ["content", "path"]
 def code_analyzer() -> tantivy.TextAnalyzer:
     return (
         tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.regex(TOKEN_PATTERN))
+        .filter(tantivy.Filter.remove_long(MAX_TOKEN_CHARS))
+        .filter(tantivy.Filter.lowercase())
+        .build()
+    )
+
+
+def token_analyzer() -> tantivy.TextAnalyzer:
+    """code_analyzer's tokenizer alone: its tokens as cut, before the filters."""
+    return tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.regex(TOKEN_PATTERN)).build()
+
+
+def terms_analyzer() -> tantivy.TextAnalyzer:
+    """code_analyzer for text that is its tokens joined by single spaces
+    (``text_analysis.prepare_content``): the same filters after a split at
+    the spaces, so the same terms at the same positions, without the regex."""
+    return (
+        tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.whitespace())
         .filter(tantivy.Filter.remove_long(MAX_TOKEN_CHARS))
         .filter(tantivy.Filter.lowercase())
         .build()

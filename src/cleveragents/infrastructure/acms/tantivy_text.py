@@ -71,6 +71,7 @@ from cleveragents.infrastructure.acms.tantivy_query import (
     ANALYZER_NAME,
     KEYWORD_ANALYZER_NAME,
     PAIRS_ANALYZER_NAME,
+    TERMS_ANALYZER_NAME,
     PlainQueryBuilder,
     QueryBuilder,
     code_analyzer,
@@ -79,6 +80,7 @@ from cleveragents.infrastructure.acms.tantivy_query import (
     pairs_analyzer,
     query_terms,
     reraise_fatal,
+    terms_analyzer,
 )
 from cleveragents.infrastructure.acms.text_analysis import (
     ASCII_TOKEN,
@@ -119,9 +121,12 @@ def _schema() -> tantivy.Schema:
     builder = tantivy.SchemaBuilder()
     builder.add_text_field("uko_uri", stored=True, tokenizer_name="raw")
     builder.add_text_field("resource_id", stored=True, tokenizer_name="raw")
-    # ``content``, ``path`` and ``symbol`` index an analysis-ready copy of the
-    # text; the original content is kept byte-exact in ``body``.
-    builder.add_text_field("content", tokenizer_name=ANALYZER_NAME)
+    # ``content`` indexes the tokens of the text (``prepare_content``), ``path``
+    # and ``symbol`` an analysis-ready copy; the original content is kept
+    # byte-exact in ``body``.  (A shard of an earlier version analyses
+    # ``content`` with ANALYZER_NAME: on tokens joined by spaces that cuts
+    # the same tokens again, so its terms are the same.)
+    builder.add_text_field("content", tokenizer_name=TERMS_ANALYZER_NAME)
     builder.add_text_field("path", tokenizer_name=ANALYZER_NAME)
     # Names defined in the unit (``metadata["symbols"]``): split like content,
     # and each one whole and lower-cased (the exact-identifier boost).
@@ -191,8 +196,8 @@ def _document(
     doc = tantivy.Document()
     doc.add_text("uko_uri", uri)
     doc.add_text("resource_id", rid)
-    ready, pairs = prepare_content(content) if prepared is None else prepared
-    doc.add_text("content", ready)
+    tokens, pairs = prepare_content(content) if prepared is None else prepared
+    doc.add_text("content", tokens)
     if pairs:
         doc.add_text("pairs", pairs)
     path = metadata.get("path")
@@ -230,8 +235,16 @@ def _encodable(text: str) -> str:
     return text if text.isascii() else text.encode("utf-8", "replace").decode("utf-8")
 
 
-def _register(index: tantivy.Index) -> None:
-    """Analyzers by name (they are not stored in the index) and the reload policy."""
+def _register(index: tantivy.Index, *, parses_queries: bool = False) -> None:
+    """Analyzers by name (they are not stored in the index) and the reload policy.
+
+    ``content`` is written as tokens (``prepare_content``), which a shard
+    only splits at the spaces; the index that parses queries analyses query
+    text in full under the same name (a term query never asks a shard's
+    analyzer).
+    """
+    content = code_analyzer() if parses_queries else terms_analyzer()
+    index.register_tokenizer(TERMS_ANALYZER_NAME, content)
     index.register_tokenizer(ANALYZER_NAME, code_analyzer())
     index.register_tokenizer(KEYWORD_ANALYZER_NAME, keyword_analyzer())
     index.register_tokenizer(PAIRS_ANALYZER_NAME, pairs_analyzer())
@@ -431,17 +444,17 @@ class TantivyTextBackend:
                 ) from exc
             self._follow()
         # Parses queries (every shard shares the schema and the analyzer).
-        self._index: tantivy.Index | None = self._new_index(None)
+        self._index: tantivy.Index | None = self._new_index(None, parses_queries=True)
 
     # ------------------------------------------------------------ lifecycle
 
-    def _new_index(self, path: str | None) -> tantivy.Index:
+    def _new_index(self, path: str | None, *, parses_queries: bool = False) -> tantivy.Index:
         try:
             if path is None:
                 index = tantivy.Index(self._schema)
             else:
                 index = tantivy.Index(self._schema, path=path, reuse=True)
-            _register(index)
+            _register(index, parses_queries=parses_queries)
         except (OSError, ValueError) as exc:
             raise IndexUnavailableError(f"cannot open the text index at {path!r}: {exc}") from exc
         return index

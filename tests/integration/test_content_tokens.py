@@ -1,0 +1,216 @@
+"""The ``content`` field is written as the tokens a planning worker cut
+(``prepare_content``), which a shard only splits at the spaces
+(``terms_analyzer``), instead of being analysed again by the regex
+tokenizer in the writer.  The index must not change.
+
+Oracles:
+- the engine's own analyzer on the analysable text (``code_analyzer``, and
+  its tokenizer alone for the positions: over-long tokens leave a gap);
+- a backend whose shards analyse the content with the engine, as every
+  shard did before: every query's URIs, order and scores must agree;
+- a shard of that earlier version keeps its analyzer, and new writes to it
+  index the same terms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import tantivy
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from ulid import ULID
+
+from cleveragents.domain.models.acms.backends import IndexUnit
+from cleveragents.domain.models.acms.uko import unit_uri
+from cleveragents.infrastructure.acms import tantivy_text
+from cleveragents.infrastructure.acms.tantivy_query import (
+    ANALYZER_NAME,
+    code_analyzer,
+    terms_analyzer,
+    token_analyzer,
+)
+from cleveragents.infrastructure.acms.tantivy_text import TantivyTextBackend
+from cleveragents.infrastructure.acms.text_analysis import (
+    analysable,
+    content_terms,
+    pair_terms,
+    prepare_content,
+)
+
+RID = str(ULID())
+SCOPE = frozenset({RID})
+LONG = "q" * 120  # over MAX_TOKEN_CHARS: dropped, its position kept
+WORDS = st.sampled_from(
+    [
+        "alpha",
+        "beta",
+        "HTTPServer",
+        "parseJsonV2",
+        LONG,
+        "x" * 99,
+        "é" * 60,  # 120 bytes, 60 characters
+        "naïve",
+        "İstanbul",
+        "ǅemal",
+        "日本",
+        "42",
+        "_",
+    ]
+)
+SEPARATORS = st.sampled_from([" ", "\n", ".", "(", "_", "", "\u00a0", "\t"])
+TEXTS = st.one_of(
+    st.text(max_size=300),
+    st.builds(
+        lambda words, seps: "".join(w + s for w, s in zip(words, seps, strict=False)),
+        st.lists(WORDS, max_size=12),
+        st.lists(SEPARATORS, min_size=12, max_size=12),
+    ),
+)
+_SPLIT = tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.whitespace()).build()
+
+
+@settings(max_examples=400, deadline=None)
+@given(TEXTS)
+def test_tokens_are_the_engine_tokenizers_and_give_its_terms(text: str) -> None:
+    tokens, pairs = prepare_content(text)
+    ready = analysable(text)
+    # The same tokens in the same order (so the same positions, over-long
+    # ones included), then the same filters.
+    assert _SPLIT.analyze(tokens) == token_analyzer().analyze(ready)
+    assert terms_analyzer().analyze(tokens) == code_analyzer().analyze(ready)
+    # A shard of an earlier version runs the regex on them: the same terms.
+    assert code_analyzer().analyze(tokens) == code_analyzer().analyze(ready)
+    assert pairs == pair_terms(content_terms(ready))
+
+
+QUERIES = [
+    ("alpha beta", "plain"),
+    ("http server", "plain"),
+    ("naive istanbul", "plain"),
+    ("parse json v2", "plain"),
+    ('"alpha beta"', "tantivy"),  # adjacent only without a long token between
+    ('"alpha beta"~1', "tantivy"),
+    ('"beta alpha"', "tantivy"),
+    ("content:日本 OR content:42", "tantivy"),
+    ("alpha AND NOT beta", "tantivy"),
+    ("ǆemal", "tantivy"),
+    ("HTTPServer parseJson", "tantivy"),  # the parser analyses query text in full
+]
+
+
+def _units(docs: list[str]) -> list[IndexUnit]:
+    return [
+        IndexUnit(unit_uri(RID, f"f{n}.py", "L1-L3"), text, {"path": f"f{n}.py"})
+        for n, text in enumerate(docs)
+    ]
+
+
+def _answers(backend: TantivyTextBackend) -> list[list[tuple[str, float]]]:
+    return [
+        [(r.uko_uri, round(r.score, 5)) for r in backend.search(q, scope=SCOPE, syntax=s)]
+        for q, s in QUERIES
+    ]
+
+
+def _engine_analysed(content: str) -> tuple[str, str]:
+    """What a worker handed the writer before: the analysable text."""
+    ready = analysable(content)
+    return ready, pair_terms(content_terms(ready))
+
+
+@pytest.fixture
+def earlier_version(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
+    """While active, new shards analyse ``content`` with the engine, as before."""
+    with monkeypatch.context() as patch:
+        patch.setattr(tantivy_text, "TERMS_ANALYZER_NAME", ANALYZER_NAME)
+        patch.setattr(tantivy_text, "prepare_content", _engine_analysed)
+        yield patch
+
+
+DOCS = st.lists(
+    st.builds(
+        lambda words, seps: "".join(w + s for w, s in zip(words, seps, strict=False)),
+        st.lists(WORDS, min_size=1, max_size=10),
+        st.lists(SEPARATORS, min_size=10, max_size=10),
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(docs=DOCS)
+def test_a_shard_written_from_tokens_answers_as_one_the_engine_analysed(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch, docs: list[str]
+) -> None:
+    root = tmp_path_factory.mktemp("tokens")
+    units = _units(docs)
+    with monkeypatch.context() as patch:
+        patch.setattr(tantivy_text, "terms_analyzer", code_analyzer)
+        patch.setattr(tantivy_text, "prepare_content", _engine_analysed)
+        analysed = TantivyTextBackend(root / "engine")
+        analysed.upsert(RID, units)
+    tokens = TantivyTextBackend(root / "tokens")
+    try:
+        tokens.upsert(RID, units)
+        assert _answers(tokens) == _answers(analysed)
+    finally:
+        tokens.close()
+        analysed.close()
+
+
+def test_a_phrase_over_a_dropped_long_token_is_not_adjacent(tmp_path: Path) -> None:
+    """The gap an over-long token leaves survives the split at spaces."""
+    backend = TantivyTextBackend(tmp_path / "t")
+    gap, joined = _units([f"alpha {LONG} beta", "alpha beta"])
+    backend.upsert(RID, [gap, joined])
+    try:
+        hits = backend.search('"alpha beta"', scope=SCOPE, syntax="tantivy")
+        assert [r.uko_uri for r in hits] == [joined.uko_uri]
+        sloppy = backend.search('"alpha beta"~1', scope=SCOPE, syntax="tantivy")
+        assert {r.uko_uri for r in sloppy} == {gap.uko_uri, joined.uko_uri}
+    finally:
+        backend.close()
+
+
+def test_a_shard_of_the_earlier_version_takes_new_writes_with_the_same_terms(
+    tmp_path: Path, earlier_version: pytest.MonkeyPatch
+) -> None:
+    docs = ["alpha HTTPServer beta", f"alpha {LONG} beta", "İstanbul naïve 日本42", "ǅemal alpha"]
+    first, second = _units(docs[:2]), _units(docs)[2:]
+    old = TantivyTextBackend(tmp_path / "old")
+    old.upsert(RID, first)
+    reference = TantivyTextBackend(tmp_path / "reference")
+    reference.upsert(RID, first + second)
+    old.close()
+    earlier_version.undo()
+    reopened = TantivyTextBackend(tmp_path / "old")  # the shard keeps its analyzer
+    try:
+        reopened.upsert(RID, second)
+        assert _answers(reopened) == _answers(reference)
+        assert any(_answers(reference))
+    finally:
+        reopened.close()
+        reference.close()
+
+
+def test_a_shard_splits_the_content_it_is_given_only_at_spaces(tmp_path: Path) -> None:
+    """The writer does not run the regex tokenizer again (the point of the
+    change; the answers above cannot tell): a prepared token stays whole."""
+    backend = TantivyTextBackend(tmp_path / "t")
+    (unit,) = _units(["alpha beta"])
+    try:
+        backend.upsert_prepared(RID, [unit], [("alpha_beta", "")])
+        assert backend.unit_uris(RID) == {unit.uko_uri}
+        assert backend.search("alpha", scope=SCOPE, syntax="tantivy") == []
+        backend.upsert_prepared(RID, [unit], [prepare_content(unit.content)])
+        assert [r.uko_uri for r in backend.search("alpha", scope=SCOPE, syntax="tantivy")] == [
+            unit.uko_uri
+        ]
+    finally:
+        backend.close()
