@@ -191,6 +191,36 @@ def test_vectors_are_the_reference_computation_bit_for_bit(
     np.testing.assert_array_equal(embedder.embed(texts), _reference_embed(texts, dimension))
 
 
+def _reference_features(token: str) -> list[int]:
+    """A token's feature keys as the class docstring states them, each one
+    through ``_feature`` (CRC-32 of its UTF-8, seeded by its kind)."""
+    from cleveragents.infrastructure.acms import hashing_embedder as module
+
+    parts = [p.lower() for p in module._PART.findall(token)]
+    if not parts:
+        return []
+    keys = [module._feature(module._PART_KIND, p) for p in parts]
+    joined = "".join(parts)
+    if len(parts) > 1:
+        keys.append(module._feature(module._WHOLE, joined))
+    padded = f"^{joined}$"
+    grams = [padded[i : i + 3] for i in range(len(padded) - 2)][: module._MAX_GRAMS]
+    return keys + [module._feature(module._GRAM, g) for g in grams]
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    token=st.one_of(_CODE_TEXT, st.text(max_size=80), st.from_regex(r"\w{30,60}", fullmatch=True))
+)
+def test_token_features_are_each_feature_computed_alone(token: str) -> None:
+    # _token_features computes ASCII tokens' keys inline (the hot path of
+    # every planning worker); they must be _feature's, in the same order.
+    from cleveragents.infrastructure.acms import hashing_embedder as module
+
+    got = np.frombuffer(module._token_features(token), dtype=np.uint64).tolist()
+    assert got == _reference_features(token)
+
+
 def test_the_token_cache_is_cleared_when_full(monkeypatch: pytest.MonkeyPatch) -> None:
     from cleveragents.infrastructure.acms import hashing_embedder as module
 
