@@ -1,19 +1,20 @@
-"""The ``content`` field is written as the tokens a planning worker cut
-(``prepare_content``), which a shard only splits at the spaces
-(``terms_analyzer``), instead of being analysed again by the regex
-tokenizer in the writer.  The index must not change.
+"""The text fields are written as the tokens the analyzer's tokenizer cut
+(``prepare_content`` in a planning worker, ``tokens_of``), which a shard
+only splits at the spaces (``terms_analyzer``), instead of being analysed
+again by the regex tokenizer in the writer.  The index must not change.
 
 Oracles:
 - the engine's own analyzer on the analysable text (``code_analyzer``, and
   its tokenizer alone for the positions: over-long tokens leave a gap);
-- a backend whose shards analyse the content with the engine, as every
-  shard did before: every query's URIs, order and scores must agree;
-- a shard of that earlier version keeps its analyzer, and new writes to it
-  index the same terms.
+- a backend whose shards analyse the text with the engine, as every shard
+  did before: every query's URIs, order and scores must agree;
+- either way of writing into a shard the other one made (the schema is the
+  same; an earlier version and this one can share a data directory).
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,7 +28,6 @@ from cleveragents.domain.models.acms.backends import IndexUnit
 from cleveragents.domain.models.acms.uko import unit_uri
 from cleveragents.infrastructure.acms import tantivy_text
 from cleveragents.infrastructure.acms.tantivy_query import (
-    ANALYZER_NAME,
     code_analyzer,
     terms_analyzer,
     token_analyzer,
@@ -52,6 +52,8 @@ WORDS = st.sampled_from(
         LONG,
         "x" * 99,
         "é" * 60,  # 120 bytes, 60 characters
+        "İ" * 40,  # 80 bytes, 120 lower-cased: remove_long comes first
+        "ẞ" * 34,  # 102 bytes, 68 lower-cased
         "naïve",
         "İstanbul",
         "ǅemal",
@@ -98,12 +100,23 @@ QUERIES = [
     ("alpha AND NOT beta", "tantivy"),
     ("ǆemal", "tantivy"),
     ("HTTPServer parseJson", "tantivy"),  # the parser analyses query text in full
+    ("server", "plain"),  # path, symbol and names fields
+    ("path:http OR symbol:naive", "tantivy"),
+    ("json naive", "plain"),  # names
 ]
 
 
 def _units(docs: list[str]) -> list[IndexUnit]:
     return [
-        IndexUnit(unit_uri(RID, f"f{n}.py", "L1-L3"), text, {"path": f"f{n}.py"})
+        IndexUnit(
+            unit_uri(RID, f"pkg/HTTPServer{n}.py", "L1-L3"),
+            text,
+            {
+                "path": f"pkg/HTTPServer{n}.py",
+                "symbols": f"parseJson{n} naïveİ",
+                "language": "python",
+            },
+        )
         for n, text in enumerate(docs)
     ]
 
@@ -121,13 +134,15 @@ def _engine_analysed(content: str) -> tuple[str, str]:
     return ready, pair_terms(content_terms(ready))
 
 
-@pytest.fixture
-def earlier_version(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
-    """While active, new shards analyse ``content`` with the engine, as before."""
+@contextlib.contextmanager
+def earlier_version(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """While active, a backend writes as every version before this one did:
+    analysable text, analysed by the engine's regex in the shard."""
     with monkeypatch.context() as patch:
-        patch.setattr(tantivy_text, "TERMS_ANALYZER_NAME", ANALYZER_NAME)
+        patch.setattr(tantivy_text, "terms_analyzer", code_analyzer)
         patch.setattr(tantivy_text, "prepare_content", _engine_analysed)
-        yield patch
+        patch.setattr(tantivy_text, "tokens_of", analysable)
+        yield
 
 
 DOCS = st.lists(
@@ -150,9 +165,7 @@ def test_a_shard_written_from_tokens_answers_as_one_the_engine_analysed(
 ) -> None:
     root = tmp_path_factory.mktemp("tokens")
     units = _units(docs)
-    with monkeypatch.context() as patch:
-        patch.setattr(tantivy_text, "terms_analyzer", code_analyzer)
-        patch.setattr(tantivy_text, "prepare_content", _engine_analysed)
+    with earlier_version(monkeypatch):
         analysed = TantivyTextBackend(root / "engine")
         analysed.upsert(RID, units)
     tokens = TantivyTextBackend(root / "tokens")
@@ -178,24 +191,31 @@ def test_a_phrase_over_a_dropped_long_token_is_not_adjacent(tmp_path: Path) -> N
         backend.close()
 
 
-def test_a_shard_of_the_earlier_version_takes_new_writes_with_the_same_terms(
-    tmp_path: Path, earlier_version: pytest.MonkeyPatch
+@pytest.mark.parametrize("first", ["earlier", "this"])
+def test_each_version_writes_into_a_shard_the_other_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, first: str
 ) -> None:
     docs = ["alpha HTTPServer beta", f"alpha {LONG} beta", "İstanbul naïve 日本42", "ǅemal alpha"]
-    first, second = _units(docs[:2]), _units(docs)[2:]
-    old = TantivyTextBackend(tmp_path / "old")
-    old.upsert(RID, first)
+    units = _units(docs)
     reference = TantivyTextBackend(tmp_path / "reference")
-    reference.upsert(RID, first + second)
-    old.close()
-    earlier_version.undo()
-    reopened = TantivyTextBackend(tmp_path / "old")  # the shard keeps its analyzer
+    reference.upsert(RID, units)
+
+    def write(part: list[IndexUnit], earlier: bool) -> None:
+        with contextlib.ExitStack() as stack:
+            if earlier:
+                stack.enter_context(earlier_version(monkeypatch))
+            backend = TantivyTextBackend(tmp_path / "shared")
+            backend.upsert(RID, part)
+            backend.close()
+
+    write(units[:2], earlier=first == "earlier")
+    write(units[2:], earlier=first != "earlier")
+    shared = TantivyTextBackend(tmp_path / "shared")
     try:
-        reopened.upsert(RID, second)
-        assert _answers(reopened) == _answers(reference)
-        assert any(_answers(reference))
+        assert _answers(shared) == _answers(reference)
+        assert sum(map(len, _answers(reference))) >= 10
     finally:
-        reopened.close()
+        shared.close()
         reference.close()
 
 

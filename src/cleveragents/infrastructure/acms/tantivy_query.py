@@ -110,7 +110,6 @@ __all__ = [
     "MAX_WILDCARD_TERMS",
     "PAIRS_ANALYZER_NAME",
     "SEARCH_FIELDS",
-    "TERMS_ANALYZER_NAME",
     "W_CASE",
     "W_EXACT",
     "W_NAMES",
@@ -128,14 +127,14 @@ __all__ = [
     "token_analyzer",
 ]
 
+# ``content``, ``path``, ``symbol`` and ``names``: a shard indexes the tokens
+# a worker cut (terms_analyzer); the query parser analyses query text with
+# code_analyzer under the same name.
 ANALYZER_NAME = "cleveragents_code"
 # Whole value, lower-cased: ``symbol_exact`` (one value per defined name) and ``lang``.
 KEYWORD_ANALYZER_NAME = "cleveragents_keyword"
 # ``pairs``: each adjacent pair of content terms as one token (see pair_terms).
 PAIRS_ANALYZER_NAME = "cleveragents_pairs"
-# ``content``: a shard indexes the tokens a worker cut (terms_analyzer); the
-# query parser analyses query text with code_analyzer under this name.
-TERMS_ANALYZER_NAME = "cleveragents_terms"
 
 # Plain-mode weights (see the module docstring; measured, not guessed).
 W_NAMES = 0.5

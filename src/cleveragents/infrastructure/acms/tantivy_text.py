@@ -71,7 +71,6 @@ from cleveragents.infrastructure.acms.tantivy_query import (
     ANALYZER_NAME,
     KEYWORD_ANALYZER_NAME,
     PAIRS_ANALYZER_NAME,
-    TERMS_ANALYZER_NAME,
     PlainQueryBuilder,
     QueryBuilder,
     code_analyzer,
@@ -86,6 +85,7 @@ from cleveragents.infrastructure.acms.text_analysis import (
     ASCII_TOKEN,
     analysable,
     prepare_content,
+    tokens_of,
 )
 
 __all__ = ["TantivyTextBackend"]
@@ -121,12 +121,10 @@ def _schema() -> tantivy.Schema:
     builder = tantivy.SchemaBuilder()
     builder.add_text_field("uko_uri", stored=True, tokenizer_name="raw")
     builder.add_text_field("resource_id", stored=True, tokenizer_name="raw")
-    # ``content`` indexes the tokens of the text (``prepare_content``), ``path``
-    # and ``symbol`` an analysis-ready copy; the original content is kept
-    # byte-exact in ``body``.  (A shard of an earlier version analyses
-    # ``content`` with ANALYZER_NAME: on tokens joined by spaces that cuts
-    # the same tokens again, so its terms are the same.)
-    builder.add_text_field("content", tokenizer_name=TERMS_ANALYZER_NAME)
+    # ``content``, ``path`` and ``symbol`` index the tokens of the text
+    # (``text_analysis``: ``prepare_content``, ``tokens_of``); the original
+    # content is kept byte-exact in ``body``.
+    builder.add_text_field("content", tokenizer_name=ANALYZER_NAME)
     builder.add_text_field("path", tokenizer_name=ANALYZER_NAME)
     # Names defined in the unit (``metadata["symbols"]``): split like content,
     # and each one whole and lower-cased (the exact-identifier boost).
@@ -202,16 +200,16 @@ def _document(
         doc.add_text("pairs", pairs)
     path = metadata.get("path")
     if path:
-        doc.add_text("path", analysable(path))
+        doc.add_text("path", tokens_of(path))
         doc.add_text("path_raw", _encodable(path))
     symbols = metadata.get("symbols", "").split()
     if symbols:
-        doc.add_text("symbol", analysable(" ".join(symbols)))
+        doc.add_text("symbol", tokens_of(" ".join(symbols)))
         for name in dict.fromkeys(symbols):
             doc.add_text("symbol_exact", _encodable(name))
             doc.add_text("symbol_case", _encodable(name))
     if path or symbols:
-        doc.add_text("names", analysable(" ".join([path or "", *symbols])))
+        doc.add_text("names", tokens_of(" ".join([path or "", *symbols])))
     for name in dict.fromkeys(metadata.get("calls", "").split()):
         doc.add_text("calls", _encodable(name))
     language = metadata.get("language")
@@ -238,14 +236,13 @@ def _encodable(text: str) -> str:
 def _register(index: tantivy.Index, *, parses_queries: bool = False) -> None:
     """Analyzers by name (they are not stored in the index) and the reload policy.
 
-    ``content`` is written as tokens (``prepare_content``), which a shard
+    The text fields are written as tokens (``text_analysis``), which a shard
     only splits at the spaces; the index that parses queries analyses query
     text in full under the same name (a term query never asks a shard's
     analyzer).
     """
-    content = code_analyzer() if parses_queries else terms_analyzer()
-    index.register_tokenizer(TERMS_ANALYZER_NAME, content)
-    index.register_tokenizer(ANALYZER_NAME, code_analyzer())
+    analyzer = code_analyzer() if parses_queries else terms_analyzer()
+    index.register_tokenizer(ANALYZER_NAME, analyzer)
     index.register_tokenizer(KEYWORD_ANALYZER_NAME, keyword_analyzer())
     index.register_tokenizer(PAIRS_ANALYZER_NAME, pairs_analyzer())
     index.config_reader(reload_policy="manual")

@@ -9,12 +9,16 @@ Python's ``re`` here (property-tested equal to the engine's tokenizer in
 prepares a unit's fields (:func:`prepare_content`) without loading the
 engine; other text asks the engine's analyzers, imported on first need.
 
-The worker hands the ``content`` field its *tokens*, as the tokenizer cut
-them, joined by single spaces: the field's index-side analyzer
-(``tantivy_query.terms_analyzer``) then only splits at the spaces before
-the same filters, so the index holds the same terms at the same positions
-with the same field lengths, and the writer process does not run the
-regex tokenizer again (2.3 s of the writer's 11 s on the standard library).
+The text fields get their *tokens*, as the tokenizer cut them, joined by
+single spaces (:func:`prepare_content` for ``content``, :func:`tokens_of`
+for the short ones): a shard's analyzer for them
+(``tantivy_query.terms_analyzer``) only splits at the spaces before the
+same filters, so the index holds the same terms at the same positions with
+the same field lengths, and the writer process does not run the regex
+tokenizer again (2.3 s of the writer's 11 s on the standard library).  The
+schema keeps the analyzer's name: code that analyses text with the regex
+under that name (an earlier version) cuts tokens joined by spaces into the
+same tokens, so either version writes into a shard of the other.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ __all__ = [
     "pair_term",
     "pair_terms",
     "prepare_content",
+    "tokens_of",
 ]
 
 # The engine tokenizer's pattern (Rust regex, no look-around): a capitalised
@@ -85,17 +90,29 @@ def _engine_analyzer(name: str) -> tantivy.TextAnalyzer:
     return analyzer
 
 
-def _tokens_and_terms(ready: str) -> tuple[str, list[str]]:
-    """The tokenizer's tokens of :func:`analysable` text joined by spaces,
-    and the analyzer's terms (:func:`content_terms`)."""
+def _tokens(ready: str) -> str:
+    """The tokenizer's tokens of :func:`analysable` text joined by spaces."""
     if ready.isascii():
-        tokens = " ".join(_READY_TOKEN.findall(ready))
+        return " ".join(_READY_TOKEN.findall(ready))
+    return " ".join(_engine_analyzer("tokens").analyze(ready))
+
+
+def _tokens_and_terms(ready: str) -> tuple[str, list[str]]:
+    """:func:`_tokens`, and the analyzer's terms (:func:`content_terms`)."""
+    tokens = _tokens(ready)
+    if ready.isascii():
         terms = tokens.lower().split()
         if terms and max(map(len, terms)) >= MAX_TOKEN_CHARS:  # rare: filter only then
             terms = [t for t in terms if len(t) < MAX_TOKEN_CHARS]
         return tokens, terms
     found: list[str] = _engine_analyzer("code").analyze(ready)
-    return " ".join(_engine_analyzer("tokens").analyze(ready)), found
+    return tokens, found
+
+
+def tokens_of(text: str) -> str:
+    """A text field's value as a shard takes it: the tokens of
+    :func:`analysable` ``text``, joined by single spaces."""
+    return _tokens(analysable(text))
 
 
 def content_terms(ready: str) -> list[str]:
