@@ -88,6 +88,33 @@ def test_tokens_are_the_engine_tokenizers_and_give_its_terms(text: str) -> None:
     assert pairs == pair_terms(content_terms(ready))
 
 
+NAMES = st.one_of(
+    st.text(max_size=40),
+    st.lists(WORDS, max_size=4).map("/".join),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(path=st.one_of(st.none(), NAMES), symbols=st.lists(NAMES, max_size=4))
+def test_each_short_field_holds_the_terms_the_engine_gave_its_text(
+    path: str | None, symbols: list[str]
+) -> None:
+    """``path``, ``symbol`` and ``names`` as each field was analysed before:
+    the engine's analyzer on the analysable path, symbols, and both."""
+    names = " ".join(symbols).split()
+    metadata = {"symbols": " ".join(names)} | ({"path": path} if path else {})
+    fields = tantivy_text._document("u", RID, "x", metadata).to_dict()
+    shard, engine = terms_analyzer(), code_analyzer()
+
+    def held(field: str) -> list[str]:
+        return [term for value in fields.get(field, []) for term in shard.analyze(value)]
+
+    assert held("path") == (engine.analyze(analysable(path)) if path else [])
+    assert held("symbol") == (engine.analyze(analysable(" ".join(names))) if names else [])
+    expected = engine.analyze(analysable(" ".join([path or "", *names])))
+    assert held("names") == (expected if path or names else [])
+
+
 QUERIES = [
     ("alpha beta", "plain"),
     ("http server", "plain"),

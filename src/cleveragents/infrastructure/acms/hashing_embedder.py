@@ -61,24 +61,20 @@ def _token_features(token: str) -> bytes:
     parts = [p.lower() for p in _PART.findall(token)]
     if not parts:
         return b""
+    features = [_feature(_PART_KIND, p) for p in parts]
     joined = "".join(parts)
+    if len(parts) > 1:
+        features.append(_feature(_WHOLE, joined))
     padded = f"^{joined}$"
     grams = min(len(padded) - 2, _MAX_GRAMS)
     if padded.isascii():
-        # _feature inlined, and the 3-grams cut from the encoded bytes (one
-        # byte per character here): the same keys, 17% faster over the
+        # The 3-grams cut from the encoded bytes (one byte per character
+        # here) and _feature inlined: the same keys, ~15% faster over the
         # standard library's 218k distinct tokens (a planning worker meets
         # most of them).
-        part_seed, gram_seed = _KIND_SEEDS[_PART_KIND], _KIND_SEEDS[_GRAM]
-        features = [(_crc32(p.encode(), part_seed) << 2) | _PART_KIND for p in parts]
-        if len(parts) > 1:
-            features.append((_crc32(joined.encode(), _KIND_SEEDS[_WHOLE]) << 2) | _WHOLE)
-        raw = padded.encode()
-        features += [(_crc32(raw[i : i + 3], gram_seed) << 2) | _GRAM for i in range(grams)]
+        raw, seed = padded.encode(), _KIND_SEEDS[_GRAM]
+        features += [(_crc32(raw[i : i + 3], seed) << 2) | _GRAM for i in range(grams)]
     else:
-        features = [_feature(_PART_KIND, p) for p in parts]
-        if len(parts) > 1:
-            features.append(_feature(_WHOLE, joined))
         features += [_feature(_GRAM, padded[i : i + 3]) for i in range(grams)]
     return array("Q", features).tobytes()
 

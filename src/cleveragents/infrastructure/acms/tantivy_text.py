@@ -121,9 +121,9 @@ def _schema() -> tantivy.Schema:
     builder = tantivy.SchemaBuilder()
     builder.add_text_field("uko_uri", stored=True, tokenizer_name="raw")
     builder.add_text_field("resource_id", stored=True, tokenizer_name="raw")
-    # ``content``, ``path`` and ``symbol`` index the tokens of the text
-    # (``text_analysis``: ``prepare_content``, ``tokens_of``); the original
-    # content is kept byte-exact in ``body``.
+    # ``content``, ``path``, ``symbol`` and ``names`` index the tokens of the
+    # text (``text_analysis``: ``prepare_content``, ``tokens_of``); the
+    # original content is kept byte-exact in ``body``.
     builder.add_text_field("content", tokenizer_name=ANALYZER_NAME)
     builder.add_text_field("path", tokenizer_name=ANALYZER_NAME)
     # Names defined in the unit (``metadata["symbols"]``): split like content,
@@ -199,17 +199,21 @@ def _document(
     if pairs:
         doc.add_text("pairs", pairs)
     path = metadata.get("path")
+    path_tokens = symbol_tokens = ""
     if path:
-        doc.add_text("path", tokens_of(path))
+        path_tokens = tokens_of(path)
+        doc.add_text("path", path_tokens)
         doc.add_text("path_raw", _encodable(path))
     symbols = metadata.get("symbols", "").split()
     if symbols:
-        doc.add_text("symbol", tokens_of(" ".join(symbols)))
+        symbol_tokens = tokens_of(" ".join(symbols))
+        doc.add_text("symbol", symbol_tokens)
         for name in dict.fromkeys(symbols):
             doc.add_text("symbol_exact", _encodable(name))
             doc.add_text("symbol_case", _encodable(name))
     if path or symbols:
-        doc.add_text("names", tokens_of(" ".join([path or "", *symbols])))
+        # The path's and the symbols' tokens together (no token spans a space).
+        doc.add_text("names", f"{path_tokens} {symbol_tokens}")
     for name in dict.fromkeys(metadata.get("calls", "").split()):
         doc.add_text("calls", _encodable(name))
     language = metadata.get("language")

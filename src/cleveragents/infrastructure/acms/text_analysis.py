@@ -79,12 +79,13 @@ def analysable(text: str) -> str:
 
 
 def _engine_analyzer(name: str) -> tantivy.TextAnalyzer:
-    """This thread's engine analyzer ``code`` or ``tokens`` (built once)."""
+    """This thread's engine analyzer ``tokens`` (the tokenizer alone) or
+    ``terms`` (the filters on joined tokens), built once."""
     analyzer: tantivy.TextAnalyzer | None = getattr(_ANALYZERS, name, None)
     if analyzer is None:
         from cleveragents.infrastructure.acms import tantivy_query
 
-        build = tantivy_query.code_analyzer if name == "code" else tantivy_query.token_analyzer
+        build = tantivy_query.token_analyzer if name == "tokens" else tantivy_query.terms_analyzer
         analyzer = build()
         setattr(_ANALYZERS, name, analyzer)
     return analyzer
@@ -97,16 +98,17 @@ def _tokens(ready: str) -> str:
     return " ".join(_engine_analyzer("tokens").analyze(ready))
 
 
-def _tokens_and_terms(ready: str) -> tuple[str, list[str]]:
-    """:func:`_tokens`, and the analyzer's terms (:func:`content_terms`)."""
-    tokens = _tokens(ready)
-    if ready.isascii():
-        terms = tokens.lower().split()
-        if terms and max(map(len, terms)) >= MAX_TOKEN_CHARS:  # rare: filter only then
-            terms = [t for t in terms if len(t) < MAX_TOKEN_CHARS]
-        return tokens, terms
-    found: list[str] = _engine_analyzer("code").analyze(ready)
-    return tokens, found
+def _terms(tokens: str) -> list[str]:
+    """The analyzer's filters on :func:`_tokens`: on ASCII tokens in Python
+    (lower-cased, terms of 100+ characters dropped as ``remove_long``
+    does; ~1.5x faster than a call into the engine), else the engine's."""
+    if not tokens.isascii():
+        found: list[str] = _engine_analyzer("terms").analyze(tokens)
+        return found
+    terms = tokens.lower().split()
+    if terms and max(map(len, terms)) >= MAX_TOKEN_CHARS:  # rare: filter only then
+        terms = [t for t in terms if len(t) < MAX_TOKEN_CHARS]
+    return terms
 
 
 def tokens_of(text: str) -> str:
@@ -116,14 +118,9 @@ def tokens_of(text: str) -> str:
 
 
 def content_terms(ready: str) -> list[str]:
-    """The content field's terms of :func:`analysable` text, in order: on
-    ASCII text the analyzer's rules in Python (lower-cased, terms of 100+
-    characters dropped as ``remove_long`` does; ~1.5x faster than a call
-    into the engine's analyzer), else the analyzer itself."""
-    if ready.isascii():
-        return _tokens_and_terms(ready)[1]
-    found: list[str] = _engine_analyzer("code").analyze(ready)
-    return found
+    """The content field's terms of :func:`analysable` text, in order (what
+    ``code_analyzer`` gives, property-tested)."""
+    return _terms(_tokens(ready))
 
 
 def pair_term(a: str, b: str) -> str:
@@ -144,5 +141,5 @@ def prepare_content(content: str) -> tuple[str, str]:
     """A unit's ``content`` field text (its tokens, see the module doc) and
     its ``pairs`` field text: the analysis a planning worker does ahead of
     the write (``PreparedWrites.preparer`` of the Tantivy text index)."""
-    tokens, terms = _tokens_and_terms(analysable(content))
-    return tokens, pair_terms(terms)
+    tokens = tokens_of(content)
+    return tokens, pair_terms(_terms(tokens))
