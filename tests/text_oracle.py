@@ -50,7 +50,7 @@ class ShardOracle:
         self._plain = PlainQueryBuilder()
         self._analyzer = code_analyzer()
 
-    def _fresh(self, *, parses_queries: bool = False) -> tantivy.Index:
+    def _fresh(self, *, parses_queries: bool) -> tantivy.Index:
         index = tantivy.Index(self._schema)
         _register(index, parses_queries=parses_queries)
         return index
@@ -60,7 +60,7 @@ class ShardOracle:
         if index is None:
             if not adds:
                 return
-            index = self._indexes[rid] = self._fresh()
+            index = self._indexes[rid] = self._fresh(parses_queries=False)
         writer = index.writer(_HEAP, 1)
         for field, value in deletes:
             writer.delete_documents_by_term(field, value)

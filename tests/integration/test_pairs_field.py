@@ -83,7 +83,7 @@ def test_pair_terms_are_adjacent_pairs_in_order_with_repeats() -> None:
 def test_a_pair_query_matches_what_a_phrase_query_matches(tmp_path: object) -> None:
     schema = tantivy_text._schema()
     index = tantivy.Index(schema)
-    tantivy_text._register(index)
+    tantivy_text._register(index, parses_queries=False)
     writer = index.writer(15_000_000, 1)
     texts = [
         "read the json token stream",

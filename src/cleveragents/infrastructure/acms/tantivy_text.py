@@ -237,7 +237,7 @@ def _encodable(text: str) -> str:
     return text if text.isascii() else text.encode("utf-8", "replace").decode("utf-8")
 
 
-def _register(index: tantivy.Index, *, parses_queries: bool = False) -> None:
+def _register(index: tantivy.Index, *, parses_queries: bool) -> None:
     """Analyzers by name (they are not stored in the index) and the reload policy.
 
     The text fields are written as tokens (``text_analysis``), which a shard
@@ -449,7 +449,7 @@ class TantivyTextBackend:
 
     # ------------------------------------------------------------ lifecycle
 
-    def _new_index(self, path: str | None, *, parses_queries: bool = False) -> tantivy.Index:
+    def _new_index(self, path: str | None, *, parses_queries: bool) -> tantivy.Index:
         try:
             if path is None:
                 index = tantivy.Index(self._schema)
@@ -462,7 +462,7 @@ class TantivyTextBackend:
 
     def _open_existing(self, path: str) -> tantivy.Index:
         index = tantivy.Index.open(path)
-        _register(index)
+        _register(index, parses_queries=False)
         return index
 
     def close(self) -> None:
@@ -1020,7 +1020,7 @@ class TantivyTextBackend:
         if self._path is None:
             index = self._ram.get(rid)
             if index is None and create:
-                index = self._ram[rid] = self._new_index(None)
+                index = self._ram[rid] = self._new_index(None, parses_queries=False)
             return index
         if self._follow():
             self._parser()
@@ -1036,7 +1036,7 @@ class TantivyTextBackend:
             os.makedirs(path, exist_ok=True)
         except OSError as exc:
             raise IndexUnavailableError(f"cannot create the text index {path!r}: {exc}") from exc
-        return self._new_index(path)
+        return self._new_index(path, parses_queries=False)
 
     def _directory(self, rid: str) -> object:
         if self._path is None:
@@ -1066,7 +1066,7 @@ class TantivyTextBackend:
             hits = searcher.search(tantivy.Query.all_query(), max(1, shard.num_docs)).hits
             stored = [_read_stored(searcher.doc(addr)) for _, addr in hits]
             os.makedirs(aside)
-            fresh = self._new_index(aside)
+            fresh = self._new_index(aside, parses_queries=False)
             writer = fresh.writer(heap_size=_WRITER_HEAP, num_threads=1)
             for unit in stored:
                 writer.add_document(_document(unit.uri, rid, unit.content, unit.metadata))
@@ -1094,7 +1094,7 @@ class TantivyTextBackend:
         with self._lock:
             self._shards.pop(rid, None)
         _log.info("acms.tantivy_text.shard_migrated", resource_id=rid, units=len(stored))
-        return self._new_index(final)
+        return self._new_index(final, parses_queries=False)
 
     def staged_writes(self, resource_id: str) -> contextlib.AbstractContextManager[None]:
         """Group the resource's writes and commit them only at
