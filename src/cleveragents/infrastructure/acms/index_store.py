@@ -61,6 +61,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cleveragents._logging import get_logger
+from cleveragents._malloc import keep_large_blocks_mapped, release_memory
 from cleveragents.domain.models.acms.backends import (
     CountedUnits,
     GraphIndex,
@@ -161,27 +162,6 @@ def split_identity(identity: str) -> IdentityParts:
 
 def _stamp_key(rid: str) -> str:
     return f"catalog_written_ns:{rid}"
-
-
-def _malloc_trim() -> Callable[[], object] | None:
-    """glibc's ``malloc_trim(0)``, or None elsewhere."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        trim: Callable[[int], int] = libc.malloc_trim
-    except (OSError, AttributeError):  # not glibc (musl has no malloc_trim)
-        return None
-    return lambda: trim(0)
-
-
-# Called after each batch is written.  The freed batch (Python objects,
-# Tantivy's indexing arena) otherwise stays in the C heap: glibc raises its
-# mmap threshold after large frees, so later large blocks come from the heap
-# and RSS keeps the high-water mark of every batch.
-_release_memory = _malloc_trim() or (lambda: None)
 
 
 def _contains(rid: str, path: str) -> list[WriteTriple]:
@@ -443,6 +423,9 @@ class ManagedIndexStore:
         resource's next session repairs it.
         """
         rid = canonical_ulid(resource_id)
+        # This process writes batch after batch: large blocks stay out of the
+        # C heap (see cleveragents._malloc; 218 -> 199 MB peak at one job).
+        keep_large_blocks_mapped()
         text = self.text
         # A session writes in batches: Tantivy keeps its writer between them,
         # and commits once per several (StoreTransaction._put_ready).
@@ -914,7 +897,9 @@ class StoreTransaction:
         del units, rows, embeddings
         if self._graph_triples >= store.batches.triples or (self._staged and self._commit_due()):
             self._flush_graph()  # and, when due, the text commit and catalog rows
-        _release_memory()
+        # The freed batch (Python objects, numpy arrays) back to the system:
+        # RSS then follows what is in flight, not the largest batch so far.
+        release_memory()
 
     def _flush_graph(self) -> None:
         if not self._graph_records:
