@@ -25,7 +25,9 @@ run, the two interleaved so that load drift hits both alike):
   <= 1.5x), and vs the first query after an idle pause as long as the
   commit took, without a commit (what the commit itself costs: on a shared
   machine a pause alone makes the next query slower, see
-  ``bench_after_commit``); after a commit to its own resource, for P and
+  ``bench_after_commit``), and vs the first query after a busy spell as
+  long (64 MB of memory walked: the commit's effect on the CPU's caches
+  alone); after a commit to its own resource, for P and
   for a resource 20x P's size (target: O(change), so the two alike);
 - indexing as a child process (``acms reindex``): peak RSS vs the bytes of
   source read (target <= 4x), throughput, and 2 jobs vs 1 when the CLI has
@@ -65,6 +67,8 @@ SPARQL_QUERY = (
     f'FILTER(CONTAINS(?n, "decode")) BIND(<{UKO}defines> AS ?p) }}'
 )
 KINDS = ("text", "vector", "SPARQL", "traverse")
+# The memory a "busy spell" walks: more than this machine's caches hold.
+_BUSY_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -470,6 +474,10 @@ def bench_after_commit(
     other processes evict this one's caches, and the next query pays for it
     whatever the engines do (a plain dict walk was 7x slower after 0.3 s of
     sleep here); the ratio to that reference is what the commit itself costs.
+    A third reference works as long instead of sleeping, walking more memory
+    than the caches hold: a commit's effect on the CPU's caches without any
+    index touched (the query then makes the very calls a warm one makes:
+    ``test_after_commit_invariants``).
     """
     ops = open_operations(world.multi.path)
     p_rid, big_rid = world.p_rid["multi"], world.big_rid
@@ -531,6 +539,24 @@ def bench_after_commit(
         """Sleep as long as the ``key`` changes took (median so far)."""
         return lambda: time.sleep(statistics.median(took[key]))
 
+    scratch = bytearray(_BUSY_BYTES)
+
+    def busy_like(key: str) -> Callable[[], None]:
+        """Work as long as the ``key`` changes took, walking :data:`_BUSY_BYTES`
+        of memory over and over: what a commit does to the CPU's caches,
+        without touching an index."""
+
+        def busy() -> None:
+            end = time.perf_counter() + statistics.median(took[key])
+            view = memoryview(scratch)
+            while time.perf_counter() < end:
+                for start in range(0, len(scratch), 1 << 20):
+                    view[start : start + (1 << 20)] = view[start + 1 : start + 1 + (1 << 20)]
+                    if time.perf_counter() >= end:
+                        break
+
+        return busy
+
     def warm(fn: Callable[[], object], key: str) -> dict[str, float]:
         fn()
         samples = []
@@ -558,6 +584,7 @@ def bench_after_commit(
             lambda: commit_elsewhere(world.scratch_tree, world.scratch_rid), fn_p, "foreign"
         )
         paused = first_after(pause_like("other"), fn_p, "paused")
+        busy = first_after(busy_like("other"), fn_p, "busy")
         paused_long = first_after(pause_like("foreign"), fn_p, "paused_long")
         own = first_after(lambda: commit(world.p_tree, p_rid), fn_p, "own")
         warm_big = warm(fn_big, "warm_big")
@@ -582,6 +609,13 @@ def bench_after_commit(
                 other,
                 paused,
                 "first query after an idle pause as long, no commit",
+            ),
+            row(
+                f"in-process {kind}, first query after a commit to another resource",
+                other,
+                busy,
+                f"first query after a busy spell as long ({mb(_BUSY_BYTES)} of memory "
+                "walked), no commit",
             ),
             row(
                 f"in-process {kind}, first query after another process commits to another resource",

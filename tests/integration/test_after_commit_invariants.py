@@ -9,8 +9,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import pytest
@@ -131,3 +133,63 @@ def test_a_commit_to_another_resource_leaves_a_readers_structures_identical(
         ("faiss_vector.loaded", "log", 1),  # the one new unit, read by id
         ("graph_store.followed", None, None),  # the appended records only
     ]
+
+
+def _calls(fn: Callable[[], object]) -> Counter[tuple[str, str]]:
+    """The Python functions and C functions this thread called while running ``fn``."""
+    calls: Counter[tuple[str, str]] = Counter()
+
+    def profile(frame: FrameType, event: str, arg: Any) -> None:
+        if event == "call":
+            calls[(frame.f_code.co_filename, frame.f_code.co_name)] += 1
+        elif event == "c_call":
+            calls[("C", getattr(arg, "__qualname__", repr(arg)))] += 1
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
+@pytest.mark.parametrize(
+    ("kind", "commits"),
+    [
+        ("text", ("here", "elsewhere")),
+        ("traverse", ("here", "elsewhere")),
+        # After another process's commit a vector reader makes its one
+        # lookup of the generations (test_faiss_vector's "one lookup").
+        ("vector", ("here",)),
+    ],
+)
+def test_the_first_query_after_a_commit_to_another_resource_makes_a_warm_querys_calls(
+    world: tuple[AcmsOperations, Path, dict[str, str], Path], kind: str, commits: tuple[str, ...]
+) -> None:
+    # The oracle is the warm query itself: whatever a commit to B made A's
+    # reader check, reload or rebuild would show as calls a warm query does
+    # not make, so what is left of the time ratio (the README's after-commit
+    # rows) is the CPU's caches.  (SPARQL waits on its worker by polling:
+    # its calls vary with timing.)
+    ops, data, rids, tmp = world
+    a, b = rids["a"], rids["b"]
+    view = ops.view(frozenset({a}))
+    embedding = ops.embed_query("a quokka")
+    queries: dict[str, Callable[[], object]] = {
+        "text": lambda: view.search("quokka helper", max_results=20),
+        "vector": lambda: view.similarity_search(embedding, top_k=20),
+        "traverse": lambda: view.traverse(f"uko://{a}/core.py", depth=2),
+    }
+    query = queries[kind]
+    assert query()
+    query()
+    warm = _calls(query)
+    assert warm == _calls(query)  # the oracle is stable
+    for commit in commits:
+        (tmp / "b" / "core.py").write_text(f"def b_{kind}_{commit}():\n    return 2\n")
+        if commit == "here":
+            ops.reindex(resources=[b])
+        else:
+            _reindex_elsewhere(data, b)
+        after = _calls(query)
+        assert after == warm, (commit, (after - warm).most_common(5), (warm - after).most_common(5))
