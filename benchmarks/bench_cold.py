@@ -26,7 +26,7 @@ run, the two interleaved so that load drift hits both alike):
   commit took, without a commit (what the commit itself costs: on a shared
   machine a pause alone makes the next query slower, see
   ``bench_after_commit``), and vs the first query after a busy spell as
-  long (64 MB of memory walked: the commit's effect on the CPU's caches
+  long (64 MiB of memory walked: the commit's effect on the CPU's caches
   alone); after a commit to its own resource, for P and
   for a resource 20x P's size (target: O(change), so the two alike);
 - indexing as a child process (``acms reindex``): peak RSS vs the bytes of
@@ -548,10 +548,10 @@ def bench_after_commit(
 
         def busy() -> None:
             end = time.perf_counter() + statistics.median(took[key])
-            view = memoryview(scratch)
+            view, step = memoryview(scratch), 1 << 20
             while time.perf_counter() < end:
-                for start in range(0, len(scratch), 1 << 20):
-                    view[start : start + (1 << 20)] = view[start + 1 : start + 1 + (1 << 20)]
+                for start in range(0, len(scratch) - step, step):
+                    view[start : start + step] = view[start + 1 : start + 1 + step]
                     if time.perf_counter() >= end:
                         break
 
