@@ -6,6 +6,7 @@ followed in place, reading only the change."""
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -145,11 +146,17 @@ def _calls(fn: Callable[[], object]) -> Counter[tuple[str, str]]:
         elif event == "c_call":
             calls[("C", getattr(arg, "__qualname__", repr(arg)))] += 1
 
+    # No collection inside: gc callbacks (hypothesis installs one) would count.
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
     sys.setprofile(profile)
     try:
         fn()
     finally:
         sys.setprofile(None)
+        if enabled:
+            gc.enable()
     return calls
 
 
