@@ -21,8 +21,8 @@ fresh mapping).
 
 The setting stays for the life of the process, so a host that indexes and
 answers in one process answers with it: warm query p50 on the stdlib with it
-fixed was within the spread of the default (text and vector the same,
-traverse and SPARQL within ~10%; README, seventeenth pass).
+fixed, against the default, was the same for text and vector, and up to 12%
+slower for traverse and 7% for SPARQL in some runs (README, seventeenth pass).
 """
 
 from __future__ import annotations
