@@ -85,6 +85,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import fcntl
+import itertools
 import marshal
 import os
 import struct
@@ -94,7 +95,7 @@ import time
 import weakref
 import zlib
 from array import array
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
@@ -673,6 +674,19 @@ def _read_small(path: Path, size: int | None = None) -> bytes | None:
         return _pread_all(fd, size, 0)
     finally:
         os.close(fd)
+
+
+@dataclass(frozen=True, slots=True)
+class _SubjectIndexFile:
+    """A graph file's subject index as a reader holds it: its header (which
+    names the graph file and what it covers, so equal headers mean equal
+    entries), and its entries sorted by key (never changed once read)."""
+
+    head: bytes
+    covered: int
+    keys: array[int]
+    offsets: array[int]
+    literals: bool
 
 
 @dataclass(slots=True)
@@ -1512,43 +1526,79 @@ class GraphStore:
     ) -> SubjectReader | None:
         """A reader of ``rid``'s graph by subject, without loading it; ``None``
         when the file has no index of it covering enough (load it then) or
-        there is no file.  The records ``previous`` (a reader of an earlier
-        state) decoded are kept if the file is the same one, grown."""
+        there is no file.
+
+        ``previous`` (a reader of an earlier state) lends what still holds if
+        the file is the same one, grown: the records it decoded (an append
+        never changes a record), its index arrays while the index file still
+        covers what it did (same header), and the records past the index it
+        decoded, so that a reader made after a commit reads and decodes only
+        what was appended since: O(change), not the index and its tail (up to
+        a quarter of the file, re-read after every commit before)."""
         with self._reading(rid) as opened:
             if opened is None:
                 return None
             path, fd, st, header = opened
             nonce = header[len(_MAGIC) :]
-            try:
-                data = _read_small(self.index_path(rid))
-            except OSError as exc:  # advisory: load the graph instead
-                _log.warning("graph_store.index_unreadable", resource=rid, error=str(exc))
-                data = None
-            found = None if data is None else _index_arrays(data, nonce, st.st_size)
+            grown = previous if previous is not None and previous.grew_into(st, nonce) else None
+            found = self._subject_index(rid, nonce, st.st_size, grown)
             if found is None:
                 return None
-            covered, keys, offsets, literals = found
+            index = found
+            covered = index.covered
             if st.st_size - covered > 2 * _tail_allowed(covered):
                 return None  # written by code that keeps no index: load it
-            rest = _pread_all(fd, st.st_size - covered, covered)
+            tail: list[tuple[int, _Record]] = []
+            start = covered
+            continued = grown is not None and grown.covered <= covered <= grown.end
+            if continued:
+                assert grown is not None
+                tail = [(offset, record) for offset, record in grown.tail if offset >= covered]
+                start = grown.end
+            rest = _pread_all(fd, st.st_size - start, start)
             # The reader keeps the file open: what it reads later is this
             # file as it was, even if another process replaces it.
             # Never 0-2 (a process without stdio): a SPARQL worker keeps
             # this descriptor and points those at /dev/null.
             own = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+        fresh: list[_Record] = []
         try:
-            tail: list[_Record] = []
             pos = 0
             while (record := _next_record(rest, pos)) is not None and record[0] != _SNAPSHOT:
-                kind, payload, pos = record
-                tail.append(_Record(kind, _decode(kind, payload, path)))
+                kind, payload, end = record
+                fresh.append(_Record(kind, _decode(kind, payload, path)))
+                tail.append((start + pos, fresh[-1]))
+                pos = end
         except BaseException:
             os.close(own)
             raise
-        reader = SubjectReader(path, own, st, nonce, covered, keys, offsets, tail, literals)
+        reader = SubjectReader(path, own, st, nonce, index, tail, start + pos)
         if previous is not None:
-            reader.adopt(previous)
+            reader.adopt(previous, fresh if continued else None)
         return reader
+
+    def _subject_index(
+        self, rid: str, nonce: bytes, size: int, grown: SubjectReader | None
+    ) -> _SubjectIndexFile | None:
+        """``rid``'s subject index for the graph file named ``nonce`` (``size``
+        bytes now): ``grown``'s, if the index file's header is still the one
+        it read (the same file, covering the same bytes: the same entries),
+        else read and checked whole; ``None`` if missing, unreadable or stale."""
+        path = self.index_path(rid)
+        try:
+            if grown is not None:
+                head = _read_small(path, _INDEX_HEAD.size)
+                if head == grown.index.head and _index_head(head, nonce, size) is not None:
+                    return grown.index
+            data = _read_small(path)
+        except OSError as exc:  # advisory: load the graph instead
+            _log.warning("graph_store.index_unreadable", resource=rid, error=str(exc))
+            return None
+        found = None if data is None else _index_arrays(data, nonce, size)
+        if found is None or data is None:
+            return None
+        covered, keys, offsets, literals = found
+        return _SubjectIndexFile(bytes(data[: _INDEX_HEAD.size]), covered, keys, offsets, literals)
 
 
 # ---------------------------------------------------------------- reading by subject
@@ -1594,6 +1644,16 @@ class _Record:
         self._adds_to: dict[str, list[tuple[str, str]]] | None = None
         self._holders: dict[Edge, list[str]] | None = None
         self._scans = 0
+
+    def subjects(self) -> Iterable[str]:
+        """The subjects whose edges this record sets or changes (exactly the
+        ones :func:`_fold` reads it for)."""
+        if self.kind == _CHANGE:
+            drops, removed, adds = cast(
+                tuple[set[str], dict[str, list[Edge]], dict[str, set[Edge]]], self.value
+            )
+            return itertools.chain(drops, removed, adds)
+        return cast(dict[str, object], self.value).keys()
 
     def added(self) -> Iterator[tuple[str, str, Obj]]:
         """The edges this record adds (or holds, for a snapshot chunk)."""
@@ -1705,9 +1765,11 @@ def _live_backwards(
         yield live
 
 
-def _fold(s: str, records: Iterable[_Record]) -> set[Edge]:
-    """``s``'s edges after ``records`` (in file order), as a full load has them."""
-    edges: set[Edge] = set()
+def _fold(s: str, records: Iterable[_Record], edges: set[Edge] | None = None) -> set[Edge]:
+    """``s``'s edges after ``records`` (in file order), as a full load has
+    them; ``edges``: its edges before them (changed in place), none if None."""
+    if edges is None:
+        edges = set()
     for record in records:
         if record.kind == _SNAPSHOT:
             edges |= cast(dict[str, set[Edge]], record.value).get(s, set())
@@ -1754,26 +1816,29 @@ class SubjectReader:
         fd: int,
         st: os.stat_result,
         nonce: bytes,
-        covered: int,
-        keys: array[int],
-        offsets: array[int],
-        tail: list[_Record],
-        literals: bool = True,
+        index: _SubjectIndexFile,
+        tail: list[tuple[int, _Record]],
+        end: int,
     ) -> None:
         self._path = path
-        self._literals = literals
+        self.index = index
+        self._literals = index.literals
         self._fd = fd  # owned: closed by close(), or when the reader is collected
         self._closer = weakref.finalize(self, os.close, fd)
         self._ino = st.st_ino
         self._key = _key(st)
         self._racy = _racy(st)
         self._nonce = nonce
-        self._covered = covered
-        self._keys = keys
-        self._offsets = offsets
-        self._tail = tail
+        self.covered = index.covered
+        self._keys = index.keys
+        self._offsets = index.offsets
+        #: The records past the index, with their offsets, in file order,
+        #: and where the last whole one ends.
+        self.tail = tail
+        self.end = end
+        self._tail = [record for _, record in tail]
         self._records: dict[int, _Record] = {}
-        self._weight = sum(record.size for record in tail)
+        self._weight = sum(record.size for record in self._tail)
         self._edges: dict[str, set[Edge]] = {}
         self._sorted: dict[str, tuple[list[Triple], list[str]]] = {}
         self._incoming: dict[str, set[tuple[str, str]]] = {}
@@ -1893,17 +1958,45 @@ class SubjectReader:
             cached = self._sorted[s] = sorted_edges(self.edges_pairs(s))
         return cached
 
-    def adopt(self, previous: SubjectReader) -> None:
+    def adopt(self, previous: SubjectReader, appended: Sequence[_Record] | None = None) -> None:
         """Take the records ``previous`` decoded, if it read this same file
         (an append never changes a record, and a new file has a new name):
         after a commit, a question decodes what changed, not again what it
-        read before."""
+        read before.  ``appended``: every record written after the last one
+        ``previous`` read (None: not known); the subjects none of them
+        changes keep the edges ``previous`` folded for them."""
         if previous._ino != self._ino or previous._nonce != self._nonce:
             return
-        for offset, record in previous._records.items():
-            if offset < self._covered and offset not in self._records:
+        if appended is not None:
+            # A fold is in file order and the appended records come last: a
+            # subject they change is its folded edges, then those records.
+            changed: set[str] = set()
+            for record in appended:
+                changed.update(record.subjects())
+            # Edges that come out the same (a file's ``contains`` edge removed
+            # and added again) keep their sorted listing too.
+            for s, edges in previous._edges.items():
+                if s in changed:
+                    folded = _fold(s, appended, set(edges))
+                    if folded != edges:
+                        self._edges[s] = folded
+                        continue
+                self._edges[s] = edges
+                listing = previous._sorted.get(s)
+                if listing is not None:
+                    self._sorted[s] = listing
+        # Its tail records that this reader's index now covers are records
+        # like any other (the index names them by offset).
+        for offset, record in itertools.chain(previous._records.items(), previous.tail):
+            if offset < self.covered and offset not in self._records:
                 self._records[offset] = record
                 self._weight += record.size
+
+    def grew_into(self, st: os.stat_result, nonce: bytes) -> bool:
+        """Whether the graph file now open (``st``, named ``nonce``) is the one
+        this reader read, grown or not: the same inode and name, and not cut
+        below the records it decoded (a cut only removes torn bytes)."""
+        return st.st_ino == self._ino and nonce == self._nonce and st.st_size >= self.end
 
     def weight(self) -> int:
         """Memory in triples' worth (as :meth:`ResourceGraph.weight`): the
@@ -1943,7 +2036,7 @@ class SubjectReader:
         except OSError as exc:
             raise IndexUnavailableError(f"cannot read graph file {self._path}: {exc}") from exc
         found = _next_record(data, 0)
-        if found is None or offset + found[2] > self._covered:
+        if found is None or offset + found[2] > self.covered:
             raise UnreadableRecord(
                 f"corrupt graph file {self._path}: bad subject index", self._path
             )
