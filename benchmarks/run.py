@@ -233,7 +233,7 @@ def bench_cold_start(tmp: Path, repeats: int) -> list[dict[str, Any]]:
 def bench_indexing_jobs(quick: bool) -> list[dict[str, Any]]:
     """Indexing the stdlib (fresh processes): jobs=2 and jobs=1 against today's
     code (the pre-change commit, in a temporary worktree), with peak RSS."""
-    r = bench_index.run(quick, 1 if quick else 3, bench_index.BASE_COMMIT)
+    r = bench_index.run(quick, 1 if quick else 3, bench_index.BASE_COMMIT, [])
     today, one, two = r["today"], r["jobs=1"], r["jobs=2"]
 
     def ms(x: dict[str, Any], key: str) -> dict[str, float]:
