@@ -6,7 +6,7 @@ reference cycles: reference counting reclaims them.  With the collector on,
 the collections those allocations trigger walk every young container again
 and again; in an indexing run of the standard library that was ~1.8 s of
 the writer's ~6.5 s of Python time, to find 35 unreachable objects in all
-(``benchmarks/bench_index.py``; the README's twelfth pass).
+(``benchmarks/bench_index.py``; ``benchmarks/HISTORY.md``, twelfth pass).
 
 :func:`paused_collector` switches automatic collection off for a block and
 back on when the last concurrent block ends, so two threads pausing at once

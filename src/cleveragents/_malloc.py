@@ -22,7 +22,8 @@ fresh mapping).
 The setting stays for the life of the process, so a host that indexes and
 answers in one process answers with it: warm query p50 on the stdlib with it
 fixed, against the default, was the same for text and vector, and up to 12%
-slower for traverse and 7% for SPARQL in some runs (README, seventeenth pass).
+slower for traverse and 7% for SPARQL in some runs (``benchmarks/HISTORY.md``,
+seventeenth pass).
 """
 
 from __future__ import annotations

@@ -18,7 +18,9 @@ import random
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -28,7 +30,7 @@ from ulid import ULID
 from cleveragents.domain.models.acms.backends import IndexUnit
 from cleveragents.domain.models.acms.errors import QueryError, QueryLimitError
 from cleveragents.domain.models.acms.uko import unit_uri
-from cleveragents.infrastructure.acms import tantivy_query
+from cleveragents.infrastructure.acms import tantivy_query, tantivy_text
 from cleveragents.infrastructure.acms.tantivy_text import TantivyTextBackend
 
 TIMEOUT = 2.0
@@ -274,3 +276,101 @@ def test_query_timeout_is_validated() -> None:
             TantivyTextBackend(query_timeout=bad)
     with pytest.raises(TypeError, match="query_timeout"):
         TantivyTextBackend(query_timeout="5")  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- inline searches
+
+
+@pytest.fixture
+def search_threads(monkeypatch: pytest.MonkeyPatch) -> list[threading.Thread]:
+    """The thread each search's engine work ran on."""
+    seen: list[threading.Thread] = []
+    search_shards = TantivyTextBackend._search_shards
+
+    def spy(self: TantivyTextBackend, *args: Any) -> Any:
+        seen.append(threading.current_thread())
+        return search_shards(self, *args)
+
+    monkeypatch.setattr(TantivyTextBackend, "_search_shards", spy)
+    return seen
+
+
+def _small_units() -> list[IndexUnit]:
+    return [
+        IndexUnit(unit_uri(RID, f"m{i}.py", "L1-L2"), f"def json_{i}(): pass", {}) for i in range(5)
+    ]
+
+
+def test_a_small_plain_search_runs_on_the_callers_thread_others_on_a_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, search_threads: list[threading.Thread]
+) -> None:
+    """The hand-off to a search thread costs every query two thread wake-ups;
+    a plain query over little index cannot run long, so it skips them.  A
+    query in the tantivy syntax, a scope over the byte bound, a short
+    deadline or an index in RAM (its size unknown) still go to a worker."""
+    me = threading.current_thread()
+    with closing(TantivyTextBackend(tmp_path / "text")) as backend:
+        backend.upsert(RID, _small_units())
+        assert backend.search("json", scope=SCOPE)
+        assert backend.search("json", scope=SCOPE, syntax="tantivy")
+        bound = tantivy_text.INLINE_MAX_BYTES
+        monkeypatch.setattr(tantivy_text, "INLINE_MAX_BYTES", 0)
+        assert backend.search("json", scope=SCOPE)
+        monkeypatch.setattr(tantivy_text, "INLINE_MAX_BYTES", bound)
+    with closing(TantivyTextBackend(tmp_path / "text", query_timeout=0.25)) as short:
+        assert short.search("json", scope=SCOPE)
+    with closing(TantivyTextBackend(None)) as ram:
+        ram.upsert(RID, _small_units())
+        assert ram.search("json", scope=SCOPE)
+    assert [t is me for t in search_threads] == [True, False, False, False, False]
+
+
+def test_an_inline_search_past_its_deadline_is_a_query_limit_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, search_threads: list[threading.Thread]
+) -> None:
+    monkeypatch.setattr(tantivy_text, "INLINE_MIN_TIMEOUT", 0.05)
+    with closing(TantivyTextBackend(tmp_path / "text", query_timeout=0.1)) as backend:
+        backend.upsert(RID, _small_units())
+        assert backend.search("json", scope=SCOPE)
+        slow = TantivyTextBackend._search_shards
+
+        def slower(self: TantivyTextBackend, *args: Any) -> Any:
+            time.sleep(0.2)
+            return slow(self, *args)
+
+        monkeypatch.setattr(TantivyTextBackend, "_search_shards", slower)
+        with pytest.raises(QueryLimitError, match=r"time limit of 0\.1 s"):
+            backend.search("json", scope=SCOPE)
+    assert search_threads == [threading.current_thread()] * 2  # both inline
+
+
+def test_the_worst_plain_query_at_the_inline_bound_ends_long_before_the_least_deadline(
+    tmp_path: Path,
+) -> None:
+    """What makes running inline safe: over a dense shard as large as
+    :data:`INLINE_MAX_BYTES` (every word in every document), the costliest
+    plain query (the word cap, each word everywhere, a path glob) answers
+    within :data:`INLINE_MIN_TIMEOUT` (measured: ~4 ms, 100x below it)."""
+    rng = random.Random(2)
+    words = [f"w{i}" for i in range(64)]
+    with closing(TantivyTextBackend(tmp_path / "text")) as backend:
+        n = 0
+        while True:
+            batch = [
+                IndexUnit(
+                    unit_uri(RID, f"d/f{n + i}.py", "L1-L9"),
+                    " ".join(rng.choice(words) for _ in range(200)),
+                    {"path": f"d/f{n + i}.py"},
+                )
+                for i in range(500)
+            ]
+            n += len(batch)
+            backend.upsert(RID, batch)
+            size = backend._index_bytes(RID)
+            assert size is not None
+            if size >= tantivy_text.INLINE_MAX_BYTES * 0.9:
+                break
+        query = " ".join(words)
+        started = time.monotonic()
+        assert backend.search(query, scope=SCOPE, path="d/*.py")
+        assert time.monotonic() - started < tantivy_text.INLINE_MIN_TIMEOUT

@@ -18,12 +18,23 @@ notices the new target and drops every cached shard.
 Bounded queries: a query is validated and built in one step
 (``tantivy_query.QueryBuilder``: caps, then the shapes that explode, then
 the parser),
-and every search runs on worker threads (Tantivy releases the GIL while it
+and a search runs on worker threads (Tantivy releases the GIL while it
 searches) while the caller waits at most ``query_timeout`` seconds.  No lock
 is held while the engine searches, so a slow query never delays another.
 Tantivy cannot be cancelled: a search past its deadline finishes on its
 worker thread and its answer is dropped; the static shape limits bound that
 work, and the worker pool is capped (:data:`MAX_SEARCH_THREADS`).
+
+One kind of search runs on the caller's thread instead: a plain-syntax
+query (term lookups, the ``pairs`` field, proximity phrases; no slop, no
+fuzzy or prefix terms) over in-scope shards of at most
+:data:`INLINE_MAX_BYTES` of index files, when the deadline is at least
+:data:`INLINE_MIN_TIMEOUT`.  Its cost is bounded by the bytes it can read:
+the worst such query measured (64 words each in every document, a path
+glob) took ~1 ms per MiB of index, so ~4 ms at the bound, against the
+~0.14 ms the hand-off to a worker thread and back costs every query (two
+thread wake-ups; a third of a warm query over one small resource).  Past
+its deadline such a search still raises :class:`QueryLimitError`.
 """
 
 from __future__ import annotations
@@ -100,6 +111,10 @@ DEFAULT_QUERY_TIMEOUT = 5.0
 # its thread until Tantivy returns; new searches get a fresh thread up to
 # this many, then queue (and time out at their own deadline).
 MAX_SEARCH_THREADS = 32
+#: In-scope index bytes up to which a plain query runs on the caller's
+#: thread (see the module docstring), and the least deadline it needs.
+INLINE_MAX_BYTES = 4 * 1024 * 1024
+INLINE_MIN_TIMEOUT = 0.5
 
 _SCORE_HALF = 8.0  # the raw BM25 score that normalises to 0.5
 #: Shards kept open between searches (least recently used closed beyond it).
@@ -348,6 +363,8 @@ class _Shard:
     # path_raw and lang fields): searches refuse it, the next write migrates it.
     current: bool = True
     directory: object = None  # identity of the shard's directory
+    # Bytes of the files in the shard's directory (None: unknown, in RAM).
+    index_bytes: int | None = None
 
 
 # (raw score, URI, stored document, resource) of one hit.
@@ -585,7 +602,16 @@ class TantivyTextBackend:
                 self._shards.pop(rid, None)
                 return None
             raise IndexUnavailableError(f"cannot read the text index of {rid}: {exc}") from exc
-        shard = _Shard(rid, index, searcher, generation, searcher.num_docs, current, directory)
+        shard = _Shard(
+            rid,
+            index,
+            searcher,
+            generation,
+            searcher.num_docs,
+            current,
+            directory,
+            self._index_bytes(rid),
+        )
         self._keep(shard)
         _log.debug(
             "acms.tantivy_text.shard_loaded",
@@ -675,15 +701,18 @@ class TantivyTextBackend:
         # On a search thread, so the caller can give up at the deadline.  One
         # task for every shard: splitting them over two threads was no faster
         # on 2 cores (interleaved A/B, 100 shards: 4.8 vs 4.5 ms).
-        future = _THREADS.submit(functools.partial(self._search_shards, shards, built, limit))
-        try:
-            hits = future.result(timeout=max(0.0, started + self._timeout - time.monotonic()))
-        except FutureTimeout:
-            future.cancel()
-            _log.warning("acms.tantivy_text.query_timed_out", seconds=self._timeout)
-            raise QueryLimitError(
-                f"the text query ran past its time limit of {self._timeout:g} s"
-            ) from None
+        search = functools.partial(self._search_shards, shards, built, limit)
+        if self._inline(shards, options.syntax):
+            hits = search()
+            if time.monotonic() - started > self._timeout:
+                self._timed_out()
+        else:
+            future = _THREADS.submit(search)
+            try:
+                hits = future.result(timeout=max(0.0, started + self._timeout - time.monotonic()))
+            except FutureTimeout:
+                future.cancel()
+                self._timed_out()
         matcher = self._line_matcher(query, options.syntax)
         results: list[TextResult] = []
         for raw, uri, doc, rid in hits:
@@ -696,6 +725,12 @@ class TantivyTextBackend:
             metadata["match_lines"] = matcher.lines(content, metadata.get("start_line"))
             results.append(TextResult(uri, content, _normalise(raw), metadata))
         return results
+
+    def _timed_out(self) -> NoReturn:
+        _log.warning("acms.tantivy_text.query_timed_out", seconds=self._timeout)
+        raise QueryLimitError(
+            f"the text query ran past its time limit of {self._timeout:g} s"
+        ) from None
 
     def _line_matcher(self, query: str, syntax: str) -> LineMatcher:
         """The ``match_lines`` of a query's terms, built once per query text."""
@@ -1038,6 +1073,32 @@ class TantivyTextBackend:
             raise IndexUnavailableError(f"cannot create the text index {path!r}: {exc}") from exc
         return self._new_index(path, parses_queries=False)
 
+    def _index_bytes(self, rid: str) -> int | None:
+        """The bytes of the files in ``rid``'s shard directory (segments not
+        yet collected count too); None in RAM or if it cannot be listed."""
+        if self._path is None:
+            return None
+        try:
+            with os.scandir(os.path.join(self._resolved, rid)) as entries:
+                return sum(
+                    e.stat(follow_symlinks=False).st_size
+                    for e in entries
+                    if e.is_file(follow_symlinks=False)
+                )
+        except OSError:
+            return None
+
+    def _inline(self, shards: list[_Shard], syntax: str) -> bool:
+        """Whether this search runs on the caller's thread (module docstring)."""
+        if syntax != "plain" or self._timeout < INLINE_MIN_TIMEOUT:
+            return False
+        total = 0
+        for shard in shards:
+            if shard.index_bytes is None:
+                return False
+            total += shard.index_bytes
+        return total <= INLINE_MAX_BYTES
+
     def _directory(self, rid: str) -> object:
         if self._path is None:
             return None
@@ -1251,7 +1312,16 @@ class TantivyTextBackend:
             return False
         # Only this resource's shard moves; every other one stays as loaded.
         directory = self._directory(rid)
-        shard = _Shard(rid, index, searcher, generation, searcher.num_docs, True, directory)
+        shard = _Shard(
+            rid,
+            index,
+            searcher,
+            generation,
+            searcher.num_docs,
+            True,
+            directory,
+            self._index_bytes(rid),
+        )
         with self._lock:
             self._keep(shard)
         return True
