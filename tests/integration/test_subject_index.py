@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from cleveragents.domain.models.acms.backends import Literal
+from cleveragents.domain.models.acms.errors import IndexUnavailableError
 from cleveragents.domain.models.acms.uko import UKO, file_uri
 from cleveragents.infrastructure.acms import graph_store
 from cleveragents.infrastructure.acms.graph_store import GraphStore
@@ -312,6 +313,49 @@ def test_a_reader_of_a_file_cut_below_what_it_read_starts_over(tmp_path: Path) -
         assert second is not None
         assert second.edges(f) == {(UKO + "line", (v, None)) for v in "12"}
         assert second.end == cut_at
+        first.close()
+        second.close()
+    finally:
+        store.close()
+
+
+def test_a_reader_that_saw_a_record_rolled_back_does_not_lend_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write whose ``fsync`` fails cuts the record it appended, which a
+    reader may have decoded meanwhile; the next write puts another record
+    where it was.  A reader made from that one must not keep the vanished
+    record nor resume inside the new one: it answers as the loaded graph."""
+    rid = RIDS[0]
+    f, g = file_uri(rid, "m.py"), file_uri(rid, "n.py")
+    store = GraphStore(tmp_path)
+    seen: list[graph_store.SubjectReader] = []
+    append = graph_store._append
+
+    def fsync_fails(path: Path, ino: int, data: bytes) -> os.stat_result:
+        append(path, ino, data)  # written whole, then "the fsync failed"
+        reader = store.subject_reader(rid)
+        assert reader is not None
+        seen.append(reader)
+        raise OSError("fsync: EIO")
+
+    try:
+        with RdflibGraphBackend(tmp_path) as writer:
+            writer.upsert(rid, [(f, UKO + "line", Literal("0"))])  # a new file, indexed
+            monkeypatch.setattr(graph_store, "_append", fsync_fails)
+            with pytest.raises(IndexUnavailableError):
+                writer.upsert(rid, [(f, UKO + "line", Literal("1"))])
+            monkeypatch.setattr(graph_store, "_append", append)
+            (first,) = seen
+            assert first.edges(f) == {(UKO + "line", (v, None)) for v in "01"}
+            assert first.tail  # the rolled-back record, read past the index
+            writer.upsert(rid, [(g, UKO + "line", Literal("2" * 40))])  # longer, same offset
+        loaded = store.refresh(rid, None, None)
+        assert loaded is not None
+        second = store.subject_reader(rid, first)
+        assert second is not None
+        for s in (f, g):
+            assert second.edges(s) == loaded[0].by_subject.get(s, set()), s
         first.close()
         second.close()
     finally:

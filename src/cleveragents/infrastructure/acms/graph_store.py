@@ -1195,7 +1195,9 @@ class GraphStore:
             st = _append(path, cursor.ino, data)
         except OSError as exc:
             with contextlib.suppress(OSError):
-                os.truncate(path, cursor.offset)
+                # Never a file that replaced this one (another writer's).
+                if os.stat(path, follow_symlinks=False).st_ino == cursor.ino:
+                    os.truncate(path, cursor.offset)
             raise IndexUnavailableError(f"cannot write graph of {rid}: {exc}") from exc
         cursor.offset += len(data)
         cursor.key, cursor.racy = _key(st), True
@@ -1540,7 +1542,7 @@ class GraphStore:
                 return None
             path, fd, st, header = opened
             nonce = header[len(_MAGIC) :]
-            grown = previous if previous is not None and previous.grew_into(st, nonce) else None
+            grown = previous if previous is not None and previous.grew_into(st, nonce, fd) else None
             found = self._subject_index(rid, nonce, st.st_size, grown)
             if found is None:
                 return None
@@ -1562,17 +1564,21 @@ class GraphStore:
             # this descriptor and points those at /dev/null.
             own = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
         fresh: list[_Record] = []
+        last = grown.last if grown is not None and continued else None
         try:
             pos = 0
             while (record := _next_record(rest, pos)) is not None and record[0] != _SNAPSHOT:
                 kind, payload, end = record
                 fresh.append(_Record(kind, _decode(kind, payload, path)))
                 tail.append((start + pos, fresh[-1]))
+                last = (start + pos, bytes(rest[pos : pos + _RECORD.size]))
                 pos = end
         except BaseException:
             os.close(own)
             raise
-        reader = SubjectReader(path, own, st, nonce, index, tail, start + pos)
+        if not tail:
+            last = None
+        reader = SubjectReader(path, own, st, nonce, index, tail, start + pos, last)
         if previous is not None:
             reader.adopt(previous, fresh if continued else None)
         return reader
@@ -1819,6 +1825,7 @@ class SubjectReader:
         index: _SubjectIndexFile,
         tail: list[tuple[int, _Record]],
         end: int,
+        last: tuple[int, bytes] | None = None,
     ) -> None:
         self._path = path
         self.index = index
@@ -1836,6 +1843,8 @@ class SubjectReader:
         #: and where the last whole one ends.
         self.tail = tail
         self.end = end
+        #: The offset and header (kind, length, CRC) of the last tail record.
+        self.last = last
         self._tail = [record for _, record in tail]
         self._records: dict[int, _Record] = {}
         self._weight = sum(record.size for record in self._tail)
@@ -1992,11 +2001,22 @@ class SubjectReader:
                 self._records[offset] = record
                 self._weight += record.size
 
-    def grew_into(self, st: os.stat_result, nonce: bytes) -> bool:
-        """Whether the graph file now open (``st``, named ``nonce``) is the one
-        this reader read, grown or not: the same inode and name, and not cut
-        below the records it decoded (a cut only removes torn bytes)."""
-        return st.st_ino == self._ino and nonce == self._nonce and st.st_size >= self.end
+    def grew_into(self, st: os.stat_result, nonce: bytes, fd: int) -> bool:
+        """Whether the graph file now open (``st``, named ``nonce``, ``fd``) is
+        the one this reader read, grown or not: the same inode and name, not
+        cut below the records it decoded, and its last tail record still there.
+        A cut removes torn bytes, or (a write whose ``fsync`` failed) the one
+        record just appended, which the next write replaces: a reader that saw
+        that record finds another header where it was."""
+        if st.st_ino != self._ino or nonce != self._nonce or st.st_size < self.end:
+            return False
+        if self.last is None:
+            return True
+        offset, head = self.last
+        try:
+            return _pread_all(fd, len(head), offset) == head
+        except OSError:
+            return False
 
     def weight(self) -> int:
         """Memory in triples' worth (as :meth:`ResourceGraph.weight`): the
