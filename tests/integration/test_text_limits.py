@@ -17,7 +17,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -306,23 +306,38 @@ def test_a_small_plain_search_runs_on_the_callers_thread_others_on_a_worker(
 ) -> None:
     """The hand-off to a search thread costs every query two thread wake-ups;
     a plain query over little index cannot run long, so it skips them.  A
-    query in the tantivy syntax, a scope over the byte bound, a short
-    deadline or an index in RAM (its size unknown) still go to a worker."""
+    query in the tantivy syntax, a scope over the byte or unit bound, more
+    results asked than the bound, a short deadline or an index in RAM (its
+    size unknown) still go to a worker."""
     me = threading.current_thread()
+    expected: list[bool] = []
+
+    def check(search: Callable[[], list[Any]], inline: bool) -> None:
+        assert search()
+        expected.append(inline)
+
     with closing(TantivyTextBackend(tmp_path / "text")) as backend:
-        backend.upsert(RID, _small_units())
-        assert backend.search("json", scope=SCOPE)
-        assert backend.search("json", scope=SCOPE, syntax="tantivy")
-        bound = tantivy_text.INLINE_MAX_BYTES
-        monkeypatch.setattr(tantivy_text, "INLINE_MAX_BYTES", 0)
-        assert backend.search("json", scope=SCOPE)
-        monkeypatch.setattr(tantivy_text, "INLINE_MAX_BYTES", bound)
+        backend.upsert(RID, _small_units())  # the shard as committed here
+        check(lambda: backend.search("json", scope=SCOPE), True)
+        check(lambda: backend.search("json", scope=SCOPE, syntax="tantivy"), False)
+        for name, value in (("INLINE_MAX_BYTES", 0), ("INLINE_MAX_UNITS", 4)):
+            bound = getattr(tantivy_text, name)
+            monkeypatch.setattr(tantivy_text, name, value)
+            check(lambda: backend.search("json", scope=SCOPE), False)
+            monkeypatch.setattr(tantivy_text, name, bound)
+        bound = tantivy_text.INLINE_MAX_RESULTS
+        monkeypatch.setattr(tantivy_text, "INLINE_MAX_RESULTS", 2)
+        check(lambda: backend.search("json", scope=SCOPE, max_results=3), False)
+        check(lambda: backend.search("json", scope=SCOPE, max_results=2), True)
+        monkeypatch.setattr(tantivy_text, "INLINE_MAX_RESULTS", bound)
+    with closing(TantivyTextBackend(tmp_path / "text")) as opened:  # the shard as loaded
+        check(lambda: opened.search("json", scope=SCOPE), True)
     with closing(TantivyTextBackend(tmp_path / "text", query_timeout=0.25)) as short:
-        assert short.search("json", scope=SCOPE)
+        check(lambda: short.search("json", scope=SCOPE), False)
     with closing(TantivyTextBackend(None)) as ram:
         ram.upsert(RID, _small_units())
-        assert ram.search("json", scope=SCOPE)
-    assert [t is me for t in search_threads] == [True, False, False, False, False]
+        check(lambda: ram.search("json", scope=SCOPE), False)
+    assert [t is me for t in search_threads] == expected
 
 
 def test_an_inline_search_past_its_deadline_is_a_query_limit_error(
@@ -344,33 +359,47 @@ def test_an_inline_search_past_its_deadline_is_a_query_limit_error(
     assert search_threads == [threading.current_thread()] * 2  # both inline
 
 
-def test_the_worst_plain_query_at_the_inline_bound_ends_long_before_the_least_deadline(
-    tmp_path: Path,
-) -> None:
-    """What makes running inline safe: over a dense shard as large as
-    :data:`INLINE_MAX_BYTES` (every word in every document), the costliest
-    plain query (the word cap, each word everywhere, a path glob) answers
-    within :data:`INLINE_MIN_TIMEOUT` (measured: ~4 ms, 100x below it)."""
+def _dense_shard(backend: TantivyTextBackend, words: list[str], per_unit: int) -> None:
+    """Units of ``per_unit`` random ``words`` (every word in every unit), up
+    to the inline bounds (bytes and units)."""
     rng = random.Random(2)
-    words = [f"w{i}" for i in range(64)]
+    n = 0
+    while True:
+        batch = [
+            IndexUnit(
+                unit_uri(RID, f"d/f{n + i}.py", "L1-L9"),
+                " ".join(rng.choice(words) for _ in range(per_unit)),
+                {"path": f"d/f{n + i}.py"},
+            )
+            for i in range(100)
+        ]
+        backend.upsert(RID, batch)
+        n += len(batch)
+        size = backend._index_bytes(RID)
+        assert size is not None and size <= tantivy_text.INLINE_MAX_BYTES
+        left = tantivy_text.INLINE_MAX_BYTES - size
+        if n + len(batch) > tantivy_text.INLINE_MAX_UNITS or left < 2 * size / n * len(batch):
+            return
+
+
+@pytest.mark.parametrize("shape", ["every word everywhere", "every unit tied"])
+def test_the_worst_plain_query_at_the_inline_bounds_ends_long_before_the_least_deadline(
+    tmp_path: Path, search_threads: list[threading.Thread], shape: str
+) -> None:
+    """What makes running inline safe: over a dense shard at the inline
+    bounds (every word in every unit), the costliest plain queries answer,
+    inline, within :data:`INLINE_MIN_TIMEOUT` (measured: ~4 ms, 100x below
+    it): the word cap with each word everywhere and a path glob; one word
+    in units all alike, so that every unit ties at the cut-off and is read."""
     with closing(TantivyTextBackend(tmp_path / "text")) as backend:
-        n = 0
-        while True:
-            batch = [
-                IndexUnit(
-                    unit_uri(RID, f"d/f{n + i}.py", "L1-L9"),
-                    " ".join(rng.choice(words) for _ in range(200)),
-                    {"path": f"d/f{n + i}.py"},
-                )
-                for i in range(500)
-            ]
-            n += len(batch)
-            backend.upsert(RID, batch)
-            size = backend._index_bytes(RID)
-            assert size is not None
-            if size >= tantivy_text.INLINE_MAX_BYTES * 0.9:
-                break
-        query = " ".join(words)
+        if shape == "every word everywhere":
+            words = [f"w{i}" for i in range(64)]
+            _dense_shard(backend, words, 600)
+            query, limit, path = " ".join(words), 20, "d/*.py"
+        else:
+            _dense_shard(backend, ["same"], 600)
+            query, limit, path = "same", tantivy_text.INLINE_MAX_RESULTS, None
         started = time.monotonic()
-        assert backend.search(query, scope=SCOPE, path="d/*.py")
+        assert len(backend.search(query, scope=SCOPE, max_results=limit, path=path)) == limit
         assert time.monotonic() - started < tantivy_text.INLINE_MIN_TIMEOUT
+    assert search_threads == [threading.current_thread()]

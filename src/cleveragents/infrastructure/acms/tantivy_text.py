@@ -27,14 +27,18 @@ work, and the worker pool is capped (:data:`MAX_SEARCH_THREADS`).
 
 One kind of search runs on the caller's thread instead: a plain-syntax
 query (term lookups, the ``pairs`` field, proximity phrases; no slop, no
-fuzzy or prefix terms) over in-scope shards of at most
-:data:`INLINE_MAX_BYTES` of index files, when the deadline is at least
-:data:`INLINE_MIN_TIMEOUT`.  Its cost is bounded by the bytes it can read:
-the worst such query measured (64 words each in every document, a path
-glob) took ~1 ms per MiB of index, so ~4 ms at the bound, against the
+fuzzy or prefix terms) for at most :data:`INLINE_MAX_RESULTS` results over
+in-scope shards of at most :data:`INLINE_MAX_BYTES` of index files and
+:data:`INLINE_MAX_UNITS` units, when the deadline is at least
+:data:`INLINE_MIN_TIMEOUT`.  Its cost is bounded by what it can read: the
+worst such query measured (64 words each in every document, a path glob)
+took ~1 ms per MiB of index, so ~4 ms at the bound; hits tied at the
+cut-off are read all, at most the units in scope (2,000 units alike,
+every one tied: ~15 ms, 30 ms at worst).  That against the
 ~0.14 ms the hand-off to a worker thread and back costs every query (two
 thread wake-ups; a third of a warm query over one small resource).  Past
-its deadline such a search still raises :class:`QueryLimitError`.
+its deadline such a search still raises :class:`QueryLimitError`, once it
+returns (a worker-thread search returns at the deadline).
 """
 
 from __future__ import annotations
@@ -115,6 +119,10 @@ MAX_SEARCH_THREADS = 32
 #: thread (see the module docstring), and the least deadline it needs.
 INLINE_MAX_BYTES = 4 * 1024 * 1024
 INLINE_MIN_TIMEOUT = 0.5
+#: ... and at most this many units in scope and results asked for: reading
+#: the stored hits is Python work per hit (ties at the cut-off read them all).
+INLINE_MAX_UNITS = 2_000
+INLINE_MAX_RESULTS = 100
 
 _SCORE_HALF = 8.0  # the raw BM25 score that normalises to 0.5
 #: Shards kept open between searches (least recently used closed beyond it).
@@ -702,7 +710,9 @@ class TantivyTextBackend:
         # task for every shard: splitting them over two threads was no faster
         # on 2 cores (interleaved A/B, 100 shards: 4.8 vs 4.5 ms).
         search = functools.partial(self._search_shards, shards, built, limit)
-        if self._inline(shards, options.syntax):
+        if self._inline(shards, options.syntax, limit):
+            if time.monotonic() - started > self._timeout:  # spent opening shards
+                self._timed_out()
             hits = search()
             if time.monotonic() - started > self._timeout:
                 self._timed_out()
@@ -1088,16 +1098,17 @@ class TantivyTextBackend:
         except OSError:
             return None
 
-    def _inline(self, shards: list[_Shard], syntax: str) -> bool:
+    def _inline(self, shards: list[_Shard], syntax: str, limit: int) -> bool:
         """Whether this search runs on the caller's thread (module docstring)."""
-        if syntax != "plain" or self._timeout < INLINE_MIN_TIMEOUT:
+        if syntax != "plain" or self._timeout < INLINE_MIN_TIMEOUT or limit > INLINE_MAX_RESULTS:
             return False
-        total = 0
+        total = units = 0
         for shard in shards:
             if shard.index_bytes is None:
                 return False
             total += shard.index_bytes
-        return total <= INLINE_MAX_BYTES
+            units += shard.num_docs
+        return total <= INLINE_MAX_BYTES and units <= INLINE_MAX_UNITS
 
     def _directory(self, rid: str) -> object:
         if self._path is None:
