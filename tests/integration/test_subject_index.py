@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import zlib
 from pathlib import Path
 
 import pytest
@@ -358,6 +359,90 @@ def test_a_reader_that_saw_a_record_rolled_back_does_not_lend_it(
             assert second.edges(s) == loaded[0].by_subject.get(s, set()), s
         first.close()
         second.close()
+    finally:
+        store.close()
+
+
+def test_a_reader_follows_an_index_rewritten_over_what_its_predecessor_read(
+    tmp_path: Path,
+) -> None:
+    """The race where an index is rewritten after a reader read the file
+    (covering exactly what that reader decoded past the old index), then
+    a record is appended: the next reader takes the new index, files its
+    predecessor's tail records under their offsets, decodes the new record
+    alone, and answers as the loaded graph."""
+    rid = RIDS[0]
+    f, g = file_uri(rid, "m.py"), file_uri(rid, "n.py")
+    store = GraphStore(tmp_path)
+    try:
+        with RdflibGraphBackend(tmp_path) as writer:
+            writer.upsert(rid, [(f, UKO + "line", Literal("0"))])  # a new file, indexed
+            writer.upsert(rid, [(f, UKO + "line", Literal("1"))], delete_subjects=[f])
+            writer.upsert(rid, [(g, UKO + "calls", f)])
+            first = store.subject_reader(rid)
+            assert first is not None and len(first.tail) == 2
+            assert first.edges(f) == {(UKO + "line", ("1", None))}
+            assert first.edges(g) == {(UKO + "calls", f)}
+            st_ = (tmp_path / "graphs" / f"{rid}.graph").stat()
+            nonce = first._nonce
+            cursor = graph_store.Cursor(st_.st_ino, nonce, 0, first.end, (0, 0, 0), False)
+            pending = graph_store._Unindexed(nonce, first.end, first.end, graph_store._Entries())
+            store._write_index(rid, cursor, pending)  # covers exactly what ``first`` read
+            writer.upsert(rid, [(f, UKO + "line", Literal("2"))])
+        second = store.subject_reader(rid, first)
+        assert second is not None
+        assert first.covered < second.covered == first.end
+        assert len(second.tail) == 1  # the new record; the two before are indexed now
+        assert second.edges(g) is first.edges(g)  # continued: g's fold lent, f's redone
+        loaded = store.refresh(rid, None, None)
+        assert loaded is not None
+        graph = loaded[0]
+        for s in (f, g):
+            assert second.edges(s) == graph.by_subject.get(s, set()), s
+            assert second.edges_of(s) == graph.edges_of(s), s
+        assert second.incoming_of(f) == graph.incoming_of(f)
+        first.close()
+        second.close()
+    finally:
+        store.close()
+
+
+def test_an_index_of_other_entries_under_the_same_header_is_read_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader lends its index arrays only while the index file's header
+    and the CRC of its entries are unchanged: other entries under the same
+    header (same file, coverage and count) are read and checked again."""
+    monkeypatch.setattr(graph_store, "INDEX_TAIL_SHARE", 1 << 40)  # index every write
+    monkeypatch.setattr(graph_store, "INDEX_MIN_TAIL", 0)
+    rid = RIDS[0]
+    with RdflibGraphBackend(tmp_path) as writer:
+        for i in range(3):
+            writer.upsert(rid, [(file_uri(rid, f"m{i}.py"), UKO + "line", Literal("1"))])
+    store = GraphStore(tmp_path)
+    try:
+        first = store.subject_reader(rid)
+        assert first is not None
+        again = store.subject_reader(rid, first)
+        assert again is not None and again.index is first.index  # unchanged: lent
+        index = tmp_path / "graphs" / f"{rid}.subjects"
+        data = bytearray(index.read_bytes())
+        head = graph_store._INDEX_HEAD
+        count = head.unpack_from(data)[3]
+        assert count >= 2
+        keys = head.size
+        data[keys : keys + 8], data[keys + 8 : keys + 16] = (
+            data[keys + 8 : keys + 16],
+            data[keys : keys + 8],
+        )  # two keys swapped: other entries, the same header
+        end = head.size + 16 * count
+        data[end:] = graph_store._INDEX_CRC.pack(zlib.crc32(bytes(data[:end])))
+        index.write_bytes(bytes(data))
+        second = store.subject_reader(rid, again)
+        assert second is not None and second.index is not first.index
+        assert list(second.index.keys) != list(first.index.keys)
+        for reader in (first, again, second):
+            reader.close()
     finally:
         store.close()
 

@@ -664,6 +664,25 @@ def _index_arrays(
     return covered, keys, offsets, literals
 
 
+def _index_ends(path: Path) -> bytes | None:
+    """An index file's header and the CRC after its entries (see
+    :class:`_SubjectIndexFile`); ``None`` if missing or not that shape."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    try:
+        head = _pread_all(fd, _INDEX_HEAD.size, 0)
+        if len(head) < _INDEX_HEAD.size:
+            return None
+        end = _INDEX_HEAD.size + 16 * _INDEX_HEAD.unpack(head)[3]
+        if os.fstat(fd).st_size != end + _INDEX_CRC.size:
+            return None
+        return head + _pread_all(fd, _INDEX_CRC.size, end)
+    finally:
+        os.close(fd)
+
+
 def _read_small(path: Path, size: int | None = None) -> bytes | None:
     """A file's first ``size`` bytes (``None``: all); ``None`` if it is missing."""
     try:
@@ -678,11 +697,12 @@ def _read_small(path: Path, size: int | None = None) -> bytes | None:
 
 @dataclass(frozen=True, slots=True)
 class _SubjectIndexFile:
-    """A graph file's subject index as a reader holds it: its header (which
-    names the graph file and what it covers, so equal headers mean equal
-    entries), and its entries sorted by key (never changed once read)."""
+    """A graph file's subject index as a reader holds it: its header (the
+    graph file it names, what it covers, how many entries) and the CRC of
+    its entries, together ``ends`` (equal ends: equal entries), and its
+    entries sorted by key (never changed once read)."""
 
-    head: bytes
+    ends: bytes
     covered: int
     keys: array[int]
     offsets: array[int]
@@ -1587,14 +1607,14 @@ class GraphStore:
         self, rid: str, nonce: bytes, size: int, grown: SubjectReader | None
     ) -> _SubjectIndexFile | None:
         """``rid``'s subject index for the graph file named ``nonce`` (``size``
-        bytes now): ``grown``'s, if the index file's header is still the one
-        it read (the same file, covering the same bytes: the same entries),
-        else read and checked whole; ``None`` if missing, unreadable or stale."""
+        bytes now): ``grown``'s, if the index file's header and the CRC of
+        its entries are still the ones it read (two small reads), else read
+        and checked whole; ``None`` if missing, unreadable or stale."""
         path = self.index_path(rid)
         try:
             if grown is not None:
-                head = _read_small(path, _INDEX_HEAD.size)
-                if head == grown.index.head and _index_head(head, nonce, size) is not None:
+                ends = _index_ends(path)
+                if ends == grown.index.ends and _index_head(ends, nonce, size) is not None:
                     return grown.index
             data = _read_small(path)
         except OSError as exc:  # advisory: load the graph instead
@@ -1604,7 +1624,8 @@ class GraphStore:
         if found is None or data is None:
             return None
         covered, keys, offsets, literals = found
-        return _SubjectIndexFile(bytes(data[: _INDEX_HEAD.size]), covered, keys, offsets, literals)
+        ends = bytes(data[: _INDEX_HEAD.size]) + bytes(data[-_INDEX_CRC.size :])
+        return _SubjectIndexFile(ends, covered, keys, offsets, literals)
 
 
 # ---------------------------------------------------------------- reading by subject
