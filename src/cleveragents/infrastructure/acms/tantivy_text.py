@@ -610,16 +610,7 @@ class TantivyTextBackend:
                 self._shards.pop(rid, None)
                 return None
             raise IndexUnavailableError(f"cannot read the text index of {rid}: {exc}") from exc
-        shard = _Shard(
-            rid,
-            index,
-            searcher,
-            generation,
-            searcher.num_docs,
-            current,
-            directory,
-            self._index_bytes(rid),
-        )
+        shard = self._new_shard(rid, index, searcher, generation, current, directory)
         self._keep(shard)
         _log.debug(
             "acms.tantivy_text.shard_loaded",
@@ -1083,6 +1074,27 @@ class TantivyTextBackend:
             raise IndexUnavailableError(f"cannot create the text index {path!r}: {exc}") from exc
         return self._new_index(path, parses_queries=False)
 
+    def _new_shard(
+        self,
+        rid: str,
+        index: tantivy.Index,
+        searcher: tantivy.Searcher,
+        generation: object,
+        current: bool,
+        directory: object,
+    ) -> _Shard:
+        """The shard of ``rid`` as ``searcher`` sees it (loaded or just committed)."""
+        return _Shard(
+            rid,
+            index,
+            searcher,
+            generation,
+            searcher.num_docs,
+            current,
+            directory,
+            self._index_bytes(rid),
+        )
+
     def _index_bytes(self, rid: str) -> int | None:
         """The bytes of the files in ``rid``'s shard directory (segments not
         yet collected count too); None in RAM or if it cannot be listed."""
@@ -1323,16 +1335,7 @@ class TantivyTextBackend:
             return False
         # Only this resource's shard moves; every other one stays as loaded.
         directory = self._directory(rid)
-        shard = _Shard(
-            rid,
-            index,
-            searcher,
-            generation,
-            searcher.num_docs,
-            True,
-            directory,
-            self._index_bytes(rid),
-        )
+        shard = self._new_shard(rid, index, searcher, generation, True, directory)
         with self._lock:
             self._keep(shard)
         return True
