@@ -447,6 +447,34 @@ def test_an_index_of_other_entries_under_the_same_header_is_read_again(
         store.close()
 
 
+def test_a_failed_append_never_truncates_a_file_that_replaced_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The truncate that undoes a failed append cuts only the file it wrote
+    to: when the failure is that another file took its place, that file
+    stays whole."""
+    rid = RIDS[0]
+    path = tmp_path / "graphs" / f"{rid}.graph"
+    with RdflibGraphBackend(tmp_path) as writer:
+        writer.upsert(rid, [(file_uri(rid, "m.py"), UKO + "line", Literal("0"))])
+        short = path.stat().st_size
+        writer.upsert(rid, [(file_uri(rid, "n.py"), UKO + "line", Literal("1"))])
+        other = path.read_bytes()  # a longer file in its place (a new inode)
+        os.truncate(path, short)
+        append = graph_store._append
+
+        def replaced(target: Path, ino: int, data: bytes) -> os.stat_result:
+            fresh = target.with_name(target.name + ".other")
+            fresh.write_bytes(other)
+            os.replace(fresh, target)
+            return append(target, ino, data)  # raises: replaced under the lock
+
+        monkeypatch.setattr(graph_store, "_append", replaced)
+        with pytest.raises(IndexUnavailableError, match="replaced"):
+            writer.upsert(rid, [(file_uri(rid, "o.py"), UKO + "line", Literal("2"))])
+    assert path.read_bytes() == other
+
+
 _IRIS = st.sampled_from(["http://x/a", "http://x/\u00e9", "urn:uko:name:f", "http://x/b c"])
 _EDGES = st.sets(
     st.tuples(
