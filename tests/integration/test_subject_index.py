@@ -65,6 +65,15 @@ def _write(draw: st.DrawFn) -> tuple[str, int, list[object], list[str], list[obj
     return who, i, list(adds), drops, list(removes)
 
 
+# How C records are written now (a list of edges per subject), and how
+# format 3 wrote them (the writer's sets as they are).
+_as_written_now = graph_store._as_written
+
+
+def _as_format_3_wrote(change: graph_store.Change) -> object:
+    return change
+
+
 def _agrees(reader: graph_store.SubjectReader, graph: graph_store.ResourceGraph, rid: str) -> None:
     for s in [*_subjects(rid), "http://x/none"]:
         assert reader.edges(s) == graph.by_subject.get(s, set()), s
@@ -112,7 +121,11 @@ def _check(root: Path) -> None:
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
-@given(st.lists(_write(), min_size=1, max_size=14), st.sampled_from(["every", "some", "default"]))
+@given(
+    st.lists(_write(), min_size=1, max_size=14),
+    st.sampled_from(["every", "some", "default"]),
+    st.integers(0, 14),
+)
 # A change that adds to one subject and removes an edge of another.
 @example(
     [
@@ -126,11 +139,13 @@ def _check(root: Path) -> None:
         ),
     ],
     "every",
+    0,
 )
 def test_reading_by_subject_answers_as_the_loaded_graph(
     monkeypatch: pytest.MonkeyPatch,
     writes: list[tuple[str, int, list[object], list[str], list[object]]],
     rewrites: str,
+    upgraded_at: int,
 ) -> None:
     # The index rewritten after every write, after some (the records between
     # two rewrites by one handle then include the other handle's; and the
@@ -153,7 +168,14 @@ def test_reading_by_subject_answers_as_the_loaded_graph(
         store = GraphStore(root)
         chained: dict[str, graph_store.SubjectReader] = {}
         try:
-            for who, i, adds, drops, removes in writes:
+            for step, (who, i, adds, drops, removes) in enumerate(writes):
+                # C records before ``upgraded_at`` as format 3 wrote them
+                # (sets of edges), the later ones as now (lists).
+                monkeypatch.setattr(
+                    graph_store,
+                    "_as_written",
+                    _as_format_3_wrote if step < upgraded_at else _as_written_now,
+                )
                 rid = RIDS[i]
                 if who == "holder":
                     holder.subjects(rid)  # load it: its writes append operations

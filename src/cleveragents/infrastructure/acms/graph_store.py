@@ -2,7 +2,7 @@
 
 Layout under the store's root::
 
-    format                 "acms-graph-store 3": the layout below
+    format                 "acms-graph-store 4": the layout below
     lock                   flock'ed by writers so processes write one at a time
     graphs/<ULID>.graph    one file per resource with a non-empty graph
     graphs/<ULID>.subjects its subject index (optional: see below)
@@ -20,9 +20,14 @@ file) followed by records, each ``kind length crc32 payload``:
   ``L`` record is ``marshal`` of the ``(add?, s, p, o)`` operations that
   changed the graph (written by a process that holds the graph); a ``C``
   record is ``marshal`` of ``(subjects dropped, triples removed, {subject:
-  {(predicate, object)}} added)``, applied in that order (written by a
+  [(predicate, object)]} added)``, applied in that order (written by a
   process that does not hold the graph: an indexer appends its changes
-  without loading the resource's graph, see :class:`WriteState`).
+  without loading the resource's graph, see :class:`WriteState`).  A ``C``
+  record's added edges are a list per subject, without repeats: ``marshal``
+  writes a set ~4x slower than a list (it sorts the encoded members, so
+  that its output is deterministic), and an indexing writer spent ~1 s of
+  the standard library's run there; a record of format 3 has sets, and
+  readers take either.
 
 Why this shape (figures in ``benchmarks/bench_graph_store.py``):
 
@@ -95,7 +100,7 @@ import time
 import weakref
 import zlib
 from array import array
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,16 +142,20 @@ _log = get_logger("cleveragents.acms.graph_store")
 Obj = str | tuple[str, str | None]
 Edge = tuple[str, Obj]  # (predicate, object) of one subject
 Op = tuple[bool, str, str, Obj]  # (add?, subject, predicate, object)
-# (subjects whose triples go, single triples that go, triples added by subject)
-Change = tuple[list[str], list[tuple[str, str, Obj]], dict[str, set[Edge]]]
+# (subjects whose triples go, single triples that go, triples added by
+# subject): a writer's change holds sets, a decoded ``C`` record lists (or
+# sets, if format 3 wrote it); the edges of a subject never repeat.
+Change = tuple[list[str], list[tuple[str, str, Obj]], Mapping[str, Collection[Edge]]]
 _Key = tuple[int, int, int]  # (inode, size, mtime_ns)
 
-FORMAT = b"acms-graph-store 3\n"
-# Version 2 had no ``C`` records and one snapshot record: a subset of 3, so
-# a version 2 store is upgraded by rewriting this file alone.  The version
-# moved so that code knowing only version 2 refuses the store rather than
-# taking a ``C`` record for a torn tail (and cutting it).
-_FORMAT_2 = b"acms-graph-store 2\n"
+FORMAT = b"acms-graph-store 4\n"
+# Version 2 had no ``C`` records and one snapshot record, version 3 sets in
+# its ``C`` records: each a subset of 4, so such a store is upgraded by
+# rewriting this file alone.  The version moves so that older code refuses
+# the store rather than misread it (version 2 code would take a ``C`` record
+# for a torn tail and cut it; version 3 code would take a list of edges for
+# a set).
+_UPGRADABLE = (b"acms-graph-store 2\n", b"acms-graph-store 3\n")
 _SUFFIX = ".graph"
 _MAGIC = b"ACMSGRF\x02"
 _HEADER = len(_MAGIC) + 16
@@ -360,8 +369,8 @@ class ResourceGraph:
                 and s not in self.by_subject
                 and edges
             ):
-                # A fresh load: adopt the loaded set as it is (no copy).
-                self.by_subject[s] = edges
+                # A fresh load: adopt a loaded set as it is (no copy).
+                self.by_subject[s] = edges if isinstance(edges, set) else set(edges)
                 self.size += len(edges)
                 self.edges.pop(s, None)
                 continue
@@ -392,6 +401,15 @@ def _record(kind: bytes, payload: bytes) -> bytes:
     head = _RECORD.pack(kind, len(payload), 0)[:5]
     crc = zlib.crc32(payload, zlib.crc32(head))
     return _RECORD.pack(kind, len(payload), crc) + payload
+
+
+def _as_written(
+    change: Change,
+) -> tuple[list[str], list[tuple[str, str, Obj]], dict[str, list[Edge]]]:
+    """What a ``C`` record holds for ``change``: its added edges as a list per
+    subject (``marshal`` writes a set ~4x slower, see the module doc)."""
+    drops, removes, adds = change
+    return drops, removes, {s: list(edges) for s, edges in adds.items()}
 
 
 def _next_record(data: bytes | memoryview, pos: int) -> tuple[bytes, memoryview, int] | None:
@@ -529,9 +547,9 @@ def _record_keys(kind: bytes, value: object) -> set[int]:
                 literals.add((p, cast(tuple[str, str | None], o)))
 
     if kind == _SNAPSHOT:
-        for s, edges in cast(dict[str, set[Edge]], value).items():
+        for s, chunk_edges in cast(dict[str, set[Edge]], value).items():
             subjects.add(s)
-            edges_to(edges)
+            edges_to(chunk_edges)
     elif kind == _LOG:
         for add, s, p, o in cast(list[Op], value):
             subjects.add(s)
@@ -985,9 +1003,9 @@ class GraphStore:
                     # Last: until it is gone, a killed conversion is redone.
                     (self.root / "generation").unlink(missing_ok=True)
             return
-        if found == _FORMAT_2:
+        if found in _UPGRADABLE:
             with self.writer_lock():
-                if path.read_bytes() == _FORMAT_2:
+                if path.read_bytes() in _UPGRADABLE:
                     _write_new(path, [FORMAT])
             return
         if found != FORMAT:
@@ -1393,7 +1411,7 @@ class GraphStore:
         self._append_record(
             rid,
             state.cursor,
-            _record(_CHANGE, marshal.dumps(change, _MARSHAL_VERSION)),
+            _record(_CHANGE, marshal.dumps(_as_written(change), _MARSHAL_VERSION)),
             _record_keys(_CHANGE, change),
         )
         state.count(change)
@@ -1677,17 +1695,20 @@ class _Record:
         ones :func:`_fold` reads it for)."""
         if self.kind == _CHANGE:
             drops, removed, adds = cast(
-                tuple[set[str], dict[str, list[Edge]], dict[str, set[Edge]]], self.value
+                tuple[set[str], dict[str, list[Edge]], dict[str, Collection[Edge]]], self.value
             )
             return itertools.chain(drops, removed, adds)
         return cast(dict[str, object], self.value).keys()
 
     def added(self) -> Iterator[tuple[str, str, Obj]]:
         """The edges this record adds (or holds, for a snapshot chunk)."""
+        edges_by_subject: Mapping[str, Collection[Edge]]
         if self.kind == _SNAPSHOT:
             edges_by_subject = cast(dict[str, set[Edge]], self.value)
         elif self.kind == _CHANGE:
-            edges_by_subject = cast(tuple[object, object, dict[str, set[Edge]]], self.value)[2]
+            edges_by_subject = cast(tuple[object, object, dict[str, Collection[Edge]]], self.value)[
+                2
+            ]
         else:
             for s, ops in cast(dict[str, list[tuple[bool, Edge]]], self.value).items():
                 for add, (p, o) in ops:
@@ -1718,7 +1739,7 @@ class _Record:
             if self.kind == _SNAPSHOT
             else cast(tuple[object, object, object], self.value)[2]
         )
-        return [s for s, edges in cast(dict[str, set[Edge]], value).items() if edge in edges]
+        return [s for s, edges in cast(dict[str, Collection[Edge]], value).items() if edge in edges]
 
     def adds_literal(self, edge: Edge) -> list[str]:
         """The subjects this record adds ``edge`` (a :data:`LITERAL_KEYED`
@@ -1782,10 +1803,13 @@ def _live_backwards(
             for s, edges in adds.items():
                 if s in dropped:
                     continue
-                if removed:
-                    edges = {(p, o) for p, o in edges if (s, p, o) not in removed}
-                if edges:
-                    live[s] = edges
+                kept = (
+                    {(p, o) for p, o in edges if (s, p, o) not in removed}
+                    if removed or edges.__class__ is not set
+                    else cast(set[Edge], edges)
+                )
+                if kept:
+                    live[s] = kept
             dropped.update(drops)
             removed.update(removes)
         del value
@@ -1808,12 +1832,12 @@ def _fold(s: str, records: Iterable[_Record], edges: set[Edge] | None = None) ->
                     edges.discard(edge)
         else:
             drops, removed, adds = cast(
-                tuple[set[str], dict[str, list[Edge]], dict[str, set[Edge]]], record.value
+                tuple[set[str], dict[str, list[Edge]], dict[str, Collection[Edge]]], record.value
             )
             if s in drops:
                 edges.clear()
             edges.difference_update(removed.get(s, ()))
-            edges |= adds.get(s, set())
+            edges.update(adds.get(s, ()))
     return edges
 
 
