@@ -397,6 +397,21 @@ def test_workers_plan_with_the_collector_paused(tmp_path: Path) -> None:
     assert frozen > 1000  # the imports, parser and embedder: never walked again
 
 
+def test_workers_plan_below_the_writers_priority(tmp_path: Path) -> None:
+    # The writer, the serial stage, runs first (index_workers' module doc).
+    spec = PlannerSpec(functools.partial(HashingEmbedder, DIM), TreeSitterCodeParser)
+    with PlannerPool(spec, 2) as pool:
+        outcomes = pool.submit(RID, pool.listing(["a.py"]), [("a.py", b"x = 1\n")]).result()
+        worker = pool._executor().submit(
+            eval, "__import__('os').getpriority(__import__('os').PRIO_PROCESS, 0)"
+        )
+        niceness = worker.result()
+    assert not isinstance(outcomes[0], PlanFailure)
+    writer = os.getpriority(os.PRIO_PROCESS, 0)
+    assert index_workers.WORKER_NICE > 0
+    assert niceness == min(19, writer + index_workers.WORKER_NICE)
+
+
 def test_a_worker_collects_once_per_collect_every_batches(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
