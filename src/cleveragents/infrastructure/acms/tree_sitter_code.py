@@ -877,7 +877,8 @@ def _calls(
         callee = name.replace("::", ".").rsplit("\\", 1)[-1].rsplit(".", 1)[-1].strip()
         if not callee or (language == "ruby" and callee in _RUBY_NOT_CALLS and not receiver):
             continue
-        callee = _bare_type(callee) or callee
+        if not callee.isidentifier():  # an identifier is bare already (~300k calls)
+            callee = _bare_type(callee) or callee
         caller = stack[-1].qualified if stack else None
         out.append(CodeCall(callee=callee, line=line, caller=caller, receiver=receiver))
     out.sort(key=lambda c: c.line)
