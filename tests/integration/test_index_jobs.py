@@ -397,8 +397,16 @@ def test_workers_plan_with_the_collector_paused(tmp_path: Path) -> None:
     assert frozen > 1000  # the imports, parser and embedder: never walked again
 
 
-def test_workers_plan_below_the_writers_priority(tmp_path: Path) -> None:
+@pytest.mark.parametrize("env", [None, "0", "3"], ids=["default", "off", "three"])
+def test_workers_plan_below_the_writers_priority(
+    monkeypatch: pytest.MonkeyPatch, env: str | None
+) -> None:
     # The writer, the serial stage, runs first (index_workers' module doc).
+    if env is None:
+        monkeypatch.delenv(index_workers.NICE_ENV_VAR, raising=False)
+    else:
+        monkeypatch.setenv(index_workers.NICE_ENV_VAR, env)
+    steps = index_workers.WORKER_NICE if env is None else int(env)
     spec = PlannerSpec(functools.partial(HashingEmbedder, DIM), TreeSitterCodeParser)
     with PlannerPool(spec, 2) as pool:
         outcomes = pool.submit(RID, pool.listing(["a.py"]), [("a.py", b"x = 1\n")]).result()
@@ -409,7 +417,17 @@ def test_workers_plan_below_the_writers_priority(tmp_path: Path) -> None:
     assert not isinstance(outcomes[0], PlanFailure)
     writer = os.getpriority(os.PRIO_PROCESS, 0)
     assert index_workers.WORKER_NICE > 0
-    assert niceness == min(19, writer + index_workers.WORKER_NICE)
+    assert niceness == min(19, writer + steps)
+
+
+@pytest.mark.parametrize("raw", ["x", "-1", "20", "1.5"])
+def test_a_bad_worker_nice_is_refused_before_any_worker_starts(
+    monkeypatch: pytest.MonkeyPatch, raw: str
+) -> None:
+    monkeypatch.setenv(index_workers.NICE_ENV_VAR, raw)
+    spec = PlannerSpec(functools.partial(HashingEmbedder, DIM), TreeSitterCodeParser)
+    with pytest.raises(ValueError, match="ACMS_WORKER_NICE"):
+        PlannerPool(spec, 2)
 
 
 def test_a_worker_collects_once_per_collect_every_batches(

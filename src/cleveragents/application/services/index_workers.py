@@ -28,6 +28,9 @@ transaction in the parent::
   the workers below other processes of the session (the kernel's autogroup
   puts a session's processes together against other sessions): planning
   yields to the queries of an agent host that reindexes in the background.
+  ``ACMS_WORKER_NICE`` (0-19) sets another step count for the pools made
+  after it is set; 0 plans at the writer's priority (a host without
+  autogroup beside other busy processes may prefer it).
 
 Fault injection for tests: ``ACMS_FAULT_PLAN=kill:<path>`` makes a *worker*
 process SIGKILL itself when it plans ``<path>``; ``raise:<path>`` makes the
@@ -81,6 +84,7 @@ __all__ = [
     "COLLECT_EVERY",
     "EMBED_BATCH",
     "FAULT_ENV_VAR",
+    "NICE_ENV_VAR",
     "WORKER_NICE",
     "FilePlan",
     "PlanFailure",
@@ -90,6 +94,7 @@ __all__ = [
     "embed_texts",
     "fault_from_env",
     "plan_file",
+    "worker_nice_from_env",
 ]
 
 EMBED_BATCH = 256
@@ -148,6 +153,25 @@ class PlanFailure:
 
     reason: str
     detail: str
+
+
+def worker_nice_from_env() -> int:
+    """The steps below the writer's priority workers plan at:
+    :data:`NICE_ENV_VAR` if set, else :data:`WORKER_NICE`.
+
+    Raises:
+        ValueError: the variable is not an integer from 0 to 19.
+    """
+    raw = os.environ.get(NICE_ENV_VAR, "").strip()
+    if not raw:
+        return WORKER_NICE
+    try:
+        steps = int(raw)
+    except ValueError:
+        steps = -1
+    if not 0 <= steps <= 19:
+        raise ValueError(f"{NICE_ENV_VAR}={raw!r}: expected an integer from 0 to 19")
+    return steps
 
 
 def fault_from_env() -> tuple[str, str] | None:
@@ -224,6 +248,8 @@ Outcome = tuple[FilePlan, "npt.NDArray[np.float32]"] | PlanFailure
 
 #: How many steps (``nice``) below the writer's priority workers plan at.
 WORKER_NICE = 10
+#: The environment variable that sets another step count (0-19).
+NICE_ENV_VAR = "ACMS_WORKER_NICE"
 
 
 class _Worker:
@@ -266,13 +292,16 @@ def _exit_with(writer_pid: int) -> None:
     threading.Thread(target=wait, name="acms-writer-watch", daemon=True).start()
 
 
-def _init_worker(spec: PlannerSpec, fault: tuple[str, str] | None, writer_pid: int) -> None:
+def _init_worker(
+    spec: PlannerSpec, fault: tuple[str, str] | None, writer_pid: int, nice: int
+) -> None:
     # The parent handles Ctrl-C; a worker dies with the pool.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # The writer first (see the module doc); a sandbox that refuses it
     # leaves the workers at the writer's priority.
-    with contextlib.suppress(OSError):
-        os.nice(WORKER_NICE)
+    if nice:
+        with contextlib.suppress(OSError):
+            os.nice(nice)
     _exit_with(writer_pid)
     _Worker.spec = spec
     _Worker.fault = fault
@@ -408,6 +437,7 @@ class PlannerPool:
         self.jobs = jobs
         self.batch_bytes = batch_bytes
         self._fault = fault_from_env()
+        self._nice = worker_nice_from_env()
         self._dir = tempfile.mkdtemp(prefix="acms-plan-")
         self._listings = 0
         self._pool: ProcessPoolExecutor | None = None
@@ -427,7 +457,7 @@ class PlannerPool:
                 self.jobs,
                 mp_context=context,
                 initializer=_init_worker,
-                initargs=(self.spec, self._fault, os.getpid()),
+                initargs=(self.spec, self._fault, os.getpid(), self._nice),
             )
             _log.info("indexer.workers_started", jobs=self.jobs, method="forkserver")
         return self._pool
