@@ -1706,9 +1706,8 @@ class _Record:
         if self.kind == _SNAPSHOT:
             edges_by_subject = cast(dict[str, set[Edge]], self.value)
         elif self.kind == _CHANGE:
-            edges_by_subject = cast(tuple[object, object, dict[str, Collection[Edge]]], self.value)[
-                2
-            ]
+            change = cast(tuple[object, object, dict[str, Collection[Edge]]], self.value)
+            edges_by_subject = change[2]
         else:
             for s, ops in cast(dict[str, list[tuple[bool, Edge]]], self.value).items():
                 for add, (p, o) in ops:
