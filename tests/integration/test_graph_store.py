@@ -628,6 +628,28 @@ def test_an_older_store_is_upgraded_in_place(tmp_path: Path, version: int) -> No
     assert (tmp_path / "format").read_bytes() == graph_store.FORMAT == b"acms-graph-store 4\n"
 
 
+def test_a_snapshot_holding_lists_loads_and_reads_as_sets(tmp_path: Path) -> None:
+    # What a host of format 3 still running after the upgrade may write: it
+    # compacts a format 4 change record's lists into a snapshot as they are.
+    rid = new_ulid()
+    a, b = file_uri(rid, "a.py"), file_uri(rid, "b.py")
+    edges = {a: [(UKO + "tag", ("x", None)), (UKO + "calls", b)], b: [(UKO + "tag", ("y", None))]}
+    store = graph_store.GraphStore(tmp_path)
+    try:
+        store.replace(rid, graph_store.ResourceGraph(edges))  # type: ignore[arg-type]
+    finally:
+        store.close()
+    want = {(s, p, o if isinstance(o, str) else o[0]) for s, es in edges.items() for p, o in es}
+    with RdflibGraphBackend(tmp_path) as by_subject, RdflibGraphBackend(tmp_path) as loaded:
+        assert _actual(by_subject, rid) == want  # read subject by subject
+        query = f"SELECT ?s ?p ?o WHERE {{ ?s <{UKO}tag> ?o . BIND(<{UKO}tag> AS ?p) }}"
+        tags = loaded.sparql_query(query, scope=frozenset({rid}))  # by predicate: a full load
+        assert loaded.loaded_resource_ids() == {rid}
+        assert set(tags.triples) == {t for t in want if t[1] == UKO + "tag"}
+        loaded.upsert(rid, [(b, UKO + "tag", Literal("z"))])  # adds to a loaded subject
+        assert _actual(loaded, rid) == want | {(b, UKO + "tag", "z")}
+
+
 def test_a_change_record_holds_a_list_of_edges_per_subject(tmp_path: Path) -> None:
     # marshal writes a set ~4x slower than a list (it sorts the members'
     # encodings): an indexer's C records hold lists, without repeats.

@@ -370,8 +370,8 @@ class ResourceGraph:
                 and edges
             ):
                 # A fresh load: adopt a loaded set as it is (no copy).
-                self.by_subject[s] = edges if isinstance(edges, set) else set(edges)
-                self.size += len(edges)
+                kept = self.by_subject[s] = edges if isinstance(edges, set) else set(edges)
+                self.size += len(kept)
                 self.edges.pop(s, None)
                 continue
             for p, o in edges:
@@ -438,6 +438,18 @@ def _loads(payload: memoryview, want: type, path: Path) -> object:
     if not isinstance(value, want):
         raise IndexUnavailableError(f"corrupt graph file {path}: unexpected record")
     return value
+
+
+def _snapshot_chunk(payload: memoryview, path: Path) -> dict[str, set[Edge]]:
+    """A snapshot record's edges by subject, each a set.  This code writes
+    sets; a host of format 3 still running after an upgrade may have
+    compacted a format 4 change record's lists into a snapshot as they were,
+    which it would then fail to load, not this code."""
+    chunk = cast(dict[str, set[Edge]], _loads(payload, dict, path))
+    for s, edges in chunk.items():
+        if edges.__class__ is not set:
+            chunk[s] = set(edges)
+    return chunk
 
 
 def _decode(kind: bytes, payload: memoryview, path: Path) -> object:
@@ -1161,10 +1173,10 @@ class GraphStore:
         first = _next_record(data, _HEADER)
         if first is None or first[0] != _SNAPSHOT:
             raise IndexUnavailableError(f"corrupt graph file {path}: no whole snapshot")
-        by_subject = cast(dict[str, set[Edge]], _loads(first[1], dict, path))
+        by_subject = _snapshot_chunk(first[1], path)
         end = first[2]
         while (chunk := _next_record(data, end)) is not None and chunk[0] == _SNAPSHOT:
-            more = cast(dict[str, set[Edge]], _loads(chunk[1], dict, path))
+            more = _snapshot_chunk(chunk[1], path)
             # Chunks are disjoint; should two ever share a subject, its edges
             # are their union, as every other reader of the file takes them
             # (compaction, the subject reader, live_subjects).
@@ -1822,7 +1834,7 @@ def _fold(s: str, records: Iterable[_Record], edges: set[Edge] | None = None) ->
         edges = set()
     for record in records:
         if record.kind == _SNAPSHOT:
-            edges |= cast(dict[str, set[Edge]], record.value).get(s, set())
+            edges.update(cast(dict[str, Collection[Edge]], record.value).get(s, ()))
         elif record.kind == _LOG:
             for add, edge in cast(dict[str, list[tuple[bool, Edge]]], record.value).get(s, ()):
                 if add:
