@@ -430,6 +430,22 @@ def test_a_bad_worker_nice_is_refused_before_any_worker_starts(
         PlannerPool(spec, 2)
 
 
+def test_a_bad_worker_nice_is_refused_at_one_job_too(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # One job starts no worker, but a typo in the variable must not wait
+    # for a run that does to show.
+    monkeypatch.setenv(index_workers.NICE_ENV_VAR, "ten")
+    store = ManagedIndexStore.open(tmp_path / "data", dimension=DIM)
+    spec = PlannerSpec(functools.partial(HashingEmbedder, DIM), TreeSitterCodeParser)
+    ix = Indexer(store, HashingEmbedder(DIM), spec=spec)
+    try:
+        with pytest.raises(ValueError, match="ACMS_WORKER_NICE"), ix.workers(1):
+            pass
+    finally:
+        store.close()
+
+
 def test_a_worker_collects_once_per_collect_every_batches(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -69,6 +69,7 @@ from cleveragents.application.services.index_workers import (
     fault_from_env,
     plan_batch,
     plan_file,
+    worker_nice_from_env,
 )
 from cleveragents.application.services.resource_files import (
     ListedFile,
@@ -216,12 +217,16 @@ class Indexer:
         changes less plans it here.
 
         Raises:
-            ValueError: ``jobs`` is not a positive int.
+            ValueError: ``jobs`` is not a positive int, or ``ACMS_WORKER_NICE``
+                is set to anything but an integer from 0 to 19 (checked
+                whatever ``jobs`` is, so a typo never waits for a run with
+                workers to show).
         """
         if jobs is None:
             jobs = default_jobs()
         if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
             raise ValueError(f"jobs must be a positive int, not {jobs!r}")
+        worker_nice_from_env()
         if jobs == 1 or self.spec is None or self._pool is not None:
             yield self
             return
