@@ -26,6 +26,7 @@ from cleveragents.domain.models.acms.uko import (
     resource_uri,
     unit_uri,
 )
+from codegraph_repo import assert_shared_objects
 
 RID = "01ARZ3NDEKTSV4RRFFQ69G5FAV"
 XSD_INTEGER = "http://www.w3.org/2001/XMLSchema#integer"
@@ -506,3 +507,11 @@ def test_extract_facts_is_safe_from_many_threads() -> None:
     with ThreadPoolExecutor(max_workers=8) as pool:
         together = list(pool.map(lambda nt: extract_facts(nt[0], nt[1], "python"), texts))
     assert together == alone
+
+
+def test_the_ast_path_shares_predicates_and_repeated_literals_too() -> None:
+    text = "class A:\n    def f(self):\n        pass\n\n    def g(self):\n        pass\n"
+    facts = extract_facts("pkg/core.py", text, "python")
+    assert_shared_objects(
+        file_triples(RID, "pkg/core.py", "python", chunk_text(text, "python"), facts, {})
+    )

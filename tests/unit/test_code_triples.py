@@ -13,7 +13,7 @@ from cleveragents.application.services.code_graph import (
 )
 from cleveragents.domain.models.acms.backends import Literal
 from cleveragents.domain.models.acms.uko import UKO, file_uri, module_uri, name_uri
-from codegraph_repo import PARSER, REPO, RID, sym, triples_of
+from codegraph_repo import PARSER, REPO, RID, assert_shared_objects, sym, triples_of
 
 
 def test_symbols_carry_ranges_signature_and_members() -> None:
@@ -107,3 +107,7 @@ def test_csharp_classes_in_a_namespace_are_blocks_of_their_own() -> None:
     assert chunk_starts(facts) == [1, 3, 8]
     chunks = chunk_text(text, "csharp", max_lines=5, starts=chunk_starts(facts))
     assert [c.start_line for c in chunks] == [1, 3, 8]
+
+
+def test_equal_predicates_and_repeated_literals_are_one_object() -> None:
+    assert_shared_objects([t for path in REPO for t in triples_of(path)])

@@ -13,7 +13,9 @@ JavaScript/TypeScript, Go, C/C++ and Ruby (``./util``, ``net/http``,
 from __future__ import annotations
 
 import ast
+import functools
 import re
+import sys
 import threading
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -49,6 +51,42 @@ __all__ = [
 ]
 
 _XSD_INTEGER = "http://www.w3.org/2001/XMLSchema#integer"
+
+# The predicates, one string object each: a triple holds a reference, not a
+# fresh ``UKO + name`` string (~90 bytes per triple in the batches in flight,
+# pickled to the writer and hashed afresh by its IRI checks otherwise).
+_CALL_SITES = sys.intern(UKO + "callSites")
+_CALLS = sys.intern(UKO + "calls")
+_CONTAINS = sys.intern(UKO + "contains")
+_DEFINES = sys.intern(UKO + "defines")
+_DOC = sys.intern(UKO + "doc")
+_END_LINE = sys.intern(UKO + "endLine")
+_HAS_CHUNK = sys.intern(UKO + "hasChunk")
+_HAS_MEMBER = sys.intern(UKO + "hasMember")
+_IMPORTS = sys.intern(UKO + "imports")
+_IN_RESOURCE = sys.intern(UKO + "inResource")
+_KIND = sys.intern(UKO + "kind")
+_LANGUAGE = sys.intern(UKO + "language")
+_LINE = sys.intern(UKO + "line")
+_NAME = sys.intern(UKO + "name")
+_NAMED = sys.intern(UKO + "named")
+_PATH = sys.intern(UKO + "path")
+_SIGNATURE = sys.intern(UKO + "signature")
+_START_LINE = sys.intern(UKO + "startLine")
+_INHERITANCE = {kind: sys.intern(UKO + kind) for kind in ("inherits", "implements")}
+
+
+# Line numbers, symbol kinds and languages repeat: one Literal object each
+# (frozen, so shared safely), for the same reason.
+@functools.lru_cache(maxsize=4096)
+def _integer(n: int) -> Literal:
+    return Literal(str(n), _XSD_INTEGER)
+
+
+@functools.lru_cache(maxsize=256)
+def _word(value: str) -> Literal:
+    return Literal(value)
+
 
 # ast builds a Python object per node; past this size a file is read with the
 # regex fallback, whose memory use is linear and small.
@@ -624,17 +662,17 @@ def file_triples(
     resource = resource_uri(rid)
     file = file_uri(rid, rel_path)
     triples: list[WriteTriple] = [
-        (resource, UKO + "contains", file),
-        (file, UKO + "inResource", resource),
-        (file, UKO + "path", Literal(rel_path)),
-        (file, UKO + "language", Literal(language)),
+        (resource, _CONTAINS, file),
+        (file, _IN_RESOURCE, resource),
+        (file, _PATH, Literal(rel_path)),
+        (file, _LANGUAGE, _word(language)),
     ]
     for chunk in chunks:
         chunk_uri = unit_uri(rid, rel_path, f"L{chunk.start_line}-L{chunk.end_line}")
         triples += [
-            (file, UKO + "hasChunk", chunk_uri),
-            (chunk_uri, UKO + "startLine", Literal(str(chunk.start_line), _XSD_INTEGER)),
-            (chunk_uri, UKO + "endLine", Literal(str(chunk.end_line), _XSD_INTEGER)),
+            (file, _HAS_CHUNK, chunk_uri),
+            (chunk_uri, _START_LINE, _integer(chunk.start_line)),
+            (chunk_uri, _END_LINE, _integer(chunk.end_line)),
         ]
     seen: set[str] = set()
     for name, kind, line in facts.symbols:
@@ -643,10 +681,10 @@ def file_triples(
         seen.add(name)
         symbol = unit_uri(rid, rel_path, f"sym={name}")
         triples += [
-            (file, UKO + "defines", symbol),
-            (symbol, UKO + "name", Literal(name)),
-            (symbol, UKO + "kind", Literal(kind)),
-            (symbol, UKO + "line", Literal(str(line), _XSD_INTEGER)),
+            (file, _DEFINES, symbol),
+            (symbol, _NAME, Literal(name)),
+            (symbol, _KIND, _word(kind)),
+            (symbol, _LINE, _integer(line)),
         ]
     targets: dict[str, None] = {}
     for name in facts.imports:
@@ -656,7 +694,7 @@ def file_triples(
                 targets[file_uri(rid, path)] = None
         elif name not in facts.candidates:
             targets[module_uri(name)] = None
-    triples += [(file, UKO + "imports", target) for target in targets]
+    triples += [(file, _IMPORTS, target) for target in targets]
     return triples
 
 
@@ -857,20 +895,20 @@ def code_triples(
         symbol_uri[sym.qualified_name] = uri
         by_bare.setdefault(sym.name, []).append(uri)
         triples += [
-            (file, UKO + "defines", uri),
-            (uri, UKO + "name", Literal(sym.qualified_name)),
-            (uri, UKO + "kind", Literal(sym.kind)),
-            (uri, UKO + "line", Literal(str(sym.start_line), _XSD_INTEGER)),
-            (uri, UKO + "endLine", Literal(str(sym.end_line), _XSD_INTEGER)),
-            (uri, UKO + "named", name_uri(sym.name)),
+            (file, _DEFINES, uri),
+            (uri, _NAME, Literal(sym.qualified_name)),
+            (uri, _KIND, _word(sym.kind)),
+            (uri, _LINE, _integer(sym.start_line)),
+            (uri, _END_LINE, _integer(sym.end_line)),
+            (uri, _NAMED, name_uri(sym.name)),
         ]
         if sym.signature:
-            triples.append((uri, UKO + "signature", Literal(sym.signature)))
+            triples.append((uri, _SIGNATURE, Literal(sym.signature)))
         if sym.doc:
-            triples.append((uri, UKO + "doc", Literal(sym.doc[:_MAX_DOC_LITERAL])))
+            triples.append((uri, _DOC, Literal(sym.doc[:_MAX_DOC_LITERAL])))
         parent = sym.qualified_name.rsplit(".", 1)[0] if "." in sym.qualified_name else None
         if parent is not None and parent in symbol_uri:
-            triples.append((symbol_uri[parent], UKO + "hasMember", uri))
+            triples.append((symbol_uri[parent], _HAS_MEMBER, uri))
 
     def target_of(name: str, receiver: str | None) -> str:
         local = by_bare.get(name, [])
@@ -890,13 +928,13 @@ def code_triples(
         listing = ";".join(
             f"{callee}:{','.join(map(str, lines))}" for callee, lines in sorted(by_callee.items())
         )
-        triples.append((source, UKO + "callSites", Literal(listing)))
-    triples += [(s, UKO + "calls", o) for s, o in edges]
+        triples.append((source, _CALL_SITES, Literal(listing)))
+    triples += [(s, _CALLS, o) for s, o in edges]
     for base in facts.bases:
         subject = symbol_uri.get(base.symbol)
         if subject is not None:
             bare = base.base.rsplit(".", 1)[-1]
-            triples.append((subject, UKO + base.kind, target_of(bare, None)))
+            triples.append((subject, _INHERITANCE[base.kind], target_of(bare, None)))
     targets: dict[str, None] = {}
     for imp in facts.imports:
         found = resolve_import(rel_path, language, imp.target, imp.names, files)
@@ -905,7 +943,7 @@ def code_triples(
                 targets[file_uri(rid, path)] = None
         if not found and imp.target:
             targets[module_uri(imp.target)] = None
-    triples += [(file, UKO + "imports", target) for target in targets]
+    triples += [(file, _IMPORTS, target) for target in targets]
     return list(dict.fromkeys(triples))
 
 

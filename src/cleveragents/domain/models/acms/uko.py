@@ -91,7 +91,7 @@ def unit_uri(resource_id: str, path: str, fragment: str) -> str:
     return f"{file_uri(resource_id, path)}#{quote(fragment, safe='-._~=,:')}"
 
 
-@functools.lru_cache(maxsize=1 << 16)
+@functools.lru_cache(maxsize=4096)
 def name_uri(name: str) -> str:
     """URI of a bare symbol name (``area``): joins the definitions of a name
     (``uko:named``) with the calls and bases that name it, across the files
