@@ -25,7 +25,7 @@ from cleveragents.domain.models.acms.backends import GroupedWrites, IndexUnit, S
 from cleveragents.domain.models.acms.errors import IndexUnavailableError
 from cleveragents.domain.models.acms.uko import unit_uri
 from cleveragents.infrastructure.acms.hashing_embedder import HashingEmbedder
-from cleveragents.infrastructure.acms.index_store import ManagedIndexStore
+from cleveragents.infrastructure.acms.index_store import _COMMIT_BATCHES, ManagedIndexStore
 from cleveragents.infrastructure.acms.memory_indexes import (
     MemoryCatalog,
     MemoryGraphIndex,
@@ -437,7 +437,9 @@ def test_a_store_session_commits_text_once_per_several_batches_and_before_the_ro
     Indexer(store, HashingEmbedder(8)).index_resource(RID, repo, "directory")
     upserts, commits = log.count("upsert"), log.count("commit")
     assert upserts >= 40
-    assert 1 <= commits <= upserts // 4 + 1  # one per _COMMIT_BATCHES text batches
+    assert _COMMIT_BATCHES > 1
+    # One per _COMMIT_BATCHES text batches, one for the rest, and the last one.
+    assert 1 <= commits <= -(-upserts // _COMMIT_BATCHES) + 1
     # No catalog row names a file whose text is not committed yet.
     for i, call in enumerate(log):
         if call == "put":
@@ -448,7 +450,7 @@ def test_a_store_session_commits_text_once_per_several_batches_and_before_the_ro
     text.close()
 
 
-def test_a_resource_with_few_triples_still_commits_once_per_four_text_batches(
+def test_a_resource_with_few_triples_still_commits_once_per_few_text_batches(
     tmp_path: Path,
 ) -> None:
     # Its graph batch (30k triples by default) would fill only at the end:
@@ -466,7 +468,8 @@ def test_a_resource_with_few_triples_still_commits_once_per_four_text_batches(
     Indexer(store, HashingEmbedder(8)).index_resource(RID, repo, "directory")
     upserts, commits = log.count("upsert"), log.count("commit")
     assert upserts >= 40
-    assert upserts // 4 <= commits <= upserts // 4 + 1
-    assert log.count("put") >= upserts // 4  # rows come with the commits, not at the end
+    assert upserts // _COMMIT_BATCHES <= commits <= -(-upserts // _COMMIT_BATCHES) + 1
+    # The rows come with the commits, not at the end.
+    assert log.count("put") >= upserts // _COMMIT_BATCHES
     assert store.verify([RID]) == []
     text.close()

@@ -189,11 +189,16 @@ def _file_subjects(subjects: Iterable[str]) -> set[str]:
 # (_COMMIT_BATCHES), in Tantivy's memory until then.
 _BATCH_UNITS = 1024
 _BATCH_BYTES = 2 * 1024 * 1024
-_BATCH_TRIPLES = 30_000
+_BATCH_TRIPLES = 15_000  # 30k: ~3 MB more at the standard library's peak
 # With a text index that stages its writes, one text commit (and one round of
 # catalog rows) per this many text batches: a Tantivy commit makes a segment,
-# and merging ~30 small ones per stdlib-sized resource cost ~2 s of CPU.
-_COMMIT_BATCHES = 4
+# and merging ~30 small ones per stdlib-sized resource cost ~2 s of CPU.  A
+# segment being written keeps a hash table of its distinct terms (doubled
+# when half full) and its commit sorts them: at four batches (8 MB of source)
+# the standard library's segments took a 32 MiB table, at three a 16 MiB one
+# (the indexing peak 187 -> 170 MB, no slower; seven segments, still under
+# the merge policy's eight).
+_COMMIT_BATCHES = 3
 # Triples per graph upsert within a batch (whole files each): one record of
 # the graph file, which a question about one of its subjects decodes whole.
 _GRAPH_PART_TRIPLES = 4096
