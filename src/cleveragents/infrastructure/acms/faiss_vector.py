@@ -76,7 +76,7 @@ from cleveragents.domain.models.acms.backends import (
 from cleveragents.domain.models.acms.errors import IndexUnavailableError
 from cleveragents.domain.models.acms.uko import resource_id_of
 from cleveragents.domain.models.acms.ulids import canonical_ulid, validate_scope
-from cleveragents.infrastructure.acms.sqlite_distinct import distinct_sql
+from cleveragents.infrastructure.acms.sqlite_distinct import SQLITE_CACHE_KIB, distinct_sql
 
 __all__ = ["DimensionMismatchError", "FaissVectorBackend"]
 
@@ -353,6 +353,7 @@ class FaissVectorBackend:
             conn.execute("PRAGMA page_size=16384")
             conn.execute("PRAGMA journal_mode=WAL")  # ':memory:' stays 'memory'
             conn.execute("PRAGMA synchronous=FULL")
+            conn.execute(f"PRAGMA cache_size={SQLITE_CACHE_KIB}")
             with self._transaction("BEGIN IMMEDIATE") as cur:
                 for statement in _SCHEMA.split(";"):
                     if statement.strip():

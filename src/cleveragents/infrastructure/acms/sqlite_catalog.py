@@ -36,7 +36,7 @@ from types import MappingProxyType
 
 from cleveragents.domain.models.acms.errors import IndexUnavailableError
 from cleveragents.domain.models.acms.indexing import FileRecord
-from cleveragents.infrastructure.acms.sqlite_distinct import distinct_sql
+from cleveragents.infrastructure.acms.sqlite_distinct import SQLITE_CACHE_KIB, distinct_sql
 
 __all__ = ["SqliteCatalog"]
 
@@ -113,6 +113,7 @@ class SqliteCatalog:
                 conn.execute("PRAGMA journal_mode=WAL")
                 self._identity = self._stat() if before is None else before
             conn.execute("PRAGMA synchronous=FULL")
+            conn.execute(f"PRAGMA cache_size={SQLITE_CACHE_KIB}")
             conn.executescript(_SCHEMA)
         except (OSError, sqlite3.Error) as exc:
             raise IndexUnavailableError(f"cannot open the catalog {self._path}: {exc}") from exc
