@@ -88,14 +88,14 @@ def sym(path: str, name: str) -> str:
 
 def assert_shared_objects(triples: list[tuple[str, str, object]]) -> None:
     """Equal predicates are one string object, and equal typed literals (line
-    numbers) or kinds one ``Literal``: a triple refers to them, it does not
+    numbers), kinds or languages one ``Literal``: a triple refers to them, it does not
     carry a copy (the batches a writer holds, and the pickles the planning
     workers send it, were ~90 bytes per triple larger)."""
     first: dict[object, object] = {}
     kinds = 0
     for _, p, o in triples:
         assert first.setdefault(p, p) is p, p
-        if isinstance(o, Literal) and (o.datatype is not None or p == UKO + "kind"):
+        if isinstance(o, Literal) and (o.datatype or p in (UKO + "kind", UKO + "language")):
             kinds += p == UKO + "kind"
             assert first.setdefault(o, o) is o, o
     assert kinds > 1

@@ -453,7 +453,7 @@ def test_a_store_session_commits_text_once_per_several_batches_and_before_the_ro
 def test_a_resource_with_few_triples_still_commits_once_per_few_text_batches(
     tmp_path: Path,
 ) -> None:
-    # Its graph batch (30k triples by default) would fill only at the end:
+    # Its graph batch (15k triples by default) would fill only at the end:
     # the text commit may not wait for it (a crash would redo everything).
     repo = tmp_path / "repo"
     repo.mkdir()

@@ -78,12 +78,12 @@ _INHERITANCE = {kind: sys.intern(UKO + kind) for kind in ("inherits", "implement
 
 # Line numbers, symbol kinds and languages repeat: one Literal object each
 # (frozen, so shared safely), for the same reason.
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=4096, typed=True)  # True is not line 1
 def _integer(n: int) -> Literal:
     return Literal(str(n), _XSD_INTEGER)
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=256, typed=True)
 def _word(value: str) -> Literal:
     return Literal(value)
 

@@ -38,7 +38,7 @@ _KIND_WEIGHTS = np.array([1.0, 1.0, 0.35, 1.0])
 _MAX_GRAMS = 32
 # Tokens whose features are kept (cleared when full).  The stdlib's .py files
 # hold ~125k distinct tokens: a 200k cache held them all (33 MB per planning
-# process); 50k held ~10 MB and embedded them 4% slower; 20k holds ~4 MB and
+# process); 50k held 8-10 MB and embedded them 4% slower; 20k holds ~4 MB and
 # embeds 3-6% slower than 50k (best of 3; ~0.1 s of the stdlib's ~20 s of
 # indexing CPU), where the memory counts three times at two jobs.
 _CACHE_LIMIT = 20_000
