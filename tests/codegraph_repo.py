@@ -7,7 +7,7 @@ import textwrap
 from cleveragents.application.services.chunking import chunk_text
 from cleveragents.application.services.code_graph import PathLookup, code_triples
 from cleveragents.domain.models.acms.backends import Literal
-from cleveragents.domain.models.acms.uko import UKO, unit_uri
+from cleveragents.domain.models.acms.uko import PREDICATES, UKO, unit_uri
 from cleveragents.infrastructure.acms.tree_sitter_code import TreeSitterCodeParser
 
 RID = "01JD5TD11B0000000000000000"
@@ -87,14 +87,15 @@ def sym(path: str, name: str) -> str:
 
 
 def assert_shared_objects(triples: list[tuple[str, str, object]]) -> None:
-    """Equal predicates are one string object, and equal typed literals (line
+    """Every predicate is the vocabulary's one string object
+    (``uko.PREDICATES``), and equal typed literals (line
     numbers), kinds or languages one ``Literal``: a triple refers to them, it does not
     carry a copy (the batches a writer holds, and the pickles the planning
     workers send it, were ~90 bytes per triple larger)."""
     first: dict[object, object] = {}
     kinds = 0
     for _, p, o in triples:
-        assert first.setdefault(p, p) is p, p
+        assert p.startswith(UKO) and PREDICATES[p[len(UKO) :]] is p, p
         if isinstance(o, Literal) and (o.datatype or p in (UKO + "kind", UKO + "language")):
             kinds += p == UKO + "kind"
             assert first.setdefault(o, o) is o, o

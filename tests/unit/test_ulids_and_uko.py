@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from ulid import ULID
 
+from cleveragents.domain.models.acms import uko
 from cleveragents.domain.models.acms.uko import (
+    PREDICATES,
+    UKO,
     file_uri,
     module_uri,
     path_of,
@@ -95,3 +100,13 @@ def test_resource_uri_and_foreign_uris() -> None:
         file_uri(rid, "/")
     with pytest.raises(ValueError):
         unit_uri(rid, "a.py", "")
+
+
+def test_the_predicates_are_the_documented_vocabulary() -> None:
+    assert uko.__doc__ is not None
+    documented = set(re.findall(r"(?<![\w:])uko:(\w+)", uko.__doc__))
+    assert set(PREDICATES) == documented
+    for local, iri in PREDICATES.items():
+        assert iri == UKO + local
+    with pytest.raises(TypeError):
+        PREDICATES["calls"] = "x"  # type: ignore[index]

@@ -15,7 +15,6 @@ from __future__ import annotations
 import ast
 import functools
 import re
-import sys
 import threading
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -27,7 +26,7 @@ from cleveragents.application.services.chunking import Chunk
 from cleveragents.domain.models.acms.backends import Literal, WriteTriple
 from cleveragents.domain.models.acms.code_facts import CodeFacts
 from cleveragents.domain.models.acms.uko import (
-    UKO,
+    PREDICATES,
     file_uri,
     module_uri,
     name_uri,
@@ -52,33 +51,12 @@ __all__ = [
 
 _XSD_INTEGER = "http://www.w3.org/2001/XMLSchema#integer"
 
-# The predicates, one string object each: a triple holds a reference, not a
-# fresh ``UKO + name`` string (~90 bytes per triple in the batches in flight,
-# pickled to the writer and hashed afresh by its IRI checks otherwise).
-_CALL_SITES = sys.intern(UKO + "callSites")
-_CALLS = sys.intern(UKO + "calls")
-_CONTAINS = sys.intern(UKO + "contains")
-_DEFINES = sys.intern(UKO + "defines")
-_DOC = sys.intern(UKO + "doc")
-_END_LINE = sys.intern(UKO + "endLine")
-_HAS_CHUNK = sys.intern(UKO + "hasChunk")
-_HAS_MEMBER = sys.intern(UKO + "hasMember")
-_IMPORTS = sys.intern(UKO + "imports")
-_IN_RESOURCE = sys.intern(UKO + "inResource")
-_KIND = sys.intern(UKO + "kind")
-_LANGUAGE = sys.intern(UKO + "language")
-_LINE = sys.intern(UKO + "line")
-_NAME = sys.intern(UKO + "name")
-_NAMED = sys.intern(UKO + "named")
-_PATH = sys.intern(UKO + "path")
-_SIGNATURE = sys.intern(UKO + "signature")
-_START_LINE = sys.intern(UKO + "startLine")
-_INHERITANCE = {kind: sys.intern(UKO + kind) for kind in ("inherits", "implements")}
+_P = PREDICATES
 
 
 # Line numbers, symbol kinds and languages repeat: one Literal object each
-# (frozen, so shared safely), for the same reason.
-@functools.lru_cache(maxsize=4096, typed=True)  # True is not line 1
+# (frozen, so shared safely), as the predicates are (``uko.PREDICATES``).
+@functools.lru_cache(maxsize=4096, typed=True)  # 1.0 and True: two keys
 def _integer(n: int) -> Literal:
     return Literal(str(n), _XSD_INTEGER)
 
@@ -662,17 +640,17 @@ def file_triples(
     resource = resource_uri(rid)
     file = file_uri(rid, rel_path)
     triples: list[WriteTriple] = [
-        (resource, _CONTAINS, file),
-        (file, _IN_RESOURCE, resource),
-        (file, _PATH, Literal(rel_path)),
-        (file, _LANGUAGE, _word(language)),
+        (resource, _P["contains"], file),
+        (file, _P["inResource"], resource),
+        (file, _P["path"], Literal(rel_path)),
+        (file, _P["language"], _word(language)),
     ]
     for chunk in chunks:
         chunk_uri = unit_uri(rid, rel_path, f"L{chunk.start_line}-L{chunk.end_line}")
         triples += [
-            (file, _HAS_CHUNK, chunk_uri),
-            (chunk_uri, _START_LINE, _integer(chunk.start_line)),
-            (chunk_uri, _END_LINE, _integer(chunk.end_line)),
+            (file, _P["hasChunk"], chunk_uri),
+            (chunk_uri, _P["startLine"], _integer(chunk.start_line)),
+            (chunk_uri, _P["endLine"], _integer(chunk.end_line)),
         ]
     seen: set[str] = set()
     for name, kind, line in facts.symbols:
@@ -681,10 +659,10 @@ def file_triples(
         seen.add(name)
         symbol = unit_uri(rid, rel_path, f"sym={name}")
         triples += [
-            (file, _DEFINES, symbol),
-            (symbol, _NAME, Literal(name)),
-            (symbol, _KIND, _word(kind)),
-            (symbol, _LINE, _integer(line)),
+            (file, _P["defines"], symbol),
+            (symbol, _P["name"], Literal(name)),
+            (symbol, _P["kind"], _word(kind)),
+            (symbol, _P["line"], _integer(line)),
         ]
     targets: dict[str, None] = {}
     for name in facts.imports:
@@ -694,7 +672,7 @@ def file_triples(
                 targets[file_uri(rid, path)] = None
         elif name not in facts.candidates:
             targets[module_uri(name)] = None
-    triples += [(file, _IMPORTS, target) for target in targets]
+    triples += [(file, _P["imports"], target) for target in targets]
     return triples
 
 
@@ -895,20 +873,20 @@ def code_triples(
         symbol_uri[sym.qualified_name] = uri
         by_bare.setdefault(sym.name, []).append(uri)
         triples += [
-            (file, _DEFINES, uri),
-            (uri, _NAME, Literal(sym.qualified_name)),
-            (uri, _KIND, _word(sym.kind)),
-            (uri, _LINE, _integer(sym.start_line)),
-            (uri, _END_LINE, _integer(sym.end_line)),
-            (uri, _NAMED, name_uri(sym.name)),
+            (file, _P["defines"], uri),
+            (uri, _P["name"], Literal(sym.qualified_name)),
+            (uri, _P["kind"], _word(sym.kind)),
+            (uri, _P["line"], _integer(sym.start_line)),
+            (uri, _P["endLine"], _integer(sym.end_line)),
+            (uri, _P["named"], name_uri(sym.name)),
         ]
         if sym.signature:
-            triples.append((uri, _SIGNATURE, Literal(sym.signature)))
+            triples.append((uri, _P["signature"], Literal(sym.signature)))
         if sym.doc:
-            triples.append((uri, _DOC, Literal(sym.doc[:_MAX_DOC_LITERAL])))
+            triples.append((uri, _P["doc"], Literal(sym.doc[:_MAX_DOC_LITERAL])))
         parent = sym.qualified_name.rsplit(".", 1)[0] if "." in sym.qualified_name else None
         if parent is not None and parent in symbol_uri:
-            triples.append((symbol_uri[parent], _HAS_MEMBER, uri))
+            triples.append((symbol_uri[parent], _P["hasMember"], uri))
 
     def target_of(name: str, receiver: str | None) -> str:
         local = by_bare.get(name, [])
@@ -928,13 +906,13 @@ def code_triples(
         listing = ";".join(
             f"{callee}:{','.join(map(str, lines))}" for callee, lines in sorted(by_callee.items())
         )
-        triples.append((source, _CALL_SITES, Literal(listing)))
-    triples += [(s, _CALLS, o) for s, o in edges]
+        triples.append((source, _P["callSites"], Literal(listing)))
+    triples += [(s, _P["calls"], o) for s, o in edges]
     for base in facts.bases:
         subject = symbol_uri.get(base.symbol)
         if subject is not None:
             bare = base.base.rsplit(".", 1)[-1]
-            triples.append((subject, _INHERITANCE[base.kind], target_of(bare, None)))
+            triples.append((subject, _P[base.kind], target_of(bare, None)))
     targets: dict[str, None] = {}
     for imp in facts.imports:
         found = resolve_import(rel_path, language, imp.target, imp.names, files)
@@ -943,7 +921,7 @@ def code_triples(
                 targets[file_uri(rid, path)] = None
         if not found and imp.target:
             targets[module_uri(imp.target)] = None
-    triples += [(file, _IMPORTS, target) for target in targets]
+    triples += [(file, _P["imports"], target) for target in targets]
     return list(dict.fromkeys(triples))
 
 

@@ -77,7 +77,7 @@ from cleveragents.domain.models.acms.backends import (
 from cleveragents.domain.models.acms.errors import IndexUnavailableError
 from cleveragents.domain.models.acms.index_store import Catalog, FileDelta, VerifyProblem
 from cleveragents.domain.models.acms.indexing import FileRecord, IndexStats
-from cleveragents.domain.models.acms.uko import UKO, file_uri, path_of, resource_uri
+from cleveragents.domain.models.acms.uko import PREDICATES, file_uri, path_of, resource_uri
 from cleveragents.domain.models.acms.ulids import canonical_ulid, new_ulid
 from cleveragents.infrastructure.acms import file_modes
 from cleveragents.infrastructure.acms.fault_injection import checkpoint
@@ -165,7 +165,7 @@ def _stamp_key(rid: str) -> str:
 
 
 def _contains(rid: str, path: str) -> list[WriteTriple]:
-    return [(resource_uri(rid), UKO + "contains", file_uri(rid, path))]
+    return [(resource_uri(rid), PREDICATES["contains"], file_uri(rid, path))]
 
 
 def _unit_count(index: TextIndex | VectorIndex, rid: str) -> int:
@@ -1064,10 +1064,11 @@ class StoreTransaction:
         }
         files = {file_uri(rid, rec.path) for rec in records.values() if rec.graph_subjects}
         resource = resource_uri(rid)
+        contains = PREDICATES["contains"]
         contains_orphans = [
-            (resource, UKO + "contains", o)
+            (resource, contains, o)
             for _s, p, o in store.graph.get_triples(resource, scope=frozenset({rid})).triples
-            if p == UKO + "contains" and o not in files
+            if p == contains and o not in files
         ]
         if subject_orphans or contains_orphans:
             store.graph.upsert(

@@ -48,11 +48,15 @@ replaced by subject.
 from __future__ import annotations
 
 import functools
+import sys
+from collections.abc import Mapping
+from types import MappingProxyType
 from urllib.parse import quote, unquote
 
 from cleveragents.domain.models.acms.ulids import canonical_ulid, is_ulid
 
 __all__ = [
+    "PREDICATES",
     "SCHEME",
     "UKO",
     "file_uri",
@@ -66,6 +70,20 @@ __all__ = [
 
 SCHEME = "uko://"
 UKO = "https://cleveragents.dev/ns/uko#"
+#: The vocabulary's predicates above by local name (``PREDICATES["calls"]``),
+#: one interned string each: the triples a file yields refer to it rather than
+#: carry a copy (~90 bytes a triple in the batches in flight and in the
+#: pickles planning workers send).
+PREDICATES: Mapping[str, str] = MappingProxyType(
+    {
+        local: sys.intern(UKO + local)
+        for local in (
+            "contains", "inResource", "path", "language", "hasChunk", "startLine",
+            "endLine", "defines", "name", "kind", "line", "imports", "signature",
+            "doc", "named", "hasMember", "calls", "callSites", "inherits", "implements",
+        )
+    }
+)  # fmt: skip
 _MODULE_PREFIX = "urn:uko:module:"
 _NAME_PREFIX = "urn:uko:name:"
 
