@@ -12,7 +12,7 @@ import numpy as np
 from cleveragents.domain.models.acms.backends import IndexUnit
 from cleveragents.infrastructure.acms.faiss_vector import DB_FILENAME, FaissVectorBackend
 from cleveragents.infrastructure.acms.sqlite_catalog import SqliteCatalog
-from cleveragents.infrastructure.acms.sqlite_distinct import SQLITE_CACHE_KIB
+from cleveragents.infrastructure.acms.sqlite_common import SQLITE_CACHE_KIB
 from cleveragents.testing.backend_contracts import new_ulid
 
 DEFAULT_KIB = -2000  # SQLite's own default

@@ -34,6 +34,7 @@ from cleveragents.domain.models.acms.errors import QueryError, ScopeError
 from cleveragents.domain.models.acms.scope import ScopedView
 from cleveragents.domain.models.acms.text_query import text_options
 from cleveragents.domain.models.acms.uko import (
+    PREDICATES,
     UKO,
     file_uri,
     name_uri,
@@ -429,7 +430,7 @@ class AgentSession:
         for rid in sorted(view.scope):
             own = file_uri(rid, path)
             for _, p, sym in view.get_triples(own).triples:
-                if p == UKO + "defines":
+                if p == PREDICATES["defines"]:
                     items.append(self._symbol_row(view, sym))
         items.sort(key=lambda r: (r["path"], r.get("line", 0), r["uri"]))
         return fit({"tool": "symbols", "path": path}, items, chars)
@@ -449,7 +450,7 @@ class AgentSession:
         chars = _budget(budget)
         view = self._view(projects, resources)
         bare, targets = self._targets(view, target)
-        calls = frozenset({UKO + "calls"})
+        calls = frozenset({PREDICATES["calls"]})
         found: dict[str, dict[str, Any]] = {}
         for node in sorted(targets):
             for caller, _, _ in view.traverse(
@@ -472,7 +473,7 @@ class AgentSession:
         chars = _budget(budget)
         view = self._view(projects, resources)
         _, sources = self._targets(view, source, definitions_only=True)
-        calls, named = frozenset({UKO + "calls"}), frozenset({UKO + "named"})
+        calls, named = frozenset({PREDICATES["calls"]}), frozenset({PREDICATES["named"]})
         items: list[dict[str, Any]] = []
         for sym in sorted(sources):
             for _, _, callee in view.traverse(sym, depth=1, predicates=calls).triples:
@@ -505,7 +506,7 @@ class AgentSession:
             nodes = {target}
         else:
             bare = target.rsplit(".", 1)[-1]
-            named = frozenset({UKO + "named"})
+            named = frozenset({PREDICATES["named"]})
             defs = {
                 s
                 for s, _, _ in view.traverse(
@@ -534,7 +535,7 @@ class AgentSession:
     def _call_row(view: ScopedView, caller: str, bare: str) -> dict[str, Any]:
         lines: list[int] = []
         for _, p, o in view.get_triples(caller).triples:
-            if p == UKO + "callSites":
+            if p == PREDICATES["callSites"]:
                 for part in o.split(";"):
                     name, _, numbers = part.partition(":")
                     if name == bare:

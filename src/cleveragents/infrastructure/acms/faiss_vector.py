@@ -76,7 +76,8 @@ from cleveragents.domain.models.acms.backends import (
 from cleveragents.domain.models.acms.errors import IndexUnavailableError
 from cleveragents.domain.models.acms.uko import resource_id_of
 from cleveragents.domain.models.acms.ulids import canonical_ulid, validate_scope
-from cleveragents.infrastructure.acms.sqlite_distinct import SQLITE_CACHE_KIB, distinct_sql
+from cleveragents.infrastructure.acms.sqlite_common import configure, connect, file_identity
+from cleveragents.infrastructure.acms.sqlite_distinct import distinct_sql
 
 __all__ = ["DimensionMismatchError", "FaissVectorBackend"]
 
@@ -266,9 +267,7 @@ class FaissVectorBackend:
                 directory.mkdir(parents=True, exist_ok=True)
                 target = str(directory / DB_FILENAME)
                 self._db_path = directory / DB_FILENAME
-            conn = sqlite3.connect(
-                target, timeout=30.0, isolation_level=None, check_same_thread=False
-            )
+            conn = connect(target)
         except (OSError, sqlite3.Error) as exc:
             raise IndexUnavailableError(f"cannot open vector index at {index_path}") from exc
         self._conn = conn
@@ -351,9 +350,7 @@ class FaissVectorBackend:
             # half a 4 KiB page, which then holds one row: half the file is
             # slack.  Only takes effect on a new database, before WAL.
             conn.execute("PRAGMA page_size=16384")
-            conn.execute("PRAGMA journal_mode=WAL")  # ':memory:' stays 'memory'
-            conn.execute("PRAGMA synchronous=FULL")
-            conn.execute(f"PRAGMA cache_size={SQLITE_CACHE_KIB}")
+            configure(conn)
             with self._transaction("BEGIN IMMEDIATE") as cur:
                 for statement in _SCHEMA.split(";"):
                     if statement.strip():
@@ -417,21 +414,16 @@ class FaissVectorBackend:
         """(device, inode) of the database file now at the index path."""
         assert self._db_path is not None
         try:
-            st = os.stat(self._db_path)
-        except FileNotFoundError:
-            return None
+            return file_identity(self._db_path)
         except OSError as exc:
             raise IndexUnavailableError(f"cannot stat {self._db_path}: {exc}") from exc
-        return (st.st_dev, st.st_ino)
 
     def _reopen(self) -> None:
         """The database file was replaced (``reindex --rebuild`` swapped a new
         index in): drop the old connection and load the new file."""
         assert self._db_path is not None and self._conn is not None
         try:
-            conn = sqlite3.connect(
-                self._db_path, timeout=30.0, isolation_level=None, check_same_thread=False
-            )
+            conn = connect(str(self._db_path))
         except sqlite3.Error as exc:
             raise IndexUnavailableError(f"cannot reopen {self._db_path}") from exc
         with contextlib.suppress(sqlite3.Error):

@@ -36,7 +36,8 @@ from types import MappingProxyType
 
 from cleveragents.domain.models.acms.errors import IndexUnavailableError
 from cleveragents.domain.models.acms.indexing import FileRecord
-from cleveragents.infrastructure.acms.sqlite_distinct import SQLITE_CACHE_KIB, distinct_sql
+from cleveragents.infrastructure.acms.sqlite_common import configure, connect, file_identity
+from cleveragents.infrastructure.acms.sqlite_distinct import distinct_sql
 
 __all__ = ["SqliteCatalog"]
 
@@ -106,25 +107,17 @@ class SqliteCatalog:
                 # older than the file opened, so the next call reopens once
                 # more rather than keeping the old file for good.
                 before = self._stat()
-            conn = sqlite3.connect(
-                self._path, timeout=30.0, isolation_level=None, check_same_thread=False
-            )
+            conn = connect(self._path)
+            configure(conn)
             if self._path != ":memory:":
-                conn.execute("PRAGMA journal_mode=WAL")
                 self._identity = self._stat() if before is None else before
-            conn.execute("PRAGMA synchronous=FULL")
-            conn.execute(f"PRAGMA cache_size={SQLITE_CACHE_KIB}")
             conn.executescript(_SCHEMA)
         except (OSError, sqlite3.Error) as exc:
             raise IndexUnavailableError(f"cannot open the catalog {self._path}: {exc}") from exc
         return conn
 
     def _stat(self) -> tuple[int, int] | None:
-        try:
-            st = os.stat(self._path)
-        except FileNotFoundError:
-            return None
-        return (st.st_dev, st.st_ino)
+        return file_identity(self._path)
 
     @property
     def _conn(self) -> sqlite3.Connection:

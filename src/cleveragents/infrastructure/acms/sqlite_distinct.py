@@ -5,24 +5,15 @@ whole index (every unit of every resource: ~1.5 ms for 22k units); this
 recursive query asks the index for the next larger value instead, one
 lookup per distinct value (~0.03 ms for one resource).  The column must
 lead an index of the table and hold no NULL.
-
-Also the page cache size of the SQLite stores (:data:`SQLITE_CACHE_KIB`).
 """
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["SQLITE_CACHE_KIB", "distinct_sql"]
+__all__ = ["distinct_sql"]
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-#: ``PRAGMA cache_size`` of the catalog's and the vector store's connections
-#: (negative: KiB).  SQLite's default is 2 MB per connection; their reads are
-#: scans of a resource's rows or lookups by key (the OS caches the file) and
-#: their writes go to the WAL: at 512 KiB indexing the standard library took
-#: the same time with ~5 MB less at its memory peak.
-SQLITE_CACHE_KIB = -512
 
 
 def distinct_sql(table: str, column: str) -> str:
