@@ -150,15 +150,22 @@ def test_reading_by_subject_answers_as_the_loaded_graph(
     # The index rewritten after every write, after some (the records between
     # two rewrites by one handle then include the other handle's; and the
     # file compacted often), or as deployed (below 64 KB past the index,
-    # these files are read from their tail).
-    share, least, compact = {
-        "every": (1 << 40, 0, 1 << 15),
-        "some": (1, 0, 256),
-        "default": (graph_store.INDEX_TAIL_SHARE, graph_store.INDEX_MIN_TAIL, 1 << 15),
+    # these files are read from their tail).  A rewrite merges the old
+    # index a few entries at a time (one, three), as deployed 65,536.
+    share, least, compact, chunk = {
+        "every": (1 << 40, 0, 1 << 15, 1),
+        "some": (1, 0, 256, 3),
+        "default": (
+            graph_store.INDEX_TAIL_SHARE,
+            graph_store.INDEX_MIN_TAIL,
+            1 << 15,
+            graph_store.INDEX_MERGE_CHUNK,
+        ),
     }[rewrites]
     monkeypatch.setattr(graph_store, "INDEX_TAIL_SHARE", share)
     monkeypatch.setattr(graph_store, "INDEX_MIN_TAIL", least)
     monkeypatch.setattr(graph_store, "COMPACT_MIN_BYTES", compact)
+    monkeypatch.setattr(graph_store, "INDEX_MERGE_CHUNK", chunk)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         holder, writer = RdflibGraphBackend(root), RdflibGraphBackend(root)
