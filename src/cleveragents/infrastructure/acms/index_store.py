@@ -186,19 +186,22 @@ def _file_subjects(subjects: Iterable[str]) -> set[str]:
 # held ~70 MB and one of 120k triples ~30 MB.  Since a graph write appends
 # only its change (it no longer loads the resource's graph), small graph
 # batches cost little.  The text batches are committed together
-# (_COMMIT_BATCHES), in Tantivy's memory until then.
-_BATCH_UNITS = 1024
-_BATCH_BYTES = 2 * 1024 * 1024
+# (_COMMIT_BATCHES), in Tantivy's memory until then, so a batch's size only
+# sets what is in flight: at 1 MB instead of 2 (as many bytes per commit)
+# the standard library's indexing peak fell ~5 MB at one job and ~4-15 MB at
+# two, in the same time; at 512 KB it rose again.
+_BATCH_UNITS = 512
+_BATCH_BYTES = 1024 * 1024
 _BATCH_TRIPLES = 15_000  # 30k: ~3 MB more at the standard library's peak
 # With a text index that stages its writes, one text commit (and one round of
-# catalog rows) per this many text batches: a Tantivy commit makes a segment,
-# and merging ~30 small ones per stdlib-sized resource cost ~2 s of CPU.  A
-# segment being written keeps a hash table of its distinct terms (doubled
-# when half full) and its commit sorts them: at four batches (8 MB of source)
-# the standard library's segments took a 32 MiB table, at three a 16 MiB one
-# (the indexing peak 187 -> 170 MB, no slower; seven segments, still under
-# the merge policy's eight).
-_COMMIT_BATCHES = 3
+# catalog rows) per this many text batches (6 MB of source): a Tantivy commit
+# makes a segment, and merging ~30 small ones per stdlib-sized resource cost
+# ~2 s of CPU.  A segment being written keeps a hash table of its distinct
+# terms (doubled when half full) and its commit sorts them: at 8 MB of
+# source per commit the standard library's segments took a 32 MiB table, at
+# 6 MB a 16 MiB one (the indexing peak 187 -> 170 MB, no slower; seven
+# segments, still under the merge policy's eight).
+_COMMIT_BATCHES = 6
 # Triples per graph upsert within a batch (whole files each): one record of
 # the graph file, which a question about one of its subjects decodes whole.
 _GRAPH_PART_TRIPLES = 4096
