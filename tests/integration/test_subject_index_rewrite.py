@@ -14,6 +14,7 @@ import os
 import struct
 import tracemalloc
 import zlib
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -124,34 +125,95 @@ def test_only_a_whole_current_index_is_merged_and_its_descriptor_is_closed_other
     assert graph_store._open_index(tmp_path / "missing", NONCE, size) is None
 
 
-def test_an_index_rewrite_holds_a_chunk_not_the_index(
+def _columns(index: Path) -> list[tuple[int, int]]:
+    """The (key, offset) entries of a whole index file, in file order."""
+    data = index.read_bytes()
+    count = HEAD.unpack_from(data)[3]
+    assert zlib.crc32(data[:-4]) == struct.unpack("<I", data[-4:])[0]
+    keys = struct.unpack_from(f"<{count}Q", data, HEAD.size)
+    offsets = struct.unpack_from(f"<{count}Q", data, HEAD.size + 8 * count)
+    return list(zip(keys, offsets, strict=True))
+
+
+def _large_graph(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+) -> tuple[RdflibGraphBackend, Path]:
     monkeypatch.setattr(graph_store, "INDEX_TAIL_SHARE", 1 << 40)  # index every write
     monkeypatch.setattr(graph_store, "INDEX_MIN_TAIL", 0)
     monkeypatch.setattr(graph_store, "INDEX_MERGE_CHUNK", 4096)
-    files = [file_uri(RID, f"m{i}.py") for i in range(40_000)]
     graph = RdflibGraphBackend(tmp_path)
-    graph.upsert(RID, [(f, UKO + "imports", f"http://x/{i}") for i, f in enumerate(files)])
-    index = graph_store.GraphStore(tmp_path).index_path(RID)
-    entries = HEAD.unpack_from(index.read_bytes())[3]
-    assert entries > 40_000  # the index this test is about
+    graph.upsert(RID, [(_file(i), UKO + "imports", f"http://x/{i}") for i in range(40_000)])
+    return graph, graph_store.GraphStore(tmp_path).index_path(RID)
+
+
+def _file(i: int) -> str:
+    return file_uri(RID, f"m{i}.py")
+
+
+def test_an_index_rewrite_holds_a_chunk_not_the_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    graph, index = _large_graph(tmp_path, monkeypatch)
+    before = _columns(index)
+    assert len(before) > 40_000  # the index this test is about
 
     peaks: list[int] = []
     rewrite = graph_store.GraphStore._write_index
 
     def watched(self: graph_store.GraphStore, *args: object) -> None:
-        tracemalloc.start()
+        tracing = tracemalloc.is_tracing()
+        if not tracing:
+            tracemalloc.start()
+        tracemalloc.reset_peak()
+        held = tracemalloc.get_traced_memory()[0]
         try:
             rewrite(self, *args)  # type: ignore[arg-type]
-            peaks.append(tracemalloc.get_traced_memory()[1])
+            peaks.append(tracemalloc.get_traced_memory()[1] - held)
         finally:
-            tracemalloc.stop()
+            if not tracing:
+                tracemalloc.stop()
 
     monkeypatch.setattr(graph_store.GraphStore, "_write_index", watched)
-    graph.upsert(RID, [(files[0], UKO + "calls", files[1])])
+    graph.upsert(RID, [(_file(0), UKO + "calls", _file(1))])
+    graph.close()
     assert len(peaks) == 1, "the write rewrote the index"
-    assert HEAD.unpack_from(index.read_bytes())[3] > entries
+    after = _columns(index)
+    # The old entries and the new record's, in (key, offset) order.
+    assert after == sorted(after)
+    assert not Counter(before) - Counter(after)
+    assert len(after) > len(before)
     # 16 bytes an entry on disk: the rewrite held under a tenth of that.
-    assert peaks[0] < 16 * entries // 10, (peaks[0], entries)
+    assert peaks[0] < 16 * len(before) // 10, (peaks[0], len(before))
+
+
+def test_a_rewrite_that_fails_midway_leaves_the_old_index_and_no_descriptor_or_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    graph, index = _large_graph(tmp_path, monkeypatch)
+    before = index.read_bytes()
+    offsets_at = HEAD.size + 8 * HEAD.unpack_from(before)[3]
+    reads = graph_store._pread_all
+    calls = [0]
+
+    def failing(fd: int, size: int | None, offset: int) -> bytes:
+        # The third chunk of the old offsets column: the merge has written
+        # the keys column and two pieces of offsets to its file by then.
+        if size == 8 * 4096 and offset >= offsets_at:
+            calls[0] += 1
+            if calls[0] == 3:
+                raise OSError("injected read failure")
+        return reads(fd, size, offset)
+
+    listed = sorted(os.listdir(index.parent))
+    fds = _open_fds()
+    monkeypatch.setattr(graph_store, "_pread_all", failing)
+    graph.upsert(RID, [(_file(0), UKO + "calls", _file(1))])  # the write stands
+    monkeypatch.setattr(graph_store, "_pread_all", reads)
+    assert calls[0] == 3
+    assert index.read_bytes() == before  # advisory: the old one is kept
+    assert sorted(os.listdir(index.parent)) == listed
+    assert _open_fds() == fds
+    assert (_file(0), UKO + "calls", _file(1)) in graph.get_triples(
+        _file(0), scope=frozenset({RID})
+    ).triples
     graph.close()

@@ -655,7 +655,9 @@ def _index_file(
     # Old entry j is followed by the new entries whose keys are below old
     # entry j+1's (ties: old first, its offsets being smaller); each chunk
     # takes those below the next chunk's first key.
-    steps: list[tuple[int, int, int, int, npt.NDArray[np.intp]]] = []
+    # Where the new entries went, for the chunks that took some (the
+    # offsets column takes them at the same places).
+    steps: list[tuple[int, int, int, npt.NDArray[np.intp]]] = []
     low = 0
     for start in range(0, count, INDEX_MERGE_CHUNK):
         stop = min(start + INDEX_MERGE_CHUNK, count)
@@ -664,19 +666,27 @@ def _index_file(
         if stop < count:
             high = int(np.searchsorted(keys, chunk[-1], "left"))
             chunk = chunk[:-1]
-        at = np.searchsorted(chunk, keys[low:high], "right")
-        piece = np.insert(chunk, at, keys[low:high]).astype("<u8", copy=False).data
+        if high > low:
+            at = np.searchsorted(chunk, keys[low:high], "right")
+            steps.append((start, low, high, at))
+            chunk = np.insert(chunk, at, keys[low:high])
+        piece = chunk.astype("<u8", copy=False).data
         crc = zlib.crc32(piece, crc)
         yield piece
-        steps.append((start, stop, low, high, at))
         low = high
     if not count:
         piece = keys.astype("<u8", copy=False).data
         crc = zlib.crc32(piece, crc)
         yield piece
-    for start, stop, low, high, at in steps:
-        chunk = column(_INDEX_HEAD.size + 8 * count, start, stop)
-        piece = np.insert(chunk, at, offsets[low:high]).astype("<u8", copy=False).data
+    taken = iter(steps)
+    step = next(taken, None)
+    for start in range(0, count, INDEX_MERGE_CHUNK):
+        chunk = column(_INDEX_HEAD.size + 8 * count, start, min(start + INDEX_MERGE_CHUNK, count))
+        if step is not None and step[0] == start:
+            _, low, high, at = step
+            chunk = np.insert(chunk, at, offsets[low:high])
+            step = next(taken, None)
+        piece = chunk.astype("<u8", copy=False).data
         crc = zlib.crc32(piece, crc)
         yield piece
     if not count:
@@ -1356,6 +1366,11 @@ class GraphStore:
         path = self.path(rid)
         # A version 2 index is rebuilt whole (None, like no index).
         old = _open_index(self.index_path(rid), cursor.nonce, cursor.offset)
+        if old is not None and old[1] > pending.start:
+            # Never so (see below); if it were, the old index and ``pending``
+            # would name the same records twice: rebuild it whole instead.
+            os.close(old[0])
+            old = None
         try:
             covered = _HEADER if old is None else old[1]
             entries = _Entries()
