@@ -105,13 +105,13 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING, NamedTuple, Protocol, cast
 
 from cleveragents._collector import paused_collector
 from cleveragents._logging import get_logger
 from cleveragents.domain.models.acms.backends import Triple
 from cleveragents.domain.models.acms.errors import IndexUnavailableError
-from cleveragents.domain.models.acms.uko import UKO as _UKO
+from cleveragents.domain.models.acms.uko import PREDICATES
 from cleveragents.domain.models.acms.ulids import is_ulid
 
 if TYPE_CHECKING:
@@ -503,7 +503,7 @@ _LITERAL_SEEDS = (0x11E2A1, 0x11E2)
 #: a symbol's name and a file's path, what a question looks up by value
 #: (``?s uko:name "Graph"``).  Not line numbers, signatures or docs (68% of
 #: a code graph's literal edges: a larger index for lookups no one makes).
-LITERAL_KEYED = frozenset({_UKO + "name", _UKO + "path"})
+LITERAL_KEYED = frozenset({PREDICATES["name"], PREDICATES["path"]})
 # A walk backwards along at most this many predicates looks up each one's
 # pair key; along more (or any), the object's key.
 _PAIR_PROBES = 16
@@ -615,17 +615,25 @@ class _Entries:
         self.offsets.extend([offset] * (len(self.keys) - before))
 
 
+class _OldIndex(NamedTuple):
+    """An index :func:`_open_index` checked, its descriptor open."""
+
+    fd: int
+    covered: int
+    entries: int
+
+
 def _index_file(
     nonce: bytes,
     covered: int,
     parts: Iterable[_Entries],
-    old: tuple[int, int] | None = None,
+    old: _OldIndex | None = None,
 ) -> Iterator[Buffer]:
     """An index file's pieces, to write in order: its header, the keys
     column, the offsets column (entries sorted by key, then offset), the CRC.
 
-    ``old``: ``(fd, entries)`` of an index checked by :func:`_open_index`,
-    whose entries are merged in; every offset in ``parts`` must follow all of
+    ``old``: an index checked by :func:`_open_index`, whose entries are
+    merged in; every offset in ``parts`` must follow all of
     its offsets (they name records appended since).  Its columns are read
     and merged :data:`INDEX_MERGE_CHUNK` entries at a time, twice (keys, then
     offsets), never held whole: a rewrite holds the new entries and one
@@ -641,7 +649,7 @@ def _index_file(
     order = np.lexsort((offsets, keys))
     keys, offsets = keys[order], offsets[order]
     del order
-    fd, count = (-1, 0) if old is None else old
+    fd, count = (-1, 0) if old is None else (old.fd, old.entries)
     head = _INDEX_HEAD.pack(_INDEX_MAGIC, nonce, covered, count + len(keys))
     crc = zlib.crc32(head)
     yield head
@@ -696,8 +704,8 @@ def _index_file(
     yield _INDEX_CRC.pack(crc)
 
 
-def _open_index(path: Path, nonce: bytes, size: int) -> tuple[int, int, int] | None:
-    """``(fd, covered, entries)`` of the index at ``path`` if it is a whole,
+def _open_index(path: Path, nonce: bytes, size: int) -> _OldIndex | None:
+    """The index at ``path`` if it is a whole,
     undamaged version 3 index of that graph file (now ``size`` bytes; its
     CRC checked reading :data:`INDEX_MERGE_CHUNK` entries at a time), its
     descriptor open for the caller to close; else ``None``."""
@@ -715,7 +723,7 @@ def _open_index(path: Path, nonce: bytes, size: int) -> tuple[int, int, int] | N
                 for pos in range(0, end, step):
                     crc = zlib.crc32(_pread_all(fd, min(step, end - pos), pos), crc)
                 if crc == int.from_bytes(_pread_all(fd, _INDEX_CRC.size, end), "little"):
-                    return fd, covered, count
+                    return _OldIndex(fd, covered, count)
     except BaseException:
         os.close(fd)
         raise
@@ -1366,13 +1374,13 @@ class GraphStore:
         path = self.path(rid)
         # A version 2 index is rebuilt whole (None, like no index).
         old = _open_index(self.index_path(rid), cursor.nonce, cursor.offset)
-        if old is not None and old[1] > pending.start:
+        if old is not None and old.covered > pending.start:
             # Never so (see below); if it were, the old index and ``pending``
             # would name the same records twice: rebuild it whole instead.
-            os.close(old[0])
+            os.close(old.fd)
             old = None
         try:
-            covered = _HEADER if old is None else old[1]
+            covered = _HEADER if old is None else old.covered
             entries = _Entries()
             if covered < pending.start:
                 fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
@@ -1392,16 +1400,11 @@ class GraphStore:
             # ``pending`` starts at or after ``covered``: another handle writes
             # an index only after appending a record of its own (which would
             # have broken ``pending``'s run) or compacting (a new file name).
-            pieces = _index_file(
-                cursor.nonce,
-                cursor.offset,
-                [entries, pending.entries],
-                None if old is None else (old[0], old[2]),
-            )
+            pieces = _index_file(cursor.nonce, cursor.offset, [entries, pending.entries], old)
             _write_advisory(self.index_path(rid), pieces)
         finally:
             if old is not None:
-                os.close(old[0])
+                os.close(old.fd)
 
     def replace(self, rid: str, graph: ResourceGraph) -> Cursor:
         """Write ``graph`` as ``rid``'s whole file (a new resource, or compaction)."""
