@@ -43,10 +43,14 @@ from __future__ import annotations
 import contextlib
 import gc
 import multiprocessing
+import multiprocessing.util
 import os
 import pickle
+import re
 import select
+import shutil
 import signal
+import stat
 import sys
 import tempfile
 import threading
@@ -422,6 +426,153 @@ class _WorkerContext(mp_context.ForkServerContext):
     Process = _WorkerProcess
 
 
+_PLAN_DIR_PREFIX = "acms-plan-"
+_MP_DIR_PREFIX = "acms-mp-"
+# What the two kinds of directory hold: a pool's listing files, and the
+# socket of multiprocessing's fork server (``listener-`` and 8 characters).
+_SWEPT_ENTRY = re.compile(r"listing-[0-9]+\.pickle|listener-[a-z0-9_]{8}")
+_AF_UNIX_PATH_MAX = 107  # sun_path is 108 bytes on Linux, with its NUL
+_SHORT_TMP = "/tmp"  # where a socket goes when TMPDIR is too long for one
+
+
+def _pid_namespace() -> str:
+    """This process's PID namespace (its inode), ``"0"`` where /proc has none.
+
+    A PID names a process only inside its namespace: containers that share a
+    temporary directory each see their own PIDs.
+    """
+    try:
+        return str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        return "0"
+
+
+def make_plan_dir(parent: str | None = None) -> str:
+    """Make a pool's directory for its listing files, tagged with its owner.
+
+    The name carries the PID namespace and the PID of the process that owns
+    it (``acms-plan-<namespace>-<pid>-<random>``).  ``close`` removes the
+    directory; a run killed before it (SIGKILL, SIGTERM, the OOM killer)
+    cannot, so each new pool first removes the directories their owners left
+    (:func:`sweep_plan_dirs`): a host that reindexes after such runs does not
+    fill its temporary directory.
+    """
+    parent = tempfile.gettempdir() if parent is None else parent
+    for base in dict.fromkeys([parent, *_mp_bases(parent)]):
+        sweep_plan_dirs(base)
+    return tempfile.mkdtemp(prefix=_owned_prefix(_PLAN_DIR_PREFIX), dir=parent)
+
+
+def _owned_prefix(kind: str) -> str:
+    return f"{kind}{_pid_namespace()}-{os.getpid()}-"
+
+
+def own_multiprocessing_tempdir(parent: str | None = None) -> str | None:
+    """Give ``multiprocessing`` an owner-tagged temporary directory, once per process.
+
+    The fork server's socket lives in the directory ``multiprocessing``
+    makes on first use (``pymp-<random>``) and removes at a normal exit; a
+    killed run leaves it behind with nothing to tell whose it was.  Made
+    here first (``acms-mp-<namespace>-<pid>-<random>``), it is removed at
+    exit the same way, and :func:`sweep_plan_dirs` removes it after a
+    killed run.  When the socket's path under ``parent`` would be too long
+    for AF_UNIX (a long ``TMPDIR``: Python 3.11's own choice then fails to
+    start the fork server), the directory is made in ``/tmp``, as later
+    Pythons do.  Nothing is changed when the process already has one (the
+    host used ``multiprocessing`` before) or the interpreter keeps no such
+    setting.  Returns the directory set, or ``None``.
+    """
+    config = getattr(multiprocessing.current_process(), "_config", None)
+    if not isinstance(config, dict) or config.get("tempdir") is not None:
+        return None
+    parent = tempfile.gettempdir() if parent is None else parent
+    for base in _mp_bases(parent):
+        path = tempfile.mkdtemp(prefix=_owned_prefix(_MP_DIR_PREFIX), dir=base)
+        config["tempdir"] = path
+        multiprocessing.util.Finalize(
+            None, _remove_multiprocessing_tempdir, args=(shutil.rmtree, path), exitpriority=-100
+        )
+        return path
+    return None
+
+
+def _mp_bases(parent: str) -> list[str]:
+    """Where the multiprocessing directory can go: ``parent``, else ``/tmp``,
+    if the fork server's socket path fits there (the directory's name is the
+    prefix and 8 characters; the socket's ``listener-`` and 8)."""
+    bases = []
+    for base in (parent, _SHORT_TMP):
+        socket = os.path.join(base, _owned_prefix(_MP_DIR_PREFIX) + "x" * 8, "listener-xxxxxxxx")
+        if len(os.fsencode(socket)) <= _AF_UNIX_PATH_MAX and os.path.isdir(base):
+            bases.append(base)
+    return bases[:1]
+
+
+def _remove_multiprocessing_tempdir(rmtree: Callable[..., None], path: str) -> None:
+    # As multiprocessing.util._remove_temp_dir: a strong reference to
+    # rmtree, since the finalizer can run late in the interpreter's shutdown.
+    rmtree(path, ignore_errors=True)
+    current = multiprocessing.current_process()
+    config = getattr(current, "_config", None) if current is not None else None
+    if isinstance(config, dict) and config.get("tempdir") == path:
+        config["tempdir"] = None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # it exists (another user's), or it cannot be told: keep
+    return True
+
+
+def sweep_plan_dirs(parent: str) -> int:
+    """Remove the pools' directories in ``parent`` whose owner process is gone.
+
+    Only directories this user owns, named by :func:`make_plan_dir` or
+    :func:`own_multiprocessing_tempdir` in this PID namespace, whose PID no
+    longer runs, and holding nothing but listing files or the fork server's
+    socket; anything else (another user's, another namespace's, a live
+    owner's, an unexpected file inside) is left alone.  A PID reused since
+    only delays the removal until that process ends.  Returns how many were
+    removed; never raises for a directory it could not remove.
+    """
+    namespace = _pid_namespace()
+    tags = tuple(f"{kind}{namespace}-" for kind in (_PLAN_DIR_PREFIX, _MP_DIR_PREFIX))
+    removed = 0
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return 0
+    uid = os.geteuid()
+    for name in names:
+        tag = next((t for t in tags if name.startswith(t)), None)
+        if tag is None:
+            continue
+        pid_text = name[len(tag) :].partition("-")[0]
+        if not pid_text.isdigit() or _alive(int(pid_text)):
+            continue
+        path = os.path.join(parent, name)
+        try:
+            info = os.lstat(path)
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != uid:
+                continue
+            inside = os.listdir(path)
+            if not all(_SWEPT_ENTRY.fullmatch(entry) for entry in inside):
+                continue
+            for entry in inside:
+                os.unlink(os.path.join(path, entry))
+            os.rmdir(path)
+        except OSError:
+            continue  # removed by another sweep meanwhile, or not ours to remove
+        removed += 1
+    if removed:
+        _log.info("indexer.plan_dirs_swept", removed=removed, parent=parent)
+    return removed
+
+
 class PlannerPool:
     """``jobs`` worker processes that plan batches of files (see the module doc).
 
@@ -438,12 +589,13 @@ class PlannerPool:
         self.batch_bytes = batch_bytes
         self._fault = fault_from_env()
         self._nice = worker_nice_from_env()
-        self._dir = tempfile.mkdtemp(prefix="acms-plan-")
+        self._dir = make_plan_dir()
         self._listings = 0
         self._pool: ProcessPoolExecutor | None = None
 
     def _executor(self) -> ProcessPoolExecutor:
         if self._pool is None:
+            own_multiprocessing_tempdir(os.path.dirname(self._dir))
             context: mp_context.ForkServerContext = (
                 multiprocessing.get_context("forkserver")
                 if b"__main__" in pickle.dumps(self.spec)
