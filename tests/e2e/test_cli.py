@@ -122,6 +122,35 @@ def test_every_query_kind_stays_in_its_project(world: dict[str, Any], own: str, 
     assert cli.json("traverse", other_core, *scope)["triples"] == []
 
 
+def test_a_file_path_stands_for_its_node_in_each_in_scope_resource(
+    world: dict[str, Any],
+) -> None:
+    cli, ids = world["cli"], world["ids"]
+    cores = {name: f"uko://{rid}/pkg/core.py" for name, rid in ids.items()}
+    alpha = ("--project", "local/alpha")
+    for command, extra in (("triples", ()), ("traverse", ("--depth", "2"))):
+        by_iri = cli.json(command, cores["alpha"], *extra, *alpha)["triples"]
+        assert by_iri
+        assert cli.json(command, "pkg/core.py", *extra, *alpha)["triples"] == by_iri
+        assert cli.json(command, "./pkg/core.py", *extra, *alpha)["triples"] == by_iri
+    # Both projects in scope: the path names both files, each triple once.
+    both = (*alpha, "--project", "local/bravo")
+    union = cli.json("triples", "pkg/core.py", *both)["triples"]
+    expected = sorted(
+        tuple(t)
+        for name in ("alpha", "bravo")
+        for t in cli.json("triples", cores[name], *both)["triples"]
+    )
+    assert [tuple(t) for t in union] == expected
+    assert {t[0] for t in union} == set(cores.values())
+    walked = cli.json("traverse", "pkg/core.py", "--depth", "1", *both)["triples"]
+    assert {t[0] for t in walked} == set(cores.values()) and len(walked) == len(
+        {tuple(t) for t in walked}
+    )
+    text = cli.run("triples", "pkg/core.py", *alpha).stdout
+    assert cores["alpha"] in text and ids["bravo"] not in text
+
+
 def test_human_output_shows_uri_lines_score_and_snippet(world: dict[str, Any]) -> None:
     out = world["cli"].run("search", "text", "aardvark", "--project", "local/alpha").stdout
     assert "pkg/helpers.py:1-2" in out and "uko://" in out and "aardvark_helper" in out
@@ -149,6 +178,9 @@ def test_human_output_shows_uri_lines_score_and_snippet(world: dict[str, Any]) -
         (("search", "text", "x"), "needs a scope"),
         (("search", "text", "x", "--project", "local/alpha", "--max-results", "0"), "positive"),
         (("traverse", "urn:x", "--depth", "-1", "--project", "local/alpha"), "negative"),
+        # A path no in-scope resource indexes is an error, not "no triples".
+        (("traverse", "pkg/absent.py", "--project", "local/alpha"), "neither an IRI nor"),
+        (("triples", "helpers", "--project", "local/alpha"), "neither an IRI nor"),
         (("resource", "remove", "01ARZ3NDEKTSV4RRFFQ69G5FAV"), "no resource"),
         (("project", "add", "Bad Name"), "invalid project name"),
         (("project", "add", "local/alpha"), "already exists"),

@@ -86,12 +86,24 @@ async def _calls(client: Client, world: dict[str, Any]) -> dict[str, Any]:
     for name, args in ok.items():
         result = await client.call_tool(name, args)
         out[name] = (bool(result.is_error), _text(result))
+    # A file path stands for its node in each in-scope resource with that
+    # file: only alpha's here, though bravo has a pkg/core.py too.
+    out["alpha_core"] = file_uri(alpha, "pkg/core.py")
+    by_path = {
+        "triples_by_path": ("triples", {"subject": "pkg/core.py"}),
+        "traverse_by_path": ("traverse", {"start": "./pkg/core.py", "depth": 1}),
+    }
+    for key, (name, args) in by_path.items():
+        result = await client.call_tool(name, args)
+        out[key] = (bool(result.is_error), _text(result))
     refused = {
         "other_project": ("search", {"query": "bumblebee", "projects": ["local/bravo"]}),
         "other_resource": ("search_text", {"query": "bumblebee", "resources": [bravo]}),
         "other_read": ("read", {"uri": file_uri(bravo, "pkg/core.py")}),
         "other_triples": ("triples", {"subject": file_uri(bravo, "pkg/core.py")}),
         "other_traverse": ("traverse", {"start": file_uri(bravo, "pkg/core.py")}),
+        "unknown_path": ("traverse", {"start": "pkg/absent.py"}),
+        "other_path": ("triples", {"subject": "pkg/core.py", "projects": ["local/bravo"]}),
         "sparql_graph": ("sparql", {"query": "SELECT ?s ?p ?o WHERE { GRAPH ?g { ?s ?p ?o } }"}),
         "other_callers": ("callers", {"target": "bumblebee_helper", "projects": ["local/bravo"]}),
         "bad_budget": ("search", {"query": "x", "budget": 5}),
@@ -102,6 +114,19 @@ async def _calls(client: Client, world: dict[str, Any]) -> dict[str, Any]:
         out[key] = (bool(result.is_error), _text(result))
     out["after_errors"] = _text(await client.call_tool("search_text", {"query": "aardvark"}))
     return out
+
+
+REASONS = {
+    "other_project": "is not in this session's scope",
+    "other_resource": "is not in this session's scope",
+    "other_read": "is not in this session's scope",
+    "other_callers": "is not in this session's scope",
+    "other_path": "is not in this session's scope",
+    "unknown_path": "neither an IRI nor a file path",
+    "sparql_graph": "GRAPH",
+    "bad_budget": "budget must be between",
+    "empty_query": "query",
+}
 
 
 def _check(out: dict[str, Any]) -> None:
@@ -164,6 +189,8 @@ def _check(out: dict[str, Any]) -> None:
         "other_read",
         "other_triples",
         "other_traverse",
+        "unknown_path",
+        "other_path",
         "sparql_graph",
         "bad_budget",
         "empty_query",
@@ -175,7 +202,20 @@ def _check(out: dict[str, Any]) -> None:
             assert is_error or json.loads(text)["results"] == [], key
         else:
             assert is_error, key
+            # The agent reads why, to correct its call (not only "Error
+            # executing tool <name>", what the SDK says of a crash).
+            assert REASONS[key] in text, (key, text)
     assert "AardvarkEngine" in out["after_errors"]
+    for key, tool, field, given in (
+        ("triples_by_path", "triples", "subject", "pkg/core.py"),
+        ("traverse_by_path", "traverse", "start", "./pkg/core.py"),
+    ):
+        is_error, text = out[key]
+        assert not is_error, (key, text)
+        answer, by_iri = json.loads(text), json.loads(out[tool][1])
+        assert answer[field] == given and answer["nodes"] == [out["alpha_core"]]
+        assert answer["results"] == by_iri["results"] and answer["results"]
+        assert "nodes" not in by_iri  # an IRI stands for itself
 
 
 def test_mcp_over_stdio_every_tool_and_scope_narrowing(world: dict[str, Any]) -> None:

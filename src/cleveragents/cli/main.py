@@ -560,10 +560,18 @@ def run(args: argparse.Namespace, out: Output) -> int:
             return EXIT_OK
         if command == "sparql":
             graph = view.sparql_query(args.query)
-        elif command == "triples":
-            graph = view.get_triples(args.subject)
         else:
-            graph = view.traverse(args.start, depth=args.depth)
+            # A file path stands for its node in each in-scope resource that
+            # indexes it; anything else that is not an IRI is refused (see
+            # AgentSession.graph_nodes), never answered with "no triples".
+            from cleveragents.application.services.agent_session import union_graphs
+
+            given = args.subject if command == "triples" else args.start
+            nodes = ops.agent_session(args.project, args.resource).graph_nodes(given)
+            if command == "triples":
+                graph = union_graphs((view.get_triples(n) for n in nodes), ordered=True)
+            else:
+                graph = union_graphs(view.traverse(n, depth=args.depth) for n in nodes)
         out.emit(graph, lambda: _graph(graph))
     return EXIT_OK
 

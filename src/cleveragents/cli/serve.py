@@ -234,13 +234,19 @@ def make_mcp_server(session: AgentSession) -> Any:  # noqa: ANN401 - mcp.server.
 def _as_text(fn: Callable[..., dict[str, Any]]) -> Callable[..., str]:
     import functools
 
+    from mcp.server.mcpserver.exceptions import ToolError
+
     @functools.wraps(fn)
     def call(*args: Any, **kwargs: Any) -> str:  # noqa: ANN401 - the tool's own arguments
         try:
             return render(fn(*args, **kwargs))
         except (AcmsError, ValueError, TypeError) as exc:
-            # The SDK turns an exception into an error result with its message.
-            raise ValueError(str(exc)) from None
+            # An anticipated failure (bad input, out of scope, an engine's
+            # error): the SDK passes a ToolError's message to the agent, so
+            # it can correct the call, and logs it without a traceback.  Any
+            # other exception is a crash to the SDK: the agent would read
+            # only "Error executing tool <name>".
+            raise ToolError(str(exc)) from None
 
     call.__annotations__ = {**fn.__annotations__, "return": str}
     return call

@@ -26,6 +26,7 @@ from urllib.parse import unquote
 from cleveragents.application.services.fusion import hybrid_search
 from cleveragents.domain.models.acms.backends import (
     GraphBackend,
+    GraphResult,
     TextBackend,
     VectorBackend,
 )
@@ -228,6 +229,33 @@ def fit(envelope: dict[str, Any], items: Sequence[dict[str, Any]], budget: int) 
     return response
 
 
+# A scheme, as RFC 3986 spells it: what makes a node name an absolute IRI.
+_IRI_START = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+def union_graphs(results: Iterable[GraphResult], *, ordered: bool = False) -> GraphResult:
+    """The triples of several results, each once: in the order first seen,
+    or sorted when ``ordered`` (as ``get_triples`` gives them), with the
+    count in ``metadata["rows"]``.  One result is returned as it is."""
+    results = list(results)
+    if len(results) == 1:
+        return results[0]
+    seen: dict[tuple[str, str, str], None] = {}
+    for result in results:
+        seen.update(dict.fromkeys(result.triples))
+    triples = sorted(seen) if ordered else list(seen)
+    return GraphResult(triples, {"rows": str(len(triples))})
+
+
+def _node_envelope(tool: str, key: str, given: str, nodes: list[str]) -> dict[str, Any]:
+    """A graph tool's envelope; ``nodes`` too when the name was resolved
+    (a file path), so the caller learns the IRIs to use next."""
+    envelope: dict[str, Any] = {"tool": tool, key: given}
+    if nodes != [given]:
+        envelope["nodes"] = nodes
+    return envelope
+
+
 class AgentSession:
     """Scoped, budgeted operations over the three backends.
 
@@ -391,9 +419,11 @@ class AgentSession:
     ) -> dict[str, Any]:
         """The triples whose subject is ``subject``, within the scope."""
         chars = _budget(budget)
-        result = self._view(projects, resources).get_triples(subject)
+        view = self._view(projects, resources)
+        nodes = self._graph_nodes(view, subject, "subject")
+        result = union_graphs((view.get_triples(node) for node in nodes), ordered=True)
         items = [{"s": s, "p": p, "o": o} for s, p, o in result.triples]
-        return fit({"tool": "triples", "subject": subject}, items, chars)
+        return fit(_node_envelope("triples", "subject", subject, nodes), items, chars)
 
     def traverse(
         self,
@@ -406,9 +436,50 @@ class AgentSession:
     ) -> dict[str, Any]:
         """Triples within ``depth`` hops of ``start``, within the scope."""
         chars = _budget(budget)
-        result = self._view(projects, resources).traverse(start, depth=depth)
+        view = self._view(projects, resources)
+        nodes = self._graph_nodes(view, start, "start")
+        result = union_graphs(view.traverse(node, depth=depth) for node in nodes)
         items = [{"s": s, "p": p, "o": o} for s, p, o in result.triples]
-        return fit({"tool": "traverse", "start": start, "depth": depth}, items, chars)
+        envelope = _node_envelope("traverse", "start", start, nodes)
+        envelope["depth"] = depth
+        return fit(envelope, items, chars)
+
+    def graph_nodes(
+        self,
+        node: str,
+        *,
+        projects: Sequence[str] | None = None,
+        resources: Sequence[str] | None = None,
+    ) -> list[str]:
+        """The graph nodes ``node`` stands for (see :meth:`_graph_nodes`)."""
+        return self._graph_nodes(self._view(projects, resources), node, "node")
+
+    def _graph_nodes(self, view: ScopedView, node: str, what: str) -> list[str]:
+        """An IRI (or blank node) stands for itself; a relative file path for
+        that file's node in each in-scope resource that indexes it
+        (``pkg/core.py`` -> ``uko://<ULID>/pkg/core.py``).  Anything else
+        is refused with the form to use: a path no in-scope resource
+        indexes would otherwise answer, silently, with no triples.
+
+        Raises:
+            TypeError: ``node`` is not a string.  ValueError: it is empty, or
+                neither an IRI nor an indexed file path of the scope.
+        """
+        if not isinstance(node, str):
+            raise TypeError(f"{what} must be a string")
+        if not node.strip():
+            raise ValueError(f"{what} must not be empty")
+        if _IRI_START.match(node) or node.startswith("_:"):
+            return [node]
+        path = node[2:] if node.startswith("./") else node
+        nodes = [file_uri(rid, path) for rid in sorted(view.scope) if self._is_indexed(rid, path)]
+        if not nodes:
+            raise ValueError(
+                f"{what} {node!r} is neither an IRI nor a file path indexed in this scope: "
+                "give a node's IRI (uko://<ULID>/<path>, a symbol's ...#sym=<name>) or a "
+                "path relative to a resource's root"
+            )
+        return nodes
 
     # ------------------------------------------------------------ code graph
 

@@ -1,0 +1,139 @@
+"""The graph tools' node names: an IRI stands for itself, a file path for its
+node in each in-scope resource that indexes it, anything else is refused.
+
+Over the in-memory reference indexes (the same contract suite as the real
+engines), so the resolution and the scope it keeps are tested without disk.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cleveragents.application.services.agent_session import (
+    AgentSession,
+    SessionScope,
+    union_graphs,
+)
+from cleveragents.domain.models.acms.backends import (
+    GraphBackend,
+    GraphResult,
+    TextBackend,
+    VectorBackend,
+)
+from cleveragents.domain.models.acms.uko import PREDICATES, file_uri
+from cleveragents.infrastructure.acms.hashing_embedder import HashingEmbedder
+from cleveragents.infrastructure.acms.memory_indexes import (
+    MemoryGraphIndex,
+    MemoryTextIndex,
+    MemoryVectorIndex,
+)
+
+A = "01JD5TD11B0000000000000000"
+B = "01JD5TD11B0000000000000001"
+C = "01JD5TD11B0000000000000002"  # indexed, but outside the session's scope
+
+# pkg/core.py in A, B and C; pkg/only_a.py in A alone.
+INDEXED = {(A, "pkg/core.py"), (B, "pkg/core.py"), (C, "pkg/core.py"), (A, "pkg/only_a.py")}
+
+
+def session() -> AgentSession:
+    graph = MemoryGraphIndex()
+    for rid, path in sorted(INDEXED):
+        node = file_uri(rid, path)
+        helper = file_uri(rid, "pkg/helpers.py")
+        graph.upsert(
+            rid,
+            [
+                (node, PREDICATES["imports"], helper),
+                (helper, PREDICATES["imports"], file_uri(rid, "pkg/deep.py")),
+                (node, PREDICATES["language"], "python"),
+            ],
+        )
+    dim = 16
+    return AgentSession(
+        text=cast(TextBackend, MemoryTextIndex()),
+        vector=cast(VectorBackend, MemoryVectorIndex(dim)),
+        graph=cast(GraphBackend, graph),
+        embedder=HashingEmbedder(dim),
+        scope=SessionScope(frozenset({A, B}), {"p/a": frozenset({A}), "p/b": frozenset({B})}),
+        read_file=lambda rid, path, size: None,
+        is_indexed=lambda rid, path: (rid, path) in INDEXED,
+    )
+
+
+def test_an_iri_or_blank_node_stands_for_itself_whatever_it_names() -> None:
+    s = session()
+    for node in (file_uri(A, "x.py"), "urn:x", "https://e.org/a", "uko:x", "_:b1"):
+        assert s.graph_nodes(node) == [node]
+
+
+def test_a_path_stands_for_its_node_in_each_in_scope_resource_and_no_other() -> None:
+    s = session()
+    assert s.graph_nodes("pkg/core.py") == [file_uri(A, "pkg/core.py"), file_uri(B, "pkg/core.py")]
+    assert s.graph_nodes("./pkg/core.py") == s.graph_nodes("pkg/core.py")
+    assert s.graph_nodes("pkg/core.py", projects=["p/b"]) == [file_uri(B, "pkg/core.py")]
+    assert s.graph_nodes("pkg/only_a.py") == [file_uri(A, "pkg/only_a.py")]
+    with pytest.raises(ValueError, match="neither an IRI nor a file path"):
+        s.graph_nodes("pkg/only_a.py", resources=[B])
+
+
+@pytest.mark.parametrize("node", ["pkg/absent.py", "helpers", "core.py", "/pkg/core.py", "../x"])
+def test_anything_else_is_refused_with_the_form_to_use(node: str) -> None:
+    with pytest.raises(ValueError, match=r"uko://<ULID>/<path>"):
+        session().graph_nodes(node)
+
+
+@pytest.mark.parametrize(("node", "error"), [("", ValueError), ("  ", ValueError), (3, TypeError)])
+def test_an_empty_or_non_string_node_is_refused(node: Any, error: type[Exception]) -> None:
+    with pytest.raises(error):
+        session().triples(node)
+    with pytest.raises(error):
+        session().traverse(node)
+
+
+def test_the_tools_answer_for_every_node_a_path_stands_for() -> None:
+    s = session()
+    core = {rid: file_uri(rid, "pkg/core.py") for rid in (A, B)}
+    by_path = s.triples("pkg/core.py")
+    assert by_path["nodes"] == [core[A], core[B]]
+    expected = sorted(
+        (t["s"], t["p"], t["o"]) for rid in (A, B) for t in s.triples(core[rid])["results"]
+    )
+    assert [(t["s"], t["p"], t["o"]) for t in by_path["results"]] == expected
+    assert "nodes" not in s.triples(core[A])
+    walked = s.traverse("pkg/core.py", depth=2)
+    assert walked["nodes"] == [core[A], core[B]] and walked["depth"] == 2
+    rows = [(t["s"], t["p"], t["o"]) for t in walked["results"]]
+    assert rows == [
+        (t["s"], t["p"], t["o"])
+        for rid in (A, B)
+        for t in s.traverse(core[rid], depth=2)["results"]
+    ]
+    assert all(C not in "".join(row) for row in rows)
+
+
+triple = st.tuples(*(st.sampled_from(["a", "b", "c", "d"]) for _ in range(3)))
+results = st.lists(st.lists(triple, max_size=8), min_size=1, max_size=5)
+
+
+@settings(max_examples=200, deadline=None)
+@given(results=results, ordered=st.booleans())
+def test_a_union_holds_each_triple_once_in_the_order_asked(
+    results: list[list[tuple[str, str, str]]], ordered: bool
+) -> None:
+    graphs = [GraphResult(list(r), {"rows": str(len(r))}) for r in results]
+    union = union_graphs(graphs, ordered=ordered)
+    if len(graphs) == 1:
+        assert union is graphs[0]
+        return
+    first_seen: list[tuple[str, str, str]] = []
+    for r in results:
+        for t in r:
+            if t not in first_seen:
+                first_seen.append(t)
+    assert union.triples == (sorted(first_seen) if ordered else first_seen)
+    assert union.metadata == {"rows": str(len(first_seen))}
