@@ -149,6 +149,12 @@ def test_a_file_path_stands_for_its_node_in_each_in_scope_resource(
     )
     text = cli.run("triples", "pkg/core.py", *alpha).stdout
     assert cores["alpha"] in text and ids["bravo"] not in text
+    # read takes the path of the one in-scope file; of two, it names both.
+    read = cli.json("read", "pkg/helpers.py#L1-L2", *alpha)
+    assert read == cli.json("read", f"uko://{ids['alpha']}/pkg/helpers.py#L1-L2", *alpha)
+    assert read["results"][0]["text"] == "def aardvark_helper():"
+    two = cli.run("read", "pkg/core.py", *both, ok=False)
+    assert two.returncode == 2 and "2 resources" in two.stderr and cores["bravo"] in two.stderr
 
 
 def test_human_output_shows_uri_lines_score_and_snippet(world: dict[str, Any]) -> None:

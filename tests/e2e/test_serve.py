@@ -92,6 +92,7 @@ async def _calls(client: Client, world: dict[str, Any]) -> dict[str, Any]:
     by_path = {
         "triples_by_path": ("triples", {"subject": "pkg/core.py"}),
         "traverse_by_path": ("traverse", {"start": "./pkg/core.py", "depth": 1}),
+        "read_by_path": ("read", {"uri": "pkg/core.py#L1-L3"}),
     }
     for key, (name, args) in by_path.items():
         result = await client.call_tool(name, args)
@@ -216,6 +217,7 @@ def _check(out: dict[str, Any]) -> None:
         assert answer[field] == given and answer["nodes"] == [out["alpha_core"]]
         assert answer["results"] == by_iri["results"] and answer["results"]
         assert "nodes" not in by_iri  # an IRI stands for itself
+    assert out["read_by_path"] == out["read"]  # the one in-scope pkg/core.py
 
 
 def test_mcp_over_stdio_every_tool_and_scope_narrowing(world: dict[str, Any]) -> None:

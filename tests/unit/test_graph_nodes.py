@@ -60,7 +60,7 @@ def session() -> AgentSession:
         graph=cast(GraphBackend, graph),
         embedder=HashingEmbedder(dim),
         scope=SessionScope(frozenset({A, B}), {"p/a": frozenset({A}), "p/b": frozenset({B})}),
-        read_file=lambda rid, path, size: None,
+        read_file=lambda rid, path, size: f"{rid} {path}\nline two\nline three",
         is_indexed=lambda rid, path: (rid, path) in INDEXED,
     )
 
@@ -137,3 +137,26 @@ def test_a_union_holds_each_triple_once_in_the_order_asked(
                 first_seen.append(t)
     assert union.triples == (sorted(first_seen) if ordered else first_seen)
     assert union.metadata == {"rows": str(len(first_seen))}
+
+
+def test_read_takes_the_path_of_the_one_in_scope_file_with_its_range() -> None:
+    s = session()
+    by_path = s.read("pkg/only_a.py#L2-L3")
+    assert by_path == s.read(file_uri(A, "pkg/only_a.py") + "#L2-L3")
+    assert by_path["uri"] == file_uri(A, "pkg/only_a.py")
+    assert [r["line"] for r in by_path["results"]] == [2, 3]
+    assert s.read("./pkg/only_a.py")["results"][0]["text"] == f"{A} pkg/only_a.py"
+
+
+def test_read_by_a_path_several_resources_have_names_their_uris() -> None:
+    with pytest.raises(ValueError, match="2 resources") as err:
+        session().read("pkg/core.py")
+    assert file_uri(A, "pkg/core.py") in str(err.value)
+    assert file_uri(B, "pkg/core.py") in str(err.value)
+    assert C not in str(err.value)  # indexed there, but outside the scope
+
+
+@pytest.mark.parametrize("given", ["pkg/absent.py", "pkg/helpers.py#L1-L2", "_:b1", ""])
+def test_read_by_a_path_no_in_scope_resource_indexes_is_refused(given: str) -> None:
+    with pytest.raises(ValueError):
+        session().read(given)

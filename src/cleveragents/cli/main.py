@@ -263,7 +263,9 @@ def build_parser() -> argparse.ArgumentParser:
     _budget_option(hybrid)
     _scope_options(hybrid)
 
-    read = commands.add_parser("read", help="an indexed file or chunk by URI, numbered")
+    read = commands.add_parser(
+        "read", help="an indexed file or chunk by URI (or a path in one resource), numbered"
+    )
     read.add_argument("uri")
     read.add_argument("--lines", metavar="A-B", help="a line range, e.g. 10-40")
     _budget_option(read)

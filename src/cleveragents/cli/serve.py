@@ -147,7 +147,8 @@ def tool_functions(session: AgentSession) -> dict[str, Callable[..., dict[str, A
         end_line: int | None = None,
         budget: int = 8000,
     ) -> dict[str, Any]:
-        """An indexed file or chunk by URI (``uko://ULID/path#L10-L42``), numbered lines."""
+        """An indexed file or chunk by URI (``uko://ULID/path#L10-L42``), or by its
+        path in the one in-scope resource that has it (``path#L10-L42``); numbered lines."""
         return session.read(uri, start_line=start_line, end_line=end_line, budget=budget)
 
     def context(

@@ -629,12 +629,16 @@ class AgentSession:
         budget: int | None = None,
     ) -> dict[str, Any]:
         """An indexed file, or a line range of it, by URI (a chunk URI's
-        ``#L10-L42`` gives the range).  The URI's resource must be in scope
-        and the file indexed (so files the index left out — ignored, secret,
-        binary — are never read); lines are returned numbered, as many as fit."""
+        ``#L10-L42`` gives the range), or by its path relative to the root of
+        the one in-scope resource that indexes it (``pkg/core.py#L10-L42``).
+        The URI's resource must be in scope and the file indexed (so files
+        the index left out — ignored, secret, binary — are never read); lines
+        are returned numbered, as many as fit."""
         chars = _budget(budget)
         if not isinstance(uri, str):
             raise TypeError("uri must be a string")
+        if not _IRI_START.match(uri):
+            uri = self._file_of_path(uri)
         rid = resource_id_of(uri)
         path = path_of(uri)
         if rid is None or path is None:
@@ -661,6 +665,23 @@ class AgentSession:
         items = [{"line": n, "text": lines[n - 1]} for n in range(first, stop + 1)]
         envelope = {"tool": "read", "uri": own, "path": path, "total_lines": len(lines)}
         return fit(envelope, items, chars)
+
+    def _file_of_path(self, given: str) -> str:
+        """The URI of the one file of the scope at a relative path (and the
+        ``#`` fragment given with it).
+
+        Raises:
+            ValueError: no in-scope resource indexes the path, or several do
+                (their URIs are named, to pick one).
+        """
+        path, mark, fragment = given.partition("#")
+        nodes = self._graph_nodes(self._view(None, None), path, "uri")
+        if len(nodes) > 1:
+            raise ValueError(
+                f"{path!r} is a file of {len(nodes)} resources of this scope; "
+                f"read it by URI: {', '.join(nodes)}"
+            )
+        return nodes[0] + mark + fragment
 
     # ------------------------------------------------------------ context
 
