@@ -116,10 +116,13 @@ def test_every_query_kind_stays_in_its_project(world: dict[str, Any], own: str, 
     assert [core, "https://cleveragents.dev/ns/uko#imports", core.replace("core", "helpers")] in (
         walked
     )
-    # Asking about the other project's node through this scope gives nothing.
+    # Asking about the other project's node through this scope is refused.
     other_core = f"uko://{world['ids'][other]}/pkg/core.py"
-    assert cli.json("triples", other_core, *scope)["triples"] == []
-    assert cli.json("traverse", other_core, *scope)["triples"] == []
+    for command in ("triples", "traverse"):
+        done = cli.run("--json", command, other_core, *scope, ok=False)
+        assert done.returncode == 2 and done.stdout == ""
+        assert "outside this session's scope" in done.stderr
+        assert theirs not in done.stderr.lower()
 
 
 def test_a_file_path_stands_for_its_node_in_each_in_scope_resource(
@@ -157,6 +160,29 @@ def test_a_file_path_stands_for_its_node_in_each_in_scope_resource(
     assert two.returncode == 2 and "2 resources" in two.stderr and cores["bravo"] in two.stderr
 
 
+def test_removing_a_project_names_the_resources_it_leaves_registered(tmp_path: Path) -> None:
+    cli = Cli(tmp_path / "data")
+    missing = cli.run("search", "text", "x", "--project", "local/gone", ok=False)
+    assert missing.returncode == 2 and "holds no projects" in missing.stderr
+    assert str(tmp_path / "data") in missing.stderr
+    src = write_project(tmp_path / "gone", "gecko")
+    cli.run("project", "add", "local/gone")
+    cli.run("project", "add", "local/stays")
+    rid = cli.run("resource", "add", str(src), "--project", "local/gone").stdout.strip()
+    shared = write_project(tmp_path / "shared", "shrike")
+    other = cli.run("resource", "add", str(shared), "--project", "local/stays").stdout.strip()
+    done = cli.run("project", "remove", "local/gone")
+    assert rid in done.stdout and "stay registered" in done.stdout and other not in done.stdout
+    assert sorted(r["resource_id"] for r in cli.json("resource", "list")) == sorted([rid, other])
+    cli.run("project", "add", "local/empty")
+    assert cli.json("project", "remove", "local/empty") == {
+        "removed": "local/empty",
+        "resources_kept": [],
+    }
+    again = cli.run("search", "text", "x", "--project", "local/gone", ok=False)
+    assert again.returncode == 2 and "see 'acms project list'" in again.stderr
+
+
 def test_human_output_shows_uri_lines_score_and_snippet(world: dict[str, Any]) -> None:
     out = world["cli"].run("search", "text", "aardvark", "--project", "local/alpha").stdout
     assert "pkg/helpers.py:1-2" in out and "uko://" in out and "aardvark_helper" in out
@@ -187,6 +213,16 @@ def test_human_output_shows_uri_lines_score_and_snippet(world: dict[str, Any]) -
         # A path no in-scope resource indexes is an error, not "no triples".
         (("traverse", "pkg/absent.py", "--project", "local/alpha"), "neither an IRI nor"),
         (("triples", "helpers", "--project", "local/alpha"), "neither an IRI nor"),
+        (("symbols", "/abs/pkg/core.py", "--project", "local/alpha"), "neither an IRI nor"),
+        (
+            ("sparql", "SELECT ?s WHERE { ?s ?p ?o }", "--project", "local/alpha"),
+            "--results answers any SELECT",
+        ),
+        (("read", "pkg/core.py#L90-L99", "--project", "local/alpha"), "past its end"),
+        (
+            ("search", "text", "x", "--lang", "pyhton", "--project", "local/alpha"),
+            "did you mean 'python'",
+        ),
         (("resource", "remove", "01ARZ3NDEKTSV4RRFFQ69G5FAV"), "no resource"),
         (("project", "add", "Bad Name"), "invalid project name"),
         (("project", "add", "local/alpha"), "already exists"),
@@ -361,7 +397,7 @@ _ENGINE_PROBE = (
         (("triples", "uko://x"), []),  # the graph store reads plain strings
         (("traverse", "uko://x"), []),
         # The agent session's graph questions build no embedder (no numpy).
-        (("symbols", "a.py"), []),
+        (("symbols", "pkg/core.py"), []),
         (("callers", "parse"), []),
         (("project", "list"), []),
         # Counting and writing vectors is SQLite: FAISS loads with a search.

@@ -47,6 +47,47 @@ def test_an_answer_never_exceeds_its_budget(items, budget, query) -> None:
     assert [r["uri"] for r in answer["results"]] == [i["uri"] for i in items[:kept]]
 
 
+numbered = st.fixed_dictionaries(
+    {"line": st.integers(1, 10**6), "text": st.text(max_size=3_000) | st.just("z" * 30_000)}
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    items=st.lists(numbered, max_size=12),
+    budget=st.integers(MIN_BUDGET, 40_000),
+    left_out=st.integers(0, 10**6),
+)
+def test_lines_cut_to_fit_say_how_much_was_cut(items, budget, left_out) -> None:
+    answer = fit({"tool": "read"}, items, budget, left_out=left_out)
+    assert len(render(answer)) <= budget
+    kept = answer["results"]
+    more = len(items) - len(kept) + left_out
+    assert answer["truncated"] == ({"more": more} if more else False)
+    for got, item in zip(kept, items, strict=False):
+        assert got["line"] == item["line"]
+        assert item["text"].startswith(got["text"])
+        assert len(got["text"]) + got.get("cut", 0) == len(item["text"])
+        assert ("cut" in got) == (got["text"] != item["text"])
+    # Only the last kept line can be cut: the ones before it fit whole.
+    assert all("cut" not in got for got in kept[:-1])
+
+
+def test_a_cut_takes_the_most_that_fits() -> None:
+    item = {"line": 1, "text": "q" * 100_000}
+    for budget in (MIN_BUDGET, 5_000, 50_000):
+        answer = fit({}, [item], budget)
+        text = answer["results"][0]["text"]
+        assert len(render(answer)) <= budget
+        # One character more would not fit.
+        longer = {
+            **answer["results"][0],
+            "text": "q" * (len(text) + 1),
+            "cut": 100_000 - len(text) - 1,
+        }
+        assert len(render({**answer, "results": [longer]})) > budget
+
+
 def test_a_generous_budget_keeps_everything_and_a_small_one_says_how_many_more() -> None:
     items = [{"uri": f"u{i}", "lines": [{"line": i, "text": "x" * 100}]} for i in range(20)]
     assert fit({}, items, 100_000)["truncated"] is False

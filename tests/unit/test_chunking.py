@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cleveragents.application.services import chunking
 from cleveragents.application.services.chunking import (
     MAX_UNIT_CALLS,
     Chunk,
@@ -18,6 +19,7 @@ from cleveragents.application.services.chunking import (
     make_units,
     split_lines,
 )
+from cleveragents.domain.models.acms.errors import QueryError
 from cleveragents.domain.models.acms.uko import path_of, resource_id_of
 
 RID = "01ARZ3NDEKTSV4RRFFQ69G5FAV"
@@ -328,3 +330,23 @@ def test_chunks_partition_every_text(
 def test_chunks_partition_arbitrary_text(text: str, language: str) -> None:
     chunks = chunk_text(text, language, max_lines=5, max_chars=50)
     assert_partition(chunks, text, 5, 50)
+
+
+def test_the_language_names_are_every_name_detect_language_gives() -> None:
+    given = {detect_language("f" + ext) for ext in chunking._EXTENSIONS}
+    given |= {detect_language(name) for name in chunking._FILENAMES}
+    given |= {detect_language("Dockerfile.dev"), detect_language("README")}
+    assert given == chunking.LANGUAGES
+    assert all(chunking.check_language(name.upper()) == name for name in given)
+
+
+@pytest.mark.parametrize(
+    ("lang", "meant"),
+    [("py", "python"), (".rs", "rust"), ("ts", "typescript"), ("pyhton", "python"), ("zzz", None)],
+)
+def test_an_unknown_language_name_is_refused_with_what_it_may_mean(lang, meant) -> None:
+    with pytest.raises(QueryError) as err:
+        chunking.check_language(lang)
+    message = str(err.value)
+    assert (f"did you mean {meant!r}" in message) if meant else ("did you mean" not in message)
+    assert "python" in message and "typescript" in message  # the list of names

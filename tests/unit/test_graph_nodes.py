@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from cleveragents.application.services.agent_session import (
     AgentSession,
+    FileText,
     SessionScope,
     union_graphs,
 )
@@ -24,6 +25,7 @@ from cleveragents.domain.models.acms.backends import (
     TextBackend,
     VectorBackend,
 )
+from cleveragents.domain.models.acms.errors import ScopeError
 from cleveragents.domain.models.acms.uko import PREDICATES, file_uri
 from cleveragents.infrastructure.acms.hashing_embedder import HashingEmbedder
 from cleveragents.infrastructure.acms.memory_indexes import (
@@ -60,7 +62,7 @@ def session() -> AgentSession:
         graph=cast(GraphBackend, graph),
         embedder=HashingEmbedder(dim),
         scope=SessionScope(frozenset({A, B}), {"p/a": frozenset({A}), "p/b": frozenset({B})}),
-        read_file=lambda rid, path, size: f"{rid} {path}\nline two\nline three",
+        read_file=lambda rid, path, size: FileText(f"{rid} {path}\nline two\nline three\n"),
         is_indexed=lambda rid, path: (rid, path) in INDEXED,
     )
 
@@ -160,3 +162,25 @@ def test_read_by_a_path_several_resources_have_names_their_uris() -> None:
 def test_read_by_a_path_no_in_scope_resource_indexes_is_refused(given: str) -> None:
     with pytest.raises(ValueError):
         session().read(given)
+
+
+def test_an_iri_of_a_resource_outside_the_scope_is_refused_not_answered_empty() -> None:
+    s = session()
+    outside = file_uri(C, "pkg/core.py")  # indexed, with triples, in C
+    for call in (s.triples, s.traverse, s.symbols, s.graph_nodes):
+        with pytest.raises(ScopeError, match="outside this session's scope"):
+            call(outside)
+    with pytest.raises(ScopeError):
+        s.triples(file_uri(B, "pkg/core.py"), projects=["p/a"])
+
+
+@pytest.mark.parametrize("path", ["pkg/absent.py", "/pkg/core.py", "core.py"])
+def test_symbols_of_a_path_no_in_scope_resource_indexes_is_an_error(path: str) -> None:
+    with pytest.raises(ValueError, match="neither an IRI nor a file path"):
+        session().symbols(path)
+
+
+def test_symbols_take_a_files_uri_or_its_path() -> None:
+    s = session()
+    assert s.symbols(file_uri(A, "pkg/only_a.py"))["results"] == []  # no defines edges here
+    assert s.symbols("pkg/only_a.py")["results"] == []

@@ -32,7 +32,12 @@ from typing import Any, NoReturn, TextIO
 from cleveragents._logging import configure_on_first_event, get_logger
 from cleveragents.cli.terminal import json_text, printable
 from cleveragents.domain.models.acms.backends import GraphResult, TextResult, VectorResult
-from cleveragents.domain.models.acms.errors import AcmsError, ConflictError, NotFoundError
+from cleveragents.domain.models.acms.errors import (
+    AcmsError,
+    ConflictError,
+    NotFoundError,
+    QueryError,
+)
 
 __all__ = [
     "EXIT_BROKEN_PIPE",
@@ -544,6 +549,14 @@ def run(args: argparse.Namespace, out: Output) -> int:
         return _session_command(ops, args, out)
     view = ops.view(ops.scope(args.project, args.resource))
     if command == "search" and args.kind == "text":
+        if args.lang is not None:
+            from cleveragents.application.services.chunking import check_language
+            from cleveragents.domain.models.acms.text_query import text_options
+
+            # A malformed name first, as the engine checks it; then an unknown
+            # one, which would match nothing, silently.
+            lang = text_options(args.syntax, args.path, args.lang).lang
+            check_language(lang or "")
         results: Sequence[Any] = view.search(
             args.query,
             max_results=args.max_results,
@@ -561,7 +574,12 @@ def run(args: argparse.Namespace, out: Output) -> int:
             print(json_text(answer) if out.as_json else _bindings_text(answer))
             return EXIT_OK
         if command == "sparql":
-            graph = view.sparql_query(args.query)
+            try:
+                graph = view.sparql_query(args.query)
+            except QueryError as exc:
+                if "exactly three variables" not in str(exc):
+                    raise
+                raise QueryError(f"{exc}; --results answers any SELECT, ASK or CONSTRUCT") from None
         else:
             # A file path stands for its node in each in-scope resource that
             # indexes it; anything else that is not an IRI is refused (see
@@ -662,8 +680,24 @@ def _project(ops: Any, args: argparse.Namespace, out: Output) -> int:  # noqa: A
             ),
         )
     else:
+        linked = ops.project(args.name).resource_ids
         ops.remove_project(args.name)
-        out.emit({"removed": args.name}, lambda: f"removed project {printable(args.name)}")
+        # Its resources stay registered, indexed and queryable by ULID: say
+        # which of them no project names any more, and how to remove them.
+        named = {rid for p in ops.list_projects() for rid in p.resource_ids}
+        kept = sorted(rid for rid in linked if rid not in named)
+        out.emit(
+            {"removed": args.name, "resources_kept": kept},
+            lambda: (
+                f"removed project {printable(args.name)}"
+                + (
+                    f"; its {len(kept)} resource(s) stay registered and indexed "
+                    f"('{_PROG} resource remove ULID' deletes one): {', '.join(kept)}"
+                    if kept
+                    else ""
+                )
+            ),
+        )
     return EXIT_OK
 
 

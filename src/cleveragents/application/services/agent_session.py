@@ -20,9 +20,10 @@ import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import unquote
 
+from cleveragents.application.services.chunking import check_language, split_lines
 from cleveragents.application.services.fusion import hybrid_search
 from cleveragents.domain.models.acms.backends import (
     GraphBackend,
@@ -50,6 +51,7 @@ __all__ = [
     "MIN_BUDGET",
     "AgentSession",
     "FileReader",
+    "FileText",
     "SessionScope",
     "matching_lines",
     "query_terms",
@@ -71,9 +73,20 @@ _JSON_UNSAFE = re.compile(
 )
 _NAME_NODE = name_uri("x")[:-1]
 
-#: Reads a file of a resource: (resource id, relative path, max bytes) -> text,
-#: or None when it cannot be read safely (vanished, a symlink, too large).
-FileReader = Callable[[str, str, int], str | None]
+
+class FileText(NamedTuple):
+    """A file as read now: its text, and whether its bytes differ from those
+    the index holds (line ranges of search hits may then be off)."""
+
+    text: str
+    changed: bool = False
+
+
+#: Reads a file of a resource: (resource id, relative path, max bytes) -> its
+#: text, or None when it cannot be read safely (vanished, a symlink, too
+#: large).  Raises ValueError when it may no longer be served (it is binary,
+#: or holds a secret, now).
+FileReader = Callable[[str, str, int], FileText | None]
 #: Whether a file of a resource is indexed: (resource id, relative path) -> bool.
 IndexedCheck = Callable[[str, str], bool]
 
@@ -182,37 +195,71 @@ def _count(value: object, name: str, high: int) -> int:
     return value
 
 
-def _shrunk(item: dict[str, Any]) -> Iterable[dict[str, Any]]:
-    """Ever smaller versions of a hit: fewer lines, then shorter text."""
+def _shrunk(item: dict[str, Any], room: int) -> Iterable[dict[str, Any]]:
+    """Ever smaller versions of an item for ``room`` characters: a hit with
+    fewer lines, then its first line cut; an item's ``text`` cut to the most
+    that fits.  A cut text carries ``cut``: the characters left out."""
     lines = item.get("lines")
     if isinstance(lines, list):
         for n in range(len(lines) - 1, 0, -1):
             yield {**item, "lines": lines[:n]}
         first = lines[0] if lines else None
-        if isinstance(first, dict) and "text" in first:
+        if isinstance(first, dict) and isinstance(first.get("text"), str):
             for width in (80, 40):
-                yield {**item, "lines": [{**first, "text": str(first["text"])[:width]}]}
+                if width < len(first["text"]):
+                    yield {**item, "lines": [_cut(first, width)]}
         yield {k: v for k, v in item.items() if k != "lines"}
     text = item.get("text")
-    if isinstance(text, str):
-        for width in (len(text) // 2, len(text) // 4, 40):
-            if width < len(text):
-                yield {**item, "text": text[:width]}
+    if isinstance(text, str) and text:
+        widest = _widest_cut(item, room)
+        if widest is not None:
+            yield _cut(item, widest)
 
 
-def fit(envelope: dict[str, Any], items: Sequence[dict[str, Any]], budget: int) -> dict[str, Any]:
+def _cut(item: dict[str, Any], width: int) -> dict[str, Any]:
+    text = item["text"]
+    return {**item, "text": text[:width], "cut": len(text) - width + int(item.get("cut", 0))}
+
+
+def _widest_cut(item: dict[str, Any], room: int) -> int | None:
+    """The longest prefix of ``item["text"]`` whose cut item renders within
+    ``room`` characters (None if not even an empty one does).  Binary search:
+    rendered length grows with the prefix (escapes make it uneven)."""
+    text = item["text"]
+    if len(render(_cut(item, 0))) > room:
+        return None
+    low, high = 0, len(text) - 1
+    while low < high:
+        mid = (low + high + 1) // 2
+        if len(render(_cut(item, mid))) <= room:
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+def fit(
+    envelope: dict[str, Any],
+    items: Sequence[dict[str, Any]],
+    budget: int,
+    *,
+    left_out: int = 0,
+) -> dict[str, Any]:
     """``envelope`` with ``results`` holding as many of ``items`` as fit in
-    ``budget`` characters (see :func:`render`), and ``truncated``."""
+    ``budget`` characters (see :func:`render`), and ``truncated``: how many
+    were left out, ``left_out`` more (items the caller already dropped)."""
+    if left_out < 0:
+        raise ValueError("left_out must not be negative")
     results: list[dict[str, Any]] = []
-    marker_room = len(render({"truncated": {"more": len(items)}})) + 1
+    marker_room = len(render({"truncated": {"more": len(items) + left_out}})) + 1
     used = len(render({**envelope, "results": [], "truncated": False}))
     if used > budget:
         raise ValueError(f"a budget of {budget} characters cannot hold this answer's envelope")
     for i, item in enumerate(items):
-        remaining = len(items) - i - 1
+        remaining = len(items) - i - 1 + left_out
         room = budget - used - (1 if results else 0) - (marker_room if remaining else 0)
         chosen = None
-        for candidate in itertools.chain((item,), _shrunk(item)):
+        for candidate in itertools.chain((item,), _shrunk(item, room)):
             if len(render(candidate)) <= room:
                 chosen = candidate
                 break
@@ -220,7 +267,9 @@ def fit(envelope: dict[str, Any], items: Sequence[dict[str, Any]], budget: int) 
             break
         results.append(chosen)
         used += len(render(chosen)) + (1 if len(results) > 1 else 0)
-    more = len(items) - len(results)
+        if chosen.get("cut") != item.get("cut"):
+            break  # a cut line ends the answer: no whole line after a cut one
+    more = len(items) - len(results) + left_out
     response = {**envelope, "results": results, "truncated": {"more": more} if more else False}
     while len(render(response)) > budget and results:  # marker digits: belt and braces
         results.pop()
@@ -328,8 +377,13 @@ class AgentSession:
         if not isinstance(query, str) or not query.strip():
             raise ValueError("query must be a non-empty string")
         options = text_options(syntax, path, lang)
+        if options.lang is not None:
+            check_language(options.lang)
         if mode == "hybrid" and options.syntax != "plain":
-            raise QueryError("hybrid search takes the plain syntax only; use mode='text'")
+            raise QueryError(
+                "hybrid search takes the plain syntax only; the tantivy syntax is text "
+                "search's ('acms search text', the search_text tool)"
+            )
         if mode == "vector" and (options.syntax != "plain" or options.filtered):
             raise QueryError("syntax, path and lang apply to text and hybrid search, not vector")
         limit = _count(max_results, "max_results", 100)
@@ -464,12 +518,18 @@ class AgentSession:
         Raises:
             TypeError: ``node`` is not a string.  ValueError: it is empty, or
                 neither an IRI nor an indexed file path of the scope.
+            ScopeError: it is the IRI of a resource outside the scope.
         """
         if not isinstance(node, str):
             raise TypeError(f"{what} must be a string")
         if not node.strip():
             raise ValueError(f"{what} must not be empty")
         if _IRI_START.match(node) or node.startswith("_:"):
+            owner = resource_id_of(node)
+            if owner is not None and owner not in view.scope:
+                # As read and callers: a node of another resource is refused,
+                # not answered with an empty graph that reads as "no edges".
+                raise ScopeError(f"{node[:200]} is outside this session's scope")
             return [node]
         path = node[2:] if node.startswith("./") else node
         nodes = [file_uri(rid, path) for rid in sorted(view.scope) if self._is_indexed(rid, path)]
@@ -491,15 +551,23 @@ class AgentSession:
         projects: Sequence[str] | None = None,
         resources: Sequence[str] | None = None,
     ) -> dict[str, Any]:
-        """The definitions of a file (in every in-scope resource that has
-        ``path``): qualified name, kind, line range, signature; in line order."""
+        """The definitions of a file, by its path (in every in-scope resource
+        that indexes it) or its URI: qualified name, kind, line range,
+        signature; in line order.
+
+        Raises:
+            ValueError: no in-scope resource indexes ``path``.  ScopeError:
+                a URI of a resource outside the scope.
+        """
         chars = _budget(budget)
         if not isinstance(path, str) or not path.strip("/"):
-            raise ValueError("path must be a relative file path")
+            raise ValueError("path must be a relative file path or a file's URI")
         view = self._view(projects, resources)
+        # A path no in-scope resource indexes, an absolute path, another
+        # resource's URI: an error that says so, never "no symbols".
+        nodes = self._graph_nodes(view, path.split("#", 1)[0], "path")
         items: list[dict[str, Any]] = []
-        for rid in sorted(view.scope):
-            own = file_uri(rid, path)
+        for own in nodes:
             for _, p, sym in view.get_triples(own).triples:
                 if p == PREDICATES["defines"]:
                     items.append(self._symbol_row(view, sym))
@@ -646,25 +714,62 @@ class AgentSession:
         if rid not in self._scope.resources:
             raise ScopeError(f"resource {rid} is not in this session's scope")
         fragment = uri.split("#", 1)[1] if "#" in uri else ""
+        own = file_uri(rid, path)
         found = _RANGE.match(fragment)
+        if fragment.startswith("sym="):
+            symbol = self._symbol_lines(uri, own, fragment[4:])
+            if start_line is None and end_line is None:
+                start_line, end_line = symbol
+        elif fragment and not found:
+            raise ValueError(
+                f"uri fragment #{fragment[:40]} is neither a line range (#L10-L42) "
+                "nor a symbol (#sym=Name)"
+            )
         if found and start_line is None and end_line is None:
             start_line, end_line = int(found.group(1)), int(found.group(2))
         first = _count(start_line, "start_line", 10**9) if start_line is not None else 1
         last = _count(end_line, "end_line", 10**9) if end_line is not None else None
         if last is not None and last < first:
             raise ValueError("end_line must not be before start_line")
-        own = file_uri(rid, path)
         if not self._is_indexed(rid, path):
             raise ValueError(f"{own} is not an indexed file of this scope")
-        text = self._read_file(rid, path, 4 * MAX_BUDGET)
-        if text is None:
+        got = self._read_file(rid, path, 4 * MAX_BUDGET)
+        if got is None:
             raise ValueError(f"{own} cannot be read now (moved, too large or not a regular file)")
-        lines = text.split("\n")
+        # Numbered as the indexer numbers them (\r\n, \r and \n end a line;
+        # a final line ending starts no line), so hits' ranges match.
+        lines = split_lines(got.text)
+        if first > max(len(lines), 1):
+            raise ValueError(f"{own} has {len(lines)} lines: line {first} is past its end")
         stop = len(lines) if last is None else min(last, len(lines))
         stop = min(stop, first - 1 + _MAX_READ_LINES)
         items = [{"line": n, "text": lines[n - 1]} for n in range(first, stop + 1)]
-        envelope = {"tool": "read", "uri": own, "path": path, "total_lines": len(lines)}
+        envelope: dict[str, Any] = {
+            "tool": "read",
+            "uri": own,
+            "path": path,
+            "total_lines": len(lines),
+        }
+        if got.changed:
+            # Read as it is now; what search and the graph say of it is older.
+            envelope["changed_since_indexed"] = True
         return fit(envelope, items, chars)
+
+    def _symbol_lines(self, uri: str, own: str, name: str) -> tuple[int, int]:
+        """The line range of the symbol node ``uri`` (``...#sym=Name``).
+
+        Raises:
+            ValueError: the graph has no such symbol in the file.
+        """
+        view = self._view(None, None)
+        found: dict[str, int] = {}
+        for _, p, o in view.get_triples(uri).triples:
+            if p in (PREDICATES["line"], PREDICATES["endLine"]):
+                found[p] = _int(o, 0)
+        first, last = found.get(PREDICATES["line"], 0), found.get(PREDICATES["endLine"], 0)
+        if first < 1:
+            raise ValueError(f"{own} defines no symbol {name[:80]!r} (see 'symbols' for its names)")
+        return first, max(first, last)
 
     def _file_of_path(self, given: str) -> str:
         """The URI of the one file of the scope at a relative path (and the
@@ -707,10 +812,13 @@ class AgentSession:
         )
         response["tool"] = "context"
         response.pop("mode", None)
+        dropped = response.get("truncated")
         return fit(
             {k: v for k, v in response.items() if k not in ("results", "truncated")},
             response["results"],
             chars,
+            # The hits the search already left out are left out of the context too.
+            left_out=dropped["more"] if isinstance(dropped, dict) else 0,
         )
 
 

@@ -15,6 +15,7 @@ and ``""`` none.
 from __future__ import annotations
 
 import bisect
+import difflib
 import itertools
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from cleveragents.domain.models.acms.backends import IndexUnit
+from cleveragents.domain.models.acms.errors import QueryError
 from cleveragents.domain.models.acms.uko import unit_uri
 from cleveragents.domain.models.acms.ulids import canonical_ulid
 
@@ -128,6 +130,31 @@ def detect_language(rel_path: str) -> str:
         return "dockerfile"
     suffix = PurePosixPath(name).suffix
     return _EXTENSIONS.get(suffix, "text")
+
+
+#: Every language name :func:`detect_language` gives (what ``lang`` filters match).
+LANGUAGES = frozenset({*_EXTENSIONS.values(), *_FILENAMES.values(), "dockerfile", "text"})
+
+
+def check_language(lang: str) -> str:
+    """``lang`` (any case) if it is a name the indexes hold, lower-cased.
+
+    Raises:
+        QueryError: an unknown name, with the language it may have meant (a
+            file extension such as ``py``, or a known name's prefix) and the
+            list of names; a filter on it would match nothing, silently.
+    """
+    name = lang.strip().lower()
+    if name in LANGUAGES:
+        return name
+    meant = _EXTENSIONS.get("." + name.lstrip("."))
+    if meant is None:
+        close = difflib.get_close_matches(name, sorted(LANGUAGES), n=1, cutoff=0.6)
+        meant = close[0] if close else None
+    hint = f" (did you mean {meant!r}?)" if meant else ""
+    raise QueryError(
+        f"unknown language {lang[:40]!r}{hint}; the languages are: {', '.join(sorted(LANGUAGES))}"
+    )
 
 
 # ---------------------------------------------------------------- lines

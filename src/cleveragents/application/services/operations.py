@@ -13,6 +13,7 @@ to index (which resources, which projects) and never how it is written.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shlex
 import subprocess
@@ -201,6 +202,12 @@ class AcmsOperations:
         """
         project = self.projects.get(name)
         if project is None:
+            if not self.list_projects():
+                # Most likely the wrong data directory, not a misspelt name.
+                raise NotFoundError(
+                    f"no project named {name!r}: the data directory {self.data_dir} holds "
+                    "no projects (is --data-dir or ACMS_DATA_DIR the one you indexed?)"
+                )
             raise NotFoundError(f"no project named {name!r} (see 'acms project list')")
         return project
 
@@ -330,10 +337,15 @@ class AcmsOperations:
         Raises:
             ValueError: a malformed ULID.  NotFoundError: an unknown name.
         """
-        from cleveragents.application.services.agent_session import AgentSession, SessionScope
+        from cleveragents.application.services.agent_session import (
+            AgentSession,
+            FileText,
+            SessionScope,
+        )
         from cleveragents.application.services.resource_files import (
             ListedFile,
             decode_text,
+            is_binary,
             read_file,
         )
 
@@ -351,12 +363,27 @@ class AcmsOperations:
             # reaches the caller, as the graph's did.
             return self._store().indexed_file(rid, path)
 
-        def read(rid: str, path: str, max_bytes: int) -> str | None:
+        def read(rid: str, path: str, max_bytes: int) -> FileText | None:
+            # The file as it is now, held to the rules its indexing applied:
+            # one that became binary, or took in a secret, since is not served.
             resource = registry.get(rid)
             if resource is None:
                 return None
             got = read_file(resource.location, ListedFile(path, 0, 0), max_bytes=max_bytes)
-            return None if got is None else decode_text(got.data)
+            if got is None:
+                return None
+            if is_binary(path, got.data):
+                raise ValueError(f"{path} is binary now (changed since it was indexed): not served")
+            secrets = secret_filter_of(resource)
+            kind = "path" if secrets.is_secret(path) else secrets.content_rule(path, got.data)
+            if kind is not None:
+                raise ValueError(
+                    f"{path} now matches the secret filter ({kind}): not served "
+                    "(the next reindex drops it from the index)"
+                )
+            record = self._store().catalog.get(rid, [path]).get(path)
+            indexed = None if record is None else record.sha256
+            return FileText(decode_text(got.data), hashlib.sha256(got.data).hexdigest() != indexed)
 
         return AgentSession(
             text=cast(TextBackend, _LazyBackend(self._text)),

@@ -1,0 +1,158 @@
+"""``read`` over a real data directory: the file as it is now, held to the
+rules its indexing applied, numbered as the indexer numbers it.
+
+- A file that took in a secret, or became binary, since it was indexed is
+  not served; one that changed otherwise is, marked ``changed_since_indexed``.
+- Line numbers and ``total_lines`` agree with the search hits' ranges, for
+  ``\\n``, ``\\r\\n`` and ``\\r`` endings, with or without a final newline.
+- A range past the end, an unknown symbol or fragment is an error; a
+  ``#sym=`` URI reads that symbol's lines.
+- A line too long for the budget is cut to what fits, and says how much was
+  cut; ``context`` says how many hits it left out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cleveragents.application.services.agent_session import AgentSession, render
+from cleveragents.application.services.operations import AcmsOperations
+from cleveragents.bootstrap import bootstrap
+from cleveragents.domain.models.acms.errors import QueryError
+from cleveragents.domain.models.acms.uko import file_uri
+
+AWS_KEY = "AKIA" + "QWERTYUIOPASDFGH"  # the shape the content filter refuses
+CORE = (
+    "class Loader:\n"
+    "    def run(self):\n"
+    "        return helper()\n"
+    "\n"
+    "\n"
+    "def helper():\n"
+    "    return 'quokka'\n"
+)
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[tuple[AcmsOperations, AgentSession, str, Path]]:
+    root = tmp_path / "repo"
+    (root / "pkg").mkdir(parents=True)
+    (root / "pkg" / "core.py").write_text(CORE)
+    (root / "pkg" / "crlf.py").write_bytes(b"a = 1\r\nb = 2\r\nc = 3\r\n")
+    (root / "pkg" / "cr.py").write_bytes(b"x = 1\ry = 2\rz = 'wombat'")
+    (root / "pkg" / "empty.py").write_text("")
+    (root / "pkg" / "long.txt").write_text("w" * 200_000 + "\nshort\n")
+    (root / "notes.md").write_text("# Notes\n\nThe quokka helper.\n")
+    ops = bootstrap(tmp_path / "data", embedding_dimension=16)
+    ops.add_project("local/r")
+    rid = ops.add_resource(str(root), "local/r").resource_id
+    ops.reindex()
+    yield ops, ops.agent_session(projects=["local/r"]), rid, root
+    ops._store().close()
+
+
+def lines_of(answer: dict[str, object]) -> list[tuple[int, str]]:
+    return [(r["line"], r["text"]) for r in answer["results"]]  # type: ignore[attr-defined]
+
+
+def test_a_file_that_took_in_a_secret_since_indexing_is_not_served(world) -> None:  # type: ignore[no-untyped-def]
+    _, session, rid, root = world
+    with (root / "pkg" / "core.py").open("a") as fh:
+        fh.write(f'KEY = "{AWS_KEY}"\n')
+    with pytest.raises(ValueError, match="secret filter") as err:
+        session.read("pkg/core.py")
+    assert AWS_KEY not in str(err.value)
+    with pytest.raises(ValueError, match="secret filter"):
+        session.read(file_uri(rid, "pkg/core.py") + "#L1-L2")  # not even other lines
+
+
+def test_a_file_that_became_binary_since_indexing_is_not_served(world) -> None:  # type: ignore[no-untyped-def]
+    _, session, _, root = world
+    (root / "pkg" / "core.py").write_bytes(b"\x00\x01garbage\xff" * 50)
+    with pytest.raises(ValueError, match="binary now"):
+        session.read("pkg/core.py")
+
+
+def test_a_changed_file_is_served_as_it_is_now_and_says_so(world) -> None:  # type: ignore[no-untyped-def]
+    _, session, _, root = world
+    assert "changed_since_indexed" not in session.read("pkg/core.py")
+    (root / "pkg" / "core.py").write_text("# a\n# b\n" + CORE)
+    answer = session.read("pkg/core.py#L1-L2")
+    assert answer["changed_since_indexed"] is True
+    assert lines_of(answer) == [(1, "# a"), (2, "# b")]
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("pkg/core.py", CORE.splitlines()),
+        ("pkg/crlf.py", ["a = 1", "b = 2", "c = 3"]),
+        ("pkg/cr.py", ["x = 1", "y = 2", "z = 'wombat'"]),
+        ("pkg/empty.py", []),
+    ],
+)
+def test_lines_are_numbered_as_the_indexer_numbers_them(world, path: str, expected) -> None:  # type: ignore[no-untyped-def]
+    _, session, _, _ = world
+    answer = session.read(path)
+    assert answer["total_lines"] == len(expected)
+    assert lines_of(answer) == list(enumerate(expected, 1))
+
+
+def test_a_search_hits_range_reads_the_lines_it_matched(world) -> None:  # type: ignore[no-untyped-def]
+    _, session, _, _ = world
+    hit = session.search("wombat", mode="text")["results"][0]
+    assert hit["path"] == "pkg/cr.py"
+    read = session.read(hit["uri"])
+    assert [n for n, _ in lines_of(read)] == list(range(hit["start_line"], hit["end_line"] + 1))
+    assert any("wombat" in text for _, text in lines_of(read))
+
+
+def test_a_range_past_the_end_is_an_error(world) -> None:  # type: ignore[no-untyped-def]
+    _, session, _, _ = world
+    with pytest.raises(ValueError, match="has 7 lines: line 500 is past its end"):
+        session.read("pkg/core.py#L500-L600")
+    assert lines_of(session.read("pkg/core.py#L7-L90")) == [(7, "    return 'quokka'")]
+
+
+def test_a_symbol_uri_reads_the_symbols_lines(world) -> None:  # type: ignore[no-untyped-def]
+    _, session, rid, _ = world
+    run = session.read(file_uri(rid, "pkg/core.py") + "#sym=Loader.run")
+    assert lines_of(run) == [(2, "    def run(self):"), (3, "        return helper()")]
+    assert lines_of(session.read("pkg/core.py#sym=helper"))[0] == (6, "def helper():")
+    with pytest.raises(ValueError, match="defines no symbol 'Nope'"):
+        session.read("pkg/core.py#sym=Nope")
+    with pytest.raises(ValueError, match="neither a line range"):
+        session.read("pkg/core.py#frobnicate")
+
+
+@pytest.mark.parametrize("budget", [256, 1_000, 50_000, 199_999])
+def test_a_line_too_long_for_the_budget_is_cut_to_fit_and_says_so(world, budget: int) -> None:  # type: ignore[no-untyped-def]
+    _, session, _, _ = world
+    answer = session.read("pkg/long.txt", budget=budget)
+    assert len(render(answer)) <= budget
+    first = answer["results"][0]
+    assert first["line"] == 1
+    assert len(first["text"]) + first["cut"] == 200_000
+    # Cut to what fits: within the envelope's and the marker's room of it.
+    assert len(first["text"]) > budget - 250
+    assert answer["truncated"] == {"more": 1}
+
+
+def test_context_says_how_many_hits_it_left_out(world) -> None:  # type: ignore[no-untyped-def]
+    _, session, _, _ = world
+    small = session.context("quokka helper loader", budget=256)
+    large = session.context("quokka helper loader", budget=20_000)
+    assert large["truncated"] is False and large["results"]
+    assert small["truncated"] == {"more": len(large["results"]) - len(small["results"])}
+
+
+@pytest.mark.parametrize(("lang", "meant"), [("py", "python"), ("Markdwn", "markdown")])
+def test_an_unknown_language_filter_is_an_error_not_an_empty_answer(world, lang, meant) -> None:  # type: ignore[no-untyped-def]
+    _, session, _, _ = world
+    for mode in ("text", "hybrid"):
+        with pytest.raises(QueryError, match=f"did you mean {meant!r}"):
+            session.search("quokka", mode=mode, lang=lang)
+    assert session.search("quokka", mode="text", lang="PYTHON")["results"]
