@@ -312,7 +312,33 @@ def build_parser() -> argparse.ArgumentParser:
     for leaf in _leaves(parser):
         if leaf is not parser:
             add_global_options(leaf, suppress=True)
+    # The long-lived services take options of their own and are run before
+    # this parser when they come first (`main`); they are listed here for
+    # --help and the invalid-choice message, and named after a global option
+    # (`acms --log-level info serve ...`) they say where they must go.
+    for name, summary in (
+        ("serve", "the query service for agent hosts: MCP (stdio or HTTP) and a JSON API"),
+        ("watch", "reindex resources as their files change"),
+    ):
+        service = commands.add_parser(
+            name, help=f"{summary} (see 'acms {name} --help')", add_help=False
+        )
+        service.add_argument("options", nargs=argparse.REMAINDER, action=_ServiceFirst)
     return parser
+
+
+class _ServiceFirst(argparse.Action):
+    """Refuses a service named after a global option: it parses its own."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        name = parser.prog.rsplit(" ", 1)[-1]
+        parser.error(f"'{name}' must come first, with its own options: acms {name} ...")
 
 
 def _leaves(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:

@@ -6,12 +6,23 @@
   API at ``/api/<tool>`` (POST a JSON object of the tool's arguments).
 
 The operator fixes the scope at start (``--project``, ``--resource``,
-repeatable); a call may narrow it (``projects``/``resources`` arguments) and
+repeatable; neither: every project registered then, which a line on stderr
+names); a call may narrow it (``projects``/``resources`` arguments) and
 never widen it.  The tools, the same over MCP and HTTP, are the methods of
 :class:`~cleveragents.application.services.agent_session.AgentSession`:
 ``search`` (hybrid), ``search_text``, ``search_vector``, ``sparql``,
-``triples``, ``traverse``, ``read``, ``context`` and ``status``; every answer
-is a JSON object within the call's character ``budget``.
+``triples``, ``traverse``, ``read``, ``context``, ``symbols``, ``callers``,
+``callees`` and ``status``; every answer is a JSON object within the call's
+character ``budget``.
+
+A call's arguments are validated once, by one model per tool derived from
+the tool function's signature (:func:`service_tools`), whichever way the call
+came: the MCP SDK runs that model (it is the tool's registered argument
+model) and the JSON API runs the same one.  An unknown argument, a missing
+one, a wrong type (a string where a list is expected) or a malformed project
+name or ULID is refused with a message naming the argument and listing the
+tool's arguments; values the model coerces ("3000" for an int, a JSON list
+given as a string) are coerced on both.
 
 The backends stay open for the life of the server, so caches and loaded
 graphs stay warm; each query picks up the indexes' latest commit, so the
@@ -22,32 +33,59 @@ restart.
 from __future__ import annotations
 
 import argparse
+import functools
+import inspect
 import json
 import logging
 import os
 import socket
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import structlog
+from pydantic import AfterValidator, BeforeValidator, ValidationError, create_model
+from pydantic_core import PydanticCustomError
 from starlette.responses import Response
 
-from cleveragents.application.services.agent_session import AgentSession, render
+from cleveragents.application.services.agent_session import (
+    MAX_BUDGET,
+    MIN_BUDGET,
+    AgentSession,
+    SessionScope,
+    render,
+)
 from cleveragents.domain.models.acms.errors import AcmsError, ScopeError
+from cleveragents.domain.models.acms.registry import validate_project_name
+from cleveragents.domain.models.acms.ulids import canonical_ulid
+
+if TYPE_CHECKING:
+    # The SDK's server package takes ~0.6 s to import: only the service
+    # needs it (``acms watch`` imports this module for its logging).
+    from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
 
 __all__ = [
     "MAX_REQUEST_BYTES",
+    "BadArguments",
+    "ServiceTool",
     "configure_stderr_logging",
     "main",
     "make_mcp_server",
+    "service_tools",
     "tool_functions",
 ]
 
 #: The most bytes a JSON API request body may carry (a SPARQL query is at most
 #: 128 KiB; arguments beyond that are not useful, and the body is buffered).
 MAX_REQUEST_BYTES = 1 << 20
+
+#: A project name argument: a malformed one is bad input, refused with the
+#: arguments (a well-formed one outside the scope is the session's refusal).
+ProjectName = Annotated[str, AfterValidator(validate_project_name)]
+#: A resource ULID argument (canonical, upper case, once validated).
+ResourceId = Annotated[str, AfterValidator(canonical_ulid)]
 
 
 def tool_functions(session: AgentSession) -> dict[str, Callable[..., dict[str, Any]]]:
@@ -57,21 +95,33 @@ def tool_functions(session: AgentSession) -> dict[str, Callable[..., dict[str, A
         query: str,
         max_results: int = 10,
         budget: int = 8000,
-        projects: list[str] | None = None,
-        resources: list[str] | None = None,
+        projects: list[ProjectName] | None = None,
+        resources: list[ResourceId] | None = None,
+        path: str | None = None,
+        lang: str | None = None,
     ) -> dict[str, Any]:
         """Hybrid search (text and semantic rankings fused): hits with path,
-        line range and the matching lines."""
+        line range and the matching lines.
+
+        The query is plain text (for the tantivy syntax use search_text).
+        ``path``: a glob ("pkg/**/*.py"; "*" within a path segment, "**"
+        across).  ``lang``: a language name ("python")."""
         return session.search(
-            query, max_results=max_results, budget=budget, projects=projects, resources=resources
+            query,
+            max_results=max_results,
+            budget=budget,
+            projects=projects,
+            resources=resources,
+            path=path,
+            lang=lang,
         )
 
     def search_text(
         query: str,
         max_results: int = 10,
         budget: int = 8000,
-        projects: list[str] | None = None,
-        resources: list[str] | None = None,
+        projects: list[ProjectName] | None = None,
+        resources: list[ResourceId] | None = None,
         syntax: str = "plain",
         path: str | None = None,
         lang: str | None = None,
@@ -98,8 +148,8 @@ def tool_functions(session: AgentSession) -> dict[str, Callable[..., dict[str, A
         query: str,
         max_results: int = 10,
         budget: int = 8000,
-        projects: list[str] | None = None,
-        resources: list[str] | None = None,
+        projects: list[ProjectName] | None = None,
+        resources: list[ResourceId] | None = None,
     ) -> dict[str, Any]:
         """Similarity search: the query embedded with the index's own embedder."""
         return session.search(
@@ -114,8 +164,8 @@ def tool_functions(session: AgentSession) -> dict[str, Callable[..., dict[str, A
     def sparql(
         query: str,
         budget: int = 8000,
-        projects: list[str] | None = None,
-        resources: list[str] | None = None,
+        projects: list[ProjectName] | None = None,
+        resources: list[ResourceId] | None = None,
     ) -> dict[str, Any]:
         """A sandboxed, time-limited SPARQL query over the scope's code graph."""
         return session.sparql(query, budget=budget, projects=projects, resources=resources)
@@ -123,8 +173,8 @@ def tool_functions(session: AgentSession) -> dict[str, Callable[..., dict[str, A
     def triples(
         subject: str,
         budget: int = 8000,
-        projects: list[str] | None = None,
-        resources: list[str] | None = None,
+        projects: list[ProjectName] | None = None,
+        resources: list[ResourceId] | None = None,
     ) -> dict[str, Any]:
         """The triples of one subject URI (a file, chunk or symbol)."""
         return session.triples(subject, budget=budget, projects=projects, resources=resources)
@@ -133,8 +183,8 @@ def tool_functions(session: AgentSession) -> dict[str, Callable[..., dict[str, A
         start: str,
         depth: int = 2,
         budget: int = 8000,
-        projects: list[str] | None = None,
-        resources: list[str] | None = None,
+        projects: list[ProjectName] | None = None,
+        resources: list[ResourceId] | None = None,
     ) -> dict[str, Any]:
         """Triples within ``depth`` hops of a start URI (breadth first)."""
         return session.traverse(
@@ -154,8 +204,8 @@ def tool_functions(session: AgentSession) -> dict[str, Callable[..., dict[str, A
     def context(
         task: str,
         budget: int = 8000,
-        projects: list[str] | None = None,
-        resources: list[str] | None = None,
+        projects: list[ProjectName] | None = None,
+        resources: list[ResourceId] | None = None,
     ) -> dict[str, Any]:
         """The best snippets for a task description, within a character budget."""
         return session.context(task, budget=budget, projects=projects, resources=resources)
@@ -163,8 +213,8 @@ def tool_functions(session: AgentSession) -> dict[str, Callable[..., dict[str, A
     def symbols(
         path: str,
         budget: int = 8000,
-        projects: list[str] | None = None,
-        resources: list[str] | None = None,
+        projects: list[ProjectName] | None = None,
+        resources: list[ResourceId] | None = None,
     ) -> dict[str, Any]:
         """The definitions of a file: qualified name, kind, line range, signature."""
         return session.symbols(path, budget=budget, projects=projects, resources=resources)
@@ -172,8 +222,8 @@ def tool_functions(session: AgentSession) -> dict[str, Callable[..., dict[str, A
     def callers(
         target: str,
         budget: int = 8000,
-        projects: list[str] | None = None,
-        resources: list[str] | None = None,
+        projects: list[ProjectName] | None = None,
+        resources: list[ResourceId] | None = None,
     ) -> dict[str, Any]:
         """Who calls a function (a name, a qualified name or a symbol URI), with lines."""
         return session.callers(target, budget=budget, projects=projects, resources=resources)
@@ -181,20 +231,15 @@ def tool_functions(session: AgentSession) -> dict[str, Callable[..., dict[str, A
     def callees(
         source: str,
         budget: int = 8000,
-        projects: list[str] | None = None,
-        resources: list[str] | None = None,
+        projects: list[ProjectName] | None = None,
+        resources: list[ResourceId] | None = None,
     ) -> dict[str, Any]:
         """What a function calls, each name with its definitions in scope."""
         return session.callees(source, budget=budget, projects=projects, resources=resources)
 
-    def status() -> dict[str, Any]:
-        """The session's scope: projects and resource ULIDs."""
-        scope = session.scope
-        return {
-            "tool": "status",
-            "projects": {name: sorted(rids) for name, rids in sorted(scope.projects.items())},
-            "resources": sorted(scope.resources),
-        }
+    def status(budget: int = 8000) -> dict[str, Any]:
+        """The session's scope: projects (name -> resource ULIDs) and resource ULIDs."""
+        return _status(session.scope, budget)
 
     return {
         f.__name__: f
@@ -215,26 +260,203 @@ def tool_functions(session: AgentSession) -> dict[str, Callable[..., dict[str, A
     }
 
 
-def make_mcp_server(session: AgentSession) -> Any:  # noqa: ANN401 - mcp.server.MCPServer
-    """An MCP server whose tools are :func:`tool_functions`, each answering
-    with one text content: the JSON answer (:func:`render`)."""
-    from mcp.server import MCPServer
+def _status(scope: SessionScope, budget: int) -> dict[str, Any]:
+    """The ``status`` answer within ``budget`` characters: every project and
+    resource ULID that fits, and ``truncated`` as the other tools say it.
+    Resources are left out first (each project lists its own), then projects."""
+    if isinstance(budget, bool) or not isinstance(budget, int):
+        raise TypeError("budget must be an int (characters)")
+    if not MIN_BUDGET <= budget <= MAX_BUDGET:
+        raise ValueError(f"budget must be between {MIN_BUDGET} and {MAX_BUDGET} characters")
+    projects = [(name, sorted(rids)) for name, rids in sorted(scope.projects.items())]
+    resources = sorted(scope.resources)
 
-    server = MCPServer(
+    def answer(kept_projects: int, kept_resources: int) -> dict[str, Any]:
+        more = len(projects) - kept_projects + len(resources) - kept_resources
+        return {
+            "tool": "status",
+            "projects": dict(projects[:kept_projects]),
+            "resources": resources[:kept_resources],
+            "truncated": {"more": more} if more else False,
+        }
+
+    def fits(kept_projects: int, kept_resources: int) -> bool:
+        return len(render(answer(kept_projects, kept_resources))) <= budget
+
+    def most(fit: Callable[[int], bool], high: int) -> int:
+        low = 0  # fit(0) holds: the bare envelope is far below MIN_BUDGET
+        while low < high:
+            mid = (low + high + 1) // 2
+            low, high = (mid, high) if fit(mid) else (low, mid - 1)
+        return low
+
+    if fits(len(projects), len(resources)):
+        return answer(len(projects), len(resources))
+    if fits(len(projects), 0):
+        return answer(len(projects), most(lambda k: fits(len(projects), k), len(resources)))
+    return answer(most(lambda k: fits(k, 0), len(projects)), 0)
+
+
+# ------------------------------------------------------------ arguments
+
+
+class BadArguments(ValueError):
+    """A call's arguments do not fit the tool (the JSON API answers 400)."""
+
+
+def _not_a_bool(value: object) -> object:
+    # JSON true is not a count; pydantic's lax int would take it as 1.
+    if isinstance(value, bool):
+        raise ValueError("a boolean is not a number")  # noqa: TRY004 - pydantic wants ValueError
+    return value
+
+
+@functools.cache
+def _arguments_base() -> type[ArgModelBase]:
+    """The base of every tool's argument model: each failure is reported
+    naming the argument, with the tool's arguments listed (so an agent can
+    correct its call), and an unknown argument is refused, not ignored."""
+    from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase
+    from pydantic import ConfigDict, ModelWrapValidatorHandler, model_validator
+
+    class Arguments(ArgModelBase):
+        model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
+
+        @model_validator(mode="wrap")
+        @classmethod
+        def _explained(cls, data: Any, handler: ModelWrapValidatorHandler[Any]) -> Any:  # noqa: ANN401
+            try:
+                return handler(data)
+            except ValidationError as exc:
+                raise _explain(cls, exc) from None
+
+    return Arguments
+
+
+def _explain(model: type[ArgModelBase], exc: ValidationError) -> ValidationError:
+    """``exc`` with each error's message replaced by one an agent can act on.
+
+    The errors keep their locations (the SDK logs the rejected argument
+    names from them); the message of each names the argument and lists the
+    tool's arguments."""
+    tool = model.__name__.removesuffix("Arguments")
+    takes = f"{tool} takes " + ", ".join(
+        (field.alias or name) + (" (required)" if field.is_required() else "")
+        for name, field in model.model_fields.items()
+    )
+    line_errors: list[Any] = []
+    for error in exc.errors():
+        loc = error["loc"]
+        name = str(loc[0]) if loc else ""
+        if not loc:
+            reason = f"the arguments must be an object: {error['msg']}"
+        elif error["type"] == "missing":
+            reason = f"missing argument {name!r}"
+        elif error["type"] == "extra_forbidden":
+            reason = f"unknown argument {name!r}"
+        else:
+            item = "".join(f"[{part}]" for part in loc[1:])
+            reason = f"bad argument {name!r}{item}: {error['msg'].removeprefix('Value error, ')}"
+        line_errors.append(
+            {
+                "type": PydanticCustomError(
+                    "bad_argument", "{reason} ({takes})", {"reason": reason, "takes": takes}
+                ),
+                "loc": loc,
+                "input": error["input"],
+            }
+        )
+    return ValidationError.from_exception_data(model.__name__, line_errors)
+
+
+def _arguments_model(name: str, fn: Callable[..., Any]) -> type[ArgModelBase]:
+    """The argument model of tool ``name``: one field per parameter of ``fn``
+    (its annotation and default), unknown arguments forbidden."""
+    fields: dict[str, Any] = {}
+    for param in inspect.signature(fn, eval_str=True).parameters.values():
+        annotation = param.annotation
+        if annotation is int or annotation == (int | None):
+            annotation = Annotated[annotation, BeforeValidator(_not_a_bool)]
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[param.name] = (annotation, default)
+    model: type[ArgModelBase] = create_model(
+        f"{name}Arguments", __base__=_arguments_base(), **fields
+    )
+    return model
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceTool:
+    """One tool of the service: its function and the validation of its
+    arguments, shared by MCP (the SDK runs ``arguments``) and the JSON API."""
+
+    name: str
+    fn: Callable[..., dict[str, Any]]
+    arguments: FuncMetadata
+
+    def validate(self, raw: Mapping[str, Any]) -> dict[str, Any]:
+        """The call's keyword arguments, validated and coerced as MCP does.
+
+        Raises:
+            BadArguments: naming the bad argument and listing the tool's arguments.
+        """
+        try:
+            return self.arguments.validate_arguments(dict(raw))
+        except ValidationError as exc:
+            raise BadArguments(_message(exc)) from None
+
+
+def _message(exc: ValidationError) -> str:
+    """One line for an HTTP caller: every reason, then the tool's arguments."""
+    errors = exc.errors()
+    reasons = [str((e.get("ctx") or {}).get("reason") or e["msg"]) for e in errors]
+    takes = next((str(e["ctx"]["takes"]) for e in errors if "takes" in (e.get("ctx") or {})), "")
+    return "; ".join(reasons) + (f" ({takes})" if takes else "")
+
+
+def service_tools(session: AgentSession) -> dict[str, ServiceTool]:
+    """The service's tools by name, each with its argument validation."""
+    from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
+
+    return {
+        name: ServiceTool(name, fn, FuncMetadata(arg_model=_arguments_model(name, fn)))
+        for name, fn in tool_functions(session).items()
+    }
+
+
+# ------------------------------------------------------------ MCP and HTTP
+
+
+def make_mcp_server(session: AgentSession, tools: Mapping[str, ServiceTool] | None = None) -> Any:  # noqa: ANN401 - mcp.server.MCPServer
+    """An MCP server whose tools are :func:`service_tools` (or ``tools``),
+    each answering with one text content: the JSON answer (:func:`render`).
+
+    Each tool is registered with its own argument model, so the SDK refuses
+    an unknown argument (its model for a plain function ignores one) and
+    reports every bad argument as the JSON API does."""
+    from mcp.server import MCPServer
+    from mcp.server.mcpserver.tools import Tool
+
+    registered = []
+    for tool in (service_tools(session) if tools is None else tools).values():
+        made = Tool.from_function(
+            _as_text(tool.fn), name=tool.name, description=tool.fn.__doc__, structured_output=False
+        )
+        schema = tool.arguments.arg_model.model_json_schema(by_alias=True)
+        registered.append(
+            made.model_copy(update={"fn_metadata": tool.arguments, "parameters": schema})
+        )
+    return MCPServer(
         "acms",
         instructions=(
             "Search and read one code base's files and its code graph. Answers are JSON "
             "within the budget (characters) you pass; 'truncated' says how many were left out."
         ),
+        tools=registered,
     )
-    for name, fn in tool_functions(session).items():
-        server.tool(name=name, description=fn.__doc__, structured_output=False)(_as_text(fn))
-    return server
 
 
 def _as_text(fn: Callable[..., dict[str, Any]]) -> Callable[..., str]:
-    import functools
-
     from mcp.server.mcpserver.exceptions import ToolError
 
     @functools.wraps(fn)
@@ -253,17 +475,15 @@ def _as_text(fn: Callable[..., dict[str, Any]]) -> Callable[..., str]:
     return call
 
 
-def _http_app(session: AgentSession, server: Any) -> Any:  # noqa: ANN401 - Starlette
+def _http_app(tools: Mapping[str, ServiceTool], server: Any) -> Any:  # noqa: ANN401 - Starlette
     from starlette.requests import Request
-
-    tools = tool_functions(session)
 
     async def api(request: Request) -> Response:
         import anyio.to_thread
 
         name = request.path_params["tool"]
-        fn = tools.get(name)
-        if fn is None:
+        tool = tools.get(name)
+        if tool is None:
             return _json({"error": f"unknown tool {name!r}"}, 404)
         body = bytearray()
         async for chunk in request.stream():  # read at most the cap, whatever is sent
@@ -277,14 +497,19 @@ def _http_app(session: AgentSession, server: Any) -> Any:  # noqa: ANN401 - Star
         if not isinstance(args, dict):
             return _json({"error": "bad request: the body must be a JSON object"}, 400)
         try:
-            answer = await anyio.to_thread.run_sync(lambda: fn(**args))
+            kwargs = tool.validate(args)  # what the MCP SDK runs for the same call
+        except BadArguments as exc:
+            return _json({"error": str(exc)}, 400)
+        try:
+            answer = await anyio.to_thread.run_sync(lambda: tool.fn(**kwargs))
         except ScopeError as exc:
             return _json({"error": str(exc)}, 403)
         except (AcmsError, ValueError, TypeError) as exc:
             return _json({"error": str(exc)}, 400)
         return Response(render(answer), media_type="application/json")
 
-    server.custom_route("/api/{tool}", methods=["GET", "POST"])(api)
+    # POST only: any other method is a 405 naming POST in its Allow header.
+    server.custom_route("/api/{tool}", methods=["POST"])(api)
     return server.streamable_http_app()
 
 
@@ -331,8 +556,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (AcmsError, ValueError) as exc:
         print(f"acms serve: {exc}", file=sys.stderr)
         return 2
-    server = make_mcp_server(session)
+    tools = service_tools(session)
+    server = make_mcp_server(session, tools)
+    chosen = bool(args.project or args.resource)
     if args.mcp:
+        _log_scope(session.scope, chosen=chosen)
         server.run("stdio")
         return 0
     host, _, port = str(args.http).rpartition(":")
@@ -345,12 +573,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         print(f"acms serve: cannot listen on {host}:{port}: {exc.strerror or exc}", file=sys.stderr)
         return 1
+    _log_scope(session.scope, chosen=chosen)
     import uvicorn
 
-    config = uvicorn.Config(_http_app(session, server), log_level=args.log_level)
+    config = uvicorn.Config(_http_app(tools, server), log_level=args.log_level)
     with listener:
         uvicorn.Server(config).run(sockets=[listener])
     return 0
+
+
+def _log_scope(scope: SessionScope, *, chosen: bool) -> None:
+    """One log line on stderr naming what the service serves: a warning when
+    the operator named nothing (every project registered at start is then
+    served), else at info level."""
+    names = sorted(scope.projects)
+    shown = ", ".join(names[:20]) + (f", ... ({len(names) - 20} more)" if len(names) > 20 else "")
+    count = f"{len(names)} project{'' if len(names) == 1 else 's'}"
+    resources = f"{len(scope.resources)} resource{'' if len(scope.resources) == 1 else 's'}"
+    log = structlog.get_logger("cleveragents.acms.serve")
+    fields = {"projects": names, "resources": len(scope.resources)}
+    if chosen:
+        message = f"serving {count}" + (f": {shown}" if names else "") + f" ({resources})"
+        log.info("acms.serve.scope", message=message, **fields)
+    else:
+        message = (
+            f"serving all {count} (no --project or --resource given)"
+            + (f": {shown}" if names else "")
+            + f" ({resources})"
+        )
+        log.warning("acms.serve.scope", message=message, **fields)
 
 
 def _listen(host: str, port: int) -> socket.socket:

@@ -1,0 +1,327 @@
+"""``acms serve``: a call's arguments are validated once, the same way over
+MCP and the JSON API, and refused with a message naming the argument.
+
+Two projects with distinct marker words are indexed through the CLI; the
+server runs on 127.0.0.1 for one of them (and, where the scope line is
+checked, for all of them).  Every case is sent over MCP (the SDK's own
+client, at ``/mcp``) and over ``/api/<tool>`` and must come out the same.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from mcp import Client
+
+from cleveragents.application.services.agent_session import SessionScope, render
+from cleveragents.cli.serve import tool_functions
+from cleveragents.domain.models.acms.uko import file_uri
+
+SERVE = [sys.executable, "-m", "cleveragents.cli.serve"]
+
+
+def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "cleveragents.acms", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=180,
+        check=False,
+    )
+
+
+def _ok(env: dict[str, str], *args: str) -> str:
+    done = _cli(env, *args)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    base = tmp_path_factory.mktemp("serve_arguments")
+    env = {**os.environ, "ACMS_DATA_DIR": str(base / "data")}
+    env.pop("ACMS_PROFILE", None)
+    ids = {}
+    for name, marker in (("alpha", "aardvark"), ("bravo", "bumblebee")):
+        (base / name / "pkg").mkdir(parents=True)
+        (base / name / "docs").mkdir()
+        (base / name / "pkg" / "core.py").write_text(
+            f"def {marker}_helper():\n    return '{marker}'\n"
+        )
+        (base / name / "docs" / "notes.md").write_text(
+            f"# {marker} notes\n\nThe {marker} helper returns its name.\n"
+        )
+        _ok(env, "project", "add", f"local/{name}")
+        ids[name] = _ok(env, "resource", "add", str(base / name), "--project", f"local/{name}")
+    _ok(env, "reindex")
+    return {"env": env, "ids": ids}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    def __init__(self, world: dict[str, Any], log: Path, *scope: str) -> None:
+        port = _free_port()
+        self.base = f"http://127.0.0.1:{port}"
+        self.log = log
+        self._errors = log.open("wb")
+        self.proc = subprocess.Popen(
+            [*SERVE, "--http", f"127.0.0.1:{port}", *scope],
+            stdout=subprocess.PIPE,
+            stderr=self._errors,
+            env=world["env"],
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.post(f"{self.base}/api/status", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        self.stop()
+        pytest.fail(f"server did not start: {log.read_text()}")
+
+    def stop(self) -> bytes:
+        """Stop the server; what it wrote on stdout."""
+        self.proc.terminate()
+        out, _ = self.proc.communicate(timeout=20)
+        self._errors.close()
+        return out
+
+
+@pytest.fixture(scope="module")
+def server(world: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    log = tmp_path_factory.mktemp("serve_arguments_http") / "stderr"
+    running = Server(world, log, "--project", "local/alpha")
+    yield running
+    running.stop()
+
+
+def _both(server: Server, calls: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Each call over MCP and over HTTP: MCP's (is_error, text), HTTP's (status, body)."""
+
+    async def run() -> list[tuple[bool, str]]:
+        out = []
+        async with Client(f"{server.base}/mcp", read_timeout_seconds=60) as client:
+            for name, args in calls:
+                result = await client.call_tool(name, args)
+                text = "".join(getattr(c, "text", "") for c in result.content)
+                out.append((bool(result.is_error), text))
+        return out
+
+    over_mcp = anyio.run(run)
+    rows = []
+    for (name, args), (is_error, text) in zip(calls, over_mcp, strict=True):
+        r = httpx.post(f"{server.base}/api/{name}", json=args, timeout=60)
+        rows.append(
+            {
+                "call": (name, args),
+                "mcp_error": is_error,
+                "mcp": text,
+                "status": r.status_code,
+                "http": r.text,
+            }
+        )
+    return rows
+
+
+# An argument that does not fit, the argument the message must name, and
+# (part of) the arguments it must list.
+BAD = [
+    ("search", {"query": "aardvark", "bogus": 1}, "bogus", "search takes query (required)"),
+    ("search", {"query": "aardvark", "syntax": "tantivy"}, "syntax", "path, lang"),
+    ("search_vector", {"query": "aardvark", "path": "pkg/**"}, "path", "search_vector takes"),
+    ("search", {"query": "aardvark", "projects": "local/alpha"}, "projects", "search takes"),
+    ("search_text", {"query": "aardvark", "resources": "ALPHA"}, "resources", "syntax, path"),
+    ("search", {"query": "aardvark", "resources": ["garbage"]}, "resources", "search takes"),
+    ("context", {"task": "x", "projects": ["Not A Name"]}, "projects", "context takes task"),
+    ("search", {"budget": 3000}, "query", "search takes query (required)"),
+    ("traverse", {"start": "pkg/core.py", "depth": "two"}, "depth", "traverse takes"),
+    ("search", {"query": "aardvark", "max_results": True}, "max_results", "search takes"),
+    ("status", {"verbose": True}, "verbose", "status takes budget"),
+]
+
+
+def test_bad_arguments_are_refused_alike_naming_the_argument(
+    server: Server, world: dict[str, Any]
+) -> None:
+    calls = [
+        (name, {k: world["ids"]["alpha"] if v == "ALPHA" else v for k, v in args.items()})
+        for name, args, _, _ in BAD
+    ]
+    for row, (_, _, argument, takes) in zip(_both(server, calls), BAD, strict=True):
+        assert row["status"] == 400, row
+        assert row["mcp_error"], row
+        error = json.loads(row["http"])["error"]
+        assert f"'{argument}'" in error and takes in error, row
+        # The same message reaches the agent over MCP (within the SDK's framing).
+        assert error in row["mcp"], row
+        assert "unexpected keyword argument" not in error and "<locals>" not in error
+
+
+def test_same_inputs_give_the_same_answers(server: Server, world: dict[str, Any]) -> None:
+    alpha, bravo = world["ids"]["alpha"], world["ids"]["bravo"]
+    accepted = [
+        ("search", {"query": "aardvark", "budget": "3000"}),  # coerced, as MCP always did
+        ("search", {"query": "aardvark", "projects": '["local/alpha"]'}),  # a JSON list as text
+        ("search_text", {"query": "aardvark", "resources": [alpha.lower()]}),
+        ("read", {"uri": file_uri(alpha, "pkg/core.py"), "budget": 400}),
+        ("status", {"budget": 300}),
+        ("status", {}),
+    ]
+    refused = [
+        ("search", {"query": "aardvark", "projects": ["local/bravo"]}),
+        ("search_text", {"query": "aardvark", "resources": [bravo]}),
+        ("search", {"query": "aardvark", "budget": 5}),
+        ("status", {"budget": 100}),
+    ]
+    rows = _both(server, accepted + refused)
+    for row in rows[: len(accepted)]:
+        assert row["status"] == 200 and not row["mcp_error"], row
+        assert row["mcp"] == row["http"], row
+        assert "aardvark" in row["http"] or row["call"][0] in ("status", "read"), row
+    status = json.loads(rows[4]["http"])
+    assert status["projects"] == {"local/alpha": [alpha]} and status["truncated"] is False
+    over, under = rows[len(accepted) :][:2], rows[len(accepted) :][2:]
+    for row in over:  # a well-formed project or resource outside the scope: 403
+        assert row["status"] == 403 and row["mcp_error"], row
+        assert json.loads(row["http"])["error"] in row["mcp"]
+    for row in under:
+        assert row["status"] == 400 and row["mcp_error"], row
+        assert "budget must be between" in row["http"] and "budget must be between" in row["mcp"]
+
+
+def test_hybrid_search_filters_by_path_and_lang(server: Server) -> None:
+    calls = [
+        ("search", {"query": "aardvark helper"}),
+        ("search", {"query": "aardvark helper", "path": "docs/**"}),
+        ("search", {"query": "aardvark helper", "lang": "python"}),
+        ("search", {"query": "aardvark helper", "path": "pkg/*.py", "lang": "python"}),
+        ("search", {"query": "aardvark helper", "path": "nowhere/**"}),
+    ]
+    rows = _both(server, calls)
+    for row in rows:
+        assert row["status"] == 200 and not row["mcp_error"], row
+        assert row["mcp"] == row["http"], row
+    paths = [{hit["path"] for hit in json.loads(row["http"])["results"]} for row in rows]
+    assert paths[0] == {"pkg/core.py", "docs/notes.md"}  # unfiltered: both files match
+    assert paths[1] == {"docs/notes.md"}
+    assert paths[2] == {"pkg/core.py"}
+    assert paths[3] == {"pkg/core.py"}
+    assert paths[4] == set()
+
+
+def test_tools_list_the_arguments_they_take(server: Server) -> None:
+    async def run() -> dict[str, Any]:
+        async with Client(f"{server.base}/mcp", read_timeout_seconds=60) as client:
+            return {t.name: t.input_schema for t in (await client.list_tools()).tools}
+
+    schemas = anyio.run(run)
+    assert {"path", "lang"} <= set(schemas["search"]["properties"])
+    assert "syntax" not in schemas["search"]["properties"]
+    assert set(schemas["status"]["properties"]) == {"budget"}
+    assert all(s.get("additionalProperties") is False for s in schemas.values())
+
+
+def test_the_json_api_takes_only_post(server: Server) -> None:
+    for method in ("GET", "PUT", "DELETE"):
+        r = httpx.request(method, f"{server.base}/api/search", timeout=30)
+        assert r.status_code == 405, (method, r.text)
+        assert r.headers["allow"] == "POST"
+    r = httpx.get(f"{server.base}/api/search", params={"query": "aardvark"}, timeout=30)
+    assert r.status_code == 405
+    r = httpx.post(f"{server.base}/api/search", json={"query": "aardvark"}, timeout=30)
+    assert r.status_code == 200
+
+
+def test_status_honours_its_budget() -> None:
+    rid = "01ARZ3NDEKTSV4RRFFQ69G5F{:02d}"
+    projects = {f"local/p{i:02d}": frozenset({rid.format(i)}) for i in range(40)}
+    scope = SessionScope(resources=frozenset(rid.format(i) for i in range(40)), projects=projects)
+    status = tool_functions(SimpleNamespace(scope=scope))["status"]  # type: ignore[arg-type]
+    whole = status()
+    assert len(whole["projects"]) == 40 and len(whole["resources"]) == 40
+    assert whole["truncated"] is False
+    assert len(render(whole)) > 2500
+    for budget in (256, 700, 2500):
+        answer = status(budget=budget)
+        assert len(render(answer)) <= budget
+        kept = len(answer["projects"]) + len(answer["resources"])
+        assert answer["truncated"] == {"more": 80 - kept}
+        assert list(answer["projects"]) == sorted(projects)[: len(answer["projects"])]
+        assert answer["resources"] == sorted(scope.resources)[: len(answer["resources"])]
+    # Resources are left out first: the projects name them too.
+    assert len(status(budget=2500)["projects"]) == 40
+    assert status(budget=256)["truncated"]["more"] > 40
+    with pytest.raises(ValueError, match="budget must be between"):
+        status(budget=255)
+
+
+def test_serving_every_project_says_so_once_on_stderr(
+    world: dict[str, Any], server: Server, tmp_path: Path
+) -> None:
+    # Scoped by the operator: no such line (at the default level).
+    assert "serving all" not in server.log.read_text()
+    everything = Server(world, tmp_path / "http.stderr")
+    assert everything.stop() == b""
+    lines = [
+        line for line in (tmp_path / "http.stderr").read_text().splitlines() if "serving" in line
+    ]
+    assert len(lines) == 1, lines
+    event = json.loads(lines[0])  # a JSON log line
+    assert event["message"].startswith("serving all 2 projects")
+    assert "local/alpha, local/bravo" in event["message"]
+    assert event["projects"] == ["local/alpha", "local/bravo"]
+    # Over stdio the line goes to stderr too: stdout carries only MCP.
+    errors = tmp_path / "stdio.stderr"
+    with errors.open("wb") as sink:
+        proc = subprocess.Popen(
+            [*SERVE, "--mcp"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=sink,
+            env=world["env"],
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and "serving all" not in errors.read_text():
+            time.sleep(0.1)
+        out, _ = proc.communicate(input=b"", timeout=30)
+    assert out == b""
+    assert "serving all 2 projects" in errors.read_text()
+
+
+def test_acms_help_lists_serve_and_watch(world: dict[str, Any]) -> None:
+    done = _cli(world["env"], "--help")
+    assert done.returncode == 0, done.stderr
+    listed = [line.split()[0] for line in done.stdout.splitlines() if line.startswith("    ")]
+    assert "serve" in listed and "watch" in listed
+    done = _cli(world["env"], "frobnicate")
+    assert done.returncode == 2
+    assert "'serve'" in done.stderr and "'watch'" in done.stderr
+    # Named after a global option, a service says where it must go (it parses
+    # its own options) rather than failing later.
+    done = _cli(world["env"], "--log-level", "info", "serve", "--mcp")
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip().splitlines() == [
+        "acms: error: 'serve' must come first, with its own options: acms serve ... "
+        "(see 'acms serve --help')"
+    ]
+    done = _cli(world["env"], "serve", "--help")
+    assert done.returncode == 0 and "--mcp" in done.stdout
