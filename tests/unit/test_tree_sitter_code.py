@@ -802,3 +802,38 @@ def test_code_points_from_plane_4_up_do_not_crash_a_grammar() -> None:
     facts = PARSER.parse("# \U000e0001 Title\n\ndef f(): pass\n", "python")
     assert facts is not None
     assert [s.name for s in facts.symbols] == ["f"]
+
+
+@pytest.mark.parametrize(
+    ("text", "language", "signature"),
+    [
+        (
+            # asyncio/events.py: comments between the colon and the body
+            """
+            def _get_event_loop(stacklevel=3):
+                # This internal method is going away in Python 3.12, left here only for
+                # backwards compatibility with 3.10.0 - 3.10.8 and 3.11.0.
+                # See GH-99949 for more details.
+                current_loop = _get_running_loop()
+                return current_loop
+            """,
+            "python",
+            "def _get_event_loop(stacklevel=3)",
+        ),
+        (
+            """
+            class Loop:  # the loop
+                # its state
+                state = 1
+            """,
+            "python",
+            "class Loop",
+        ),
+        ("function f(a, b) // a note\n{ return a }\n", "javascript", "function f(a, b)"),
+        ("fn f(a: i32) -> i32 /* a note */ { a }\n", "rust", "fn f(a: i32) -> i32"),
+    ],
+)
+def test_a_comment_between_header_and_body_is_not_in_the_signature(
+    text: str, language: str, signature: str
+) -> None:
+    assert facts(text, language).symbols[0].signature == signature

@@ -571,6 +571,20 @@ def _signature(node: Node, source: bytes) -> str:
             (c for c in node.named_children if c.type in ("class_body", "function_body")), None
         )
     end = body.start_byte if body is not None and body.start_byte > node.start_byte else None
+    # A comment between the header and the body (Python's comments after the
+    # colon, a C-like one before the brace) is not part of the signature.
+    comment = next(
+        (
+            c
+            for c in node.children
+            if "comment" in c.type
+            and c.start_byte > node.start_byte
+            and (end is None or c.start_byte < end)
+        ),
+        None,
+    )
+    if comment is not None:
+        end = comment.start_byte
     if end is None:
         newline = source.find(b"\n", node.start_byte, node.end_byte)
         end = newline if newline != -1 else node.end_byte
