@@ -169,6 +169,11 @@ def test_removing_a_project_names_the_resources_it_leaves_registered(tmp_path: P
     cli.run("project", "add", "local/gone")
     cli.run("project", "add", "local/stays")
     rid = cli.run("resource", "add", str(src), "--project", "local/gone").stdout.strip()
+    # A file inside the resource is first of all not a directory.
+    inner = cli.run(
+        "resource", "add", str(src / "pkg" / "core.py"), "--project", "local/gone", ok=False
+    )
+    assert inner.returncode == 2 and "not a directory" in inner.stderr
     shared = write_project(tmp_path / "shared", "shrike")
     other = cli.run("resource", "add", str(shared), "--project", "local/stays").stdout.strip()
     done = cli.run("project", "remove", "local/gone")

@@ -238,6 +238,10 @@ class AcmsOperations:
         linked = set(self.project(project).resource_ids)
         if resource_type is not None and resource_type not in RESOURCE_TYPES:
             raise ValueError(f"unknown resource type {resource_type!r}")
+        if not os.path.isdir(os.path.expanduser(path)):
+            # Before the overlap check: a file inside a resource is first of
+            # all not a directory.
+            raise ValueError(f"not a directory: {os.path.realpath(os.path.expanduser(path))}")
         if not force:
             self._refuse_overlap(path, project, linked)
         resource = self.resources.register(
