@@ -188,6 +188,20 @@ def test_removing_a_project_names_the_resources_it_leaves_registered(tmp_path: P
     assert again.returncode == 2 and "see 'acms project list'" in again.stderr
 
 
+def test_a_resource_whose_directory_is_gone_is_named_on_stderr_and_kept(tmp_path: Path) -> None:
+    cli = Cli(tmp_path / "data")
+    src = write_project(tmp_path / "moth", "moth")
+    cli.run("project", "add", "local/moth")
+    rid = cli.run("resource", "add", str(src), "--project", "local/moth").stdout.strip()
+    assert cli.reindex().returncode == 0
+    shutil.rmtree(src)
+    for done in (cli.reindex("--json"), cli.run("reindex")):
+        assert done.returncode == 0, done.stderr
+        assert f"resource {rid}: its directory is gone" in done.stderr
+        assert f"acms resource remove {rid}" in done.stderr
+    assert cli.json("search", "text", "moth_helper", "--project", "local/moth")  # kept
+
+
 def test_human_output_shows_uri_lines_score_and_snippet(world: dict[str, Any]) -> None:
     out = world["cli"].run("search", "text", "aardvark", "--project", "local/alpha").stdout
     assert "pkg/helpers.py:1-2" in out and "uko://" in out and "aardvark_helper" in out

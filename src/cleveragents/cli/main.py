@@ -802,10 +802,18 @@ def format_report(report: Any) -> str:  # noqa: ANN401 - a ReindexReport
 
 
 def report_failures(prog: str, report: Any) -> int:  # noqa: ANN401 - a ReindexReport
-    """One stderr line per resource that could not be listed; the exit code."""
+    """One stderr line per resource that could not be listed, and one per
+    resource whose directory is gone (its units are kept: an unmounted
+    volume must not empty the index, but the operator must hear of it);
+    the exit code (1 when one could not be listed)."""
     failed: dict[str, str] = getattr(report, "failed", {})
     for rid, message in failed.items():
         _err(f"{prog}: failed: resource {rid}: {_one_line(message)}")
+    for rid in getattr(report, "missing", []):
+        _err(
+            f"{prog}: warning: resource {rid}: its directory is gone; its indexed files are "
+            f"kept and still answer queries ('acms resource remove {rid}' deletes them)"
+        )
     return EXIT_FAILURE if failed else EXIT_OK
 
 
