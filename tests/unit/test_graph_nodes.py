@@ -25,7 +25,7 @@ from cleveragents.domain.models.acms.backends import (
     TextBackend,
     VectorBackend,
 )
-from cleveragents.domain.models.acms.errors import ScopeError
+from cleveragents.domain.models.acms.errors import QueryError, ScopeError
 from cleveragents.domain.models.acms.uko import PREDICATES, file_uri
 from cleveragents.infrastructure.acms.hashing_embedder import HashingEmbedder
 from cleveragents.infrastructure.acms.memory_indexes import (
@@ -184,3 +184,13 @@ def test_symbols_take_a_files_uri_or_its_path() -> None:
     s = session()
     assert s.symbols(file_uri(A, "pkg/only_a.py"))["results"] == []  # no defines edges here
     assert s.symbols("pkg/only_a.py")["results"] == []
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "text", "vector"])
+@pytest.mark.parametrize("query", ["???", "?!.,", "-- ::"])
+def test_a_query_with_no_letters_or_digits_is_refused_in_every_mode(mode: str, query: str) -> None:
+    with pytest.raises(QueryError, match="no letters or digits"):
+        session().search(query, mode=mode)
+    with pytest.raises(QueryError, match="no letters or digits"):
+        session().context(query)
+    assert session().search("x_1", mode=mode)["results"] == []  # a word: answered

@@ -376,6 +376,10 @@ class AgentSession:
             raise ValueError(f"mode must be one of {', '.join(_MODES)}")
         if not isinstance(query, str) or not query.strip():
             raise ValueError("query must be a non-empty string")
+        if syntax == "plain" and not _WORD.search(query):
+            # Text search finds nothing for it and vector search would rank
+            # the scope by noise: "context('???')" answered five hits.
+            raise QueryError("the query has no letters or digits to search for")
         options = text_options(syntax, path, lang)
         if options.lang is not None:
             check_language(options.lang)
