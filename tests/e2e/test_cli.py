@@ -200,6 +200,14 @@ def test_a_resource_whose_directory_is_gone_is_named_on_stderr_and_kept(tmp_path
         assert f"resource {rid}: its directory is gone" in done.stderr
         assert f"acms resource remove {rid}" in done.stderr
     assert cli.json("search", "text", "moth_helper", "--project", "local/moth")  # kept
+    # A rebuild would drop its units: it stops before building anything.
+    for done in (cli.reindex("--rebuild"), cli.run("reindex", "--rebuild", ok=False)):
+        assert done.returncode == 1, done.stderr
+        assert "rebuild stopped, live indexes unchanged" in done.stderr
+        assert rid in done.stderr and "acms resource remove" in done.stderr
+    assert cli.json("search", "text", "moth_helper", "--project", "local/moth")
+    status = {r["resource_id"]: r for r in cli.json("status")["resources"]}
+    assert status[rid]["text_units"] > 0
 
 
 def test_human_output_shows_uri_lines_score_and_snippet(world: dict[str, Any]) -> None:

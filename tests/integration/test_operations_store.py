@@ -197,3 +197,25 @@ def test_session_read_reports_an_unreadable_catalog(
         Path(catalog._path).unlink()
         with pytest.raises(IndexUnavailableError, match="catalog"):
             session.read(file_uri(rid, "pkg/core.py"))
+
+
+def test_a_rebuild_with_nothing_to_index_swaps_in_empty_indexes(tmp_path: Path) -> None:
+    """No resource, or only empty ones: every index is still swapped in (the
+    swap failed on the text index nobody wrote: "No such file or directory")."""
+    ops = bootstrap(tmp_path / "data", embedding_dimension=16)
+    try:
+        assert ops.rebuild().resources == {}
+        ops.add_project("local/e")
+        empty = tmp_path / "empty"
+        empty.mkdir()
+        rid = ops.add_resource(str(empty), "local/e").resource_id
+        assert ops.rebuild().resources[rid].files_indexed == 0
+        assert ops.verify() == []
+        (empty / "core.py").write_text("def quokka_function():\n    return 1\n")
+        ops.reindex()
+        view = ops.view(ops.scope(["local/e"], []))
+        assert [r.uko_uri for r in view.search("quokka_function")]
+        assert ops.rebuild().resources[rid].files_indexed == 1
+        assert ops.verify() == []
+    finally:
+        ops._store().close()

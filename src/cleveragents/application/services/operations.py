@@ -535,11 +535,13 @@ class AcmsOperations:
         t0 = time.perf_counter()
         planner = self._indexer()
         with self._store().writing(timeout=lock_timeout) as live:
+            # Indexes built without a resource whose directory is gone would
+            # drop its units at the swap (a reindex keeps them): refuse
+            # before building anything, and again if one vanishes meanwhile.
+            _refuse_missing(self.resources.list())
             with live.rebuild() as fresh, planner.over(fresh).workers(jobs) as indexer:
                 for resource in self.resources.list():
-                    if not os.path.isdir(resource.location):
-                        report.missing.append(resource.resource_id)
-                        continue
+                    _refuse_missing([resource])
                     try:
                         report.resources[resource.resource_id] = indexer.index_resource(
                             resource.resource_id,
@@ -634,6 +636,22 @@ class _LazyBackend:
         if target is None:
             target = self._target = self._factory()
         return getattr(target, name)
+
+
+def _refuse_missing(resources: Iterable[Resource]) -> None:
+    """Stop a rebuild when a resource's directory is gone (see :meth:`AcmsOperations.rebuild`).
+
+    Raises:
+        ResourceListingError: naming each such resource and what to do.
+    """
+    gone = [r for r in resources if not os.path.isdir(r.location)]
+    if gone:
+        names = ", ".join(f"{r.resource_id} ({r.location})" for r in gone)
+        raise ResourceListingError(
+            f"rebuild stopped, live indexes unchanged: the directory of {names} is gone, "
+            "and a rebuild would drop its indexed files; restore it, or remove the "
+            "resource ('acms resource remove ULID'), then rebuild"
+        )
 
 
 def _per_resource(

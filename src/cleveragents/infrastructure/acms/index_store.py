@@ -638,6 +638,10 @@ class ManagedIndexStore:
         )
         try:
             yield fresh
+            # An index nothing was written to (no resource, or none with
+            # files) is created empty, so that every one is swapped in and a
+            # reader holding the old one finds a new one to reopen.
+            fresh.open_all()
         finally:
             fresh.close()
         checkpoint("rebuild.staged")
