@@ -4,7 +4,10 @@ modes whatever the umask, overlapping resources refused, racy rewrites seen."""
 from __future__ import annotations
 
 import os
+import signal
 import stat
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,9 +18,16 @@ import pytest
 
 from cleveragents.application.services.operations import AcmsOperations
 from cleveragents.bootstrap import bootstrap
-from cleveragents.domain.models.acms.errors import ConflictError, IndexUnavailableError
+from cleveragents.domain.models.acms.errors import (
+    BusyError,
+    ConflictError,
+    IndexUnavailableError,
+)
 from cleveragents.domain.models.acms.uko import file_uri, path_of
 from cleveragents.infrastructure.acms.index_store import coarse_clock_ns
+from cleveragents.infrastructure.acms.reindex_lock import ReindexLock
+
+REINDEX = Path(__file__).resolve().parents[2] / "scripts" / "reindex.py"
 
 
 @pytest.fixture
@@ -216,6 +226,40 @@ def test_a_rebuild_with_nothing_to_index_swaps_in_empty_indexes(tmp_path: Path) 
         view = ops.view(ops.scope(["local/e"], []))
         assert [r.uko_uri for r in view.search("quokka_function")]
         assert ops.rebuild().resources[rid].files_indexed == 1
+        assert ops.verify() == []
+    finally:
+        ops._store().close()
+
+
+def test_verify_holds_the_reindex_lock_and_names_an_interrupted_run(
+    tmp_path: Path, tree: Path
+) -> None:
+    """Indexes read mid-session disagree by design: verify waits for a running
+    reindex (a cron job beside ``watch`` reported "extra" units three times in
+    a row). A run killed mid-write is named as such: the next reindex repairs it."""
+    data = tmp_path / "data"
+    ops = bootstrap(data, embedding_dimension=16)
+    try:
+        ops.add_project("local/v")
+        rid = ops.add_resource(str(tree), "local/v").resource_id
+        ops.reindex()
+        assert ops.verify() == []
+        with ReindexLock(data, timeout=0), pytest.raises(BusyError, match="another reindex"):
+            ops.verify(lock_timeout=0.2)
+    finally:
+        ops._store().close()
+    (tree / "pkg" / "more.py").write_text("def wombat_function():\n    return 2\n")
+    env = {**os.environ, "ACMS_DATA_DIR": str(data), "ACMS_EMBEDDING_DIM": "16"}
+    env["ACMS_FAULT_AT"] = "index.vector"
+    killed = subprocess.run(
+        [sys.executable, str(REINDEX), "--full"], env=env, capture_output=True, timeout=120
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    ops = bootstrap(data, embedding_dimension=16)
+    try:
+        problems = ops.verify()
+        assert problems and all(p.resource_id == rid and p.interrupted for p in problems)
+        ops.reindex()
         assert ops.verify() == []
     finally:
         ops._store().close()

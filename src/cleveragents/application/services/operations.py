@@ -616,9 +616,17 @@ class AcmsOperations:
             "loose_modes": store.loose_modes(),
         }
 
-    def verify(self) -> list[VerifyProblem]:
-        """Check that catalog, text, vector and graph agree on every resource."""
-        return self._store().verify(r.resource_id for r in self.resources.list())
+    def verify(self, *, lock_timeout: float | None = 60.0) -> list[VerifyProblem]:
+        """Check that catalog, text, vector and graph agree on every resource,
+        holding the reindex lock (waiting up to ``lock_timeout`` seconds for a
+        running reindex; ``None``: without the lock).
+
+        Raises:
+            BusyError: a reindex held the lock past ``lock_timeout``.
+        """
+        return self._store().verify(
+            (r.resource_id for r in self.resources.list()), lock_timeout=lock_timeout
+        )
 
 
 class _LazyBackend:

@@ -502,8 +502,24 @@ class ManagedIndexStore:
 
     # ------------------------------------------------------------ checks
 
-    def verify(self, registered: Iterable[str]) -> list[VerifyProblem]:
-        """Check that catalog, text, vector and graph agree on every resource."""
+    def verify(
+        self, registered: Iterable[str], *, lock_timeout: float | None = None
+    ) -> list[VerifyProblem]:
+        """Check that catalog, text, vector and graph agree on every resource.
+
+        With a ``lock_timeout`` the check holds the reindex lock (waiting up
+        to that many seconds for a running reindex, then :class:`BusyError`):
+        indexes read mid-session disagree by design, and an operator's cron
+        job beside ``watch`` must not report that as damage.  A problem of a
+        resource a stopped run left marked says so (``interrupted``): the
+        next reindex of it repairs it.
+        """
+        if lock_timeout is None:
+            return self._verify(registered)
+        with ReindexLock(self._root(), timeout=lock_timeout):
+            return self._verify(registered)
+
+    def _verify(self, registered: Iterable[str]) -> list[VerifyProblem]:
         known = {canonical_ulid(r) for r in registered}
         problems: list[VerifyProblem] = []
         for rid in sorted(known | set(self.iter_resource_ids())):
@@ -521,7 +537,10 @@ class ManagedIndexStore:
                 missing, extra = want - have, have - want
                 if missing or extra:
                     sample = sorted(missing or extra)[0]
-                    problems.append(VerifyProblem(rid, name, len(missing), len(extra), sample))
+                    interrupted = self.catalog.get_meta(_dirty_key(rid)) is not None
+                    problems.append(
+                        VerifyProblem(rid, name, len(missing), len(extra), sample, interrupted)
+                    )
         return problems
 
     def indexed_file(self, resource_id: str, path: str) -> bool:

@@ -95,6 +95,9 @@ class VerifyProblem:
     missing: int
     extra: int
     sample: str
+    #: The resource carries the mark of a run stopped mid-write: the next
+    #: reindex of it checks and repairs it (a disagreement is expected).
+    interrupted: bool = False
 
 
 class Catalog(Protocol):
@@ -242,8 +245,12 @@ class IndexStore(Protocol):
         """Delete every indexed resource not in ``keep``; return their ULIDs."""
         ...
 
-    def verify(self, registered: Iterable[str]) -> list[VerifyProblem]:
-        """Check that catalog, text, vector and graph agree on every resource."""
+    def verify(
+        self, registered: Iterable[str], *, lock_timeout: float | None = None
+    ) -> list[VerifyProblem]:
+        """Check that catalog, text, vector and graph agree on every resource
+        (holding the write lock, waiting up to ``lock_timeout`` seconds for a
+        running reindex, when it is not None)."""
         ...
 
     def iter_resource_ids(self) -> Iterator[str]:
