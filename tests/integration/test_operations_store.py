@@ -263,3 +263,28 @@ def test_verify_holds_the_reindex_lock_and_names_an_interrupted_run(
         assert ops.verify() == []
     finally:
         ops._store().close()
+
+
+def test_an_owned_session_releases_its_files_when_closed(tmp_path: Path, tree: Path) -> None:
+    """A host that opens a session per task must not run out of descriptors:
+    the graph's lock, SQLite connections and index files are released."""
+
+    def descriptors() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    data = tmp_path / "data"
+    setup = bootstrap(data, embedding_dimension=16)
+    setup.add_project("local/f")
+    rid = setup.add_resource(str(tree), "local/f").resource_id
+    setup.reindex()
+    setup.close()
+    before = descriptors()
+    for _ in range(5):
+        with bootstrap(data, embedding_dimension=16).agent_session(
+            ["local/f"], owned=True
+        ) as session:
+            assert session.search("quokka_function", mode="text")["results"]
+            assert session.sparql("SELECT ?s ?p ?o WHERE { ?s ?p ?o } LIMIT 3")["results"]
+            assert session.read(file_uri(rid, "pkg/core.py"))["results"]
+            assert session.traverse(file_uri(rid, "pkg/core.py"))["results"]
+    assert descriptors() <= before, (before, descriptors())

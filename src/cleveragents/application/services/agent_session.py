@@ -316,6 +316,7 @@ class AgentSession:
         is_indexed: whether a file is indexed (for :meth:`read`: only such
             files are read; the index store's catalog answers with one row,
             where asking the graph would load the resource's graph).
+        closer: what :meth:`close` calls (releases what the session owns).
     """
 
     def __init__(
@@ -328,7 +329,9 @@ class AgentSession:
         scope: SessionScope,
         read_file: FileReader,
         is_indexed: IndexedCheck,
+        closer: Callable[[], None] | None = None,
     ) -> None:
+        self._closer = closer
         self._text = text
         self._vector = vector
         self._graph = graph
@@ -341,6 +344,19 @@ class AgentSession:
     def scope(self) -> SessionScope:
         """The operator's scope."""
         return self._scope
+
+    def close(self) -> None:
+        """Release what this session owns (a session of
+        ``cleveragents.acms.open_data_dir`` owns its indexes: their files and
+        locks); its queries fail after it.  Also on leaving a ``with`` block."""
+        if self._closer is not None:
+            self._closer()
+
+    def __enter__(self) -> AgentSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def _view(self, projects: Sequence[str] | None, resources: Sequence[str] | None) -> ScopedView:
         scope = self._scope.narrow(projects, resources)

@@ -174,6 +174,16 @@ class AcmsOperations:
             indexer=_required(container.indexer, "an indexer"),
         )
 
+    def close(self) -> None:
+        """Close the indexes opened through this object (their files and
+        locks), for a host that is done with it: its queries fail after it.
+        Nothing to close outside the local profile's index store."""
+        try:
+            store = self._store()
+        except AcmsError:
+            return  # no index store in this profile
+        store.close()
+
     def _secure(self) -> None:
         """Owner-only modes for what a registry write may have created."""
         self._store().secure()
@@ -332,11 +342,13 @@ class AcmsOperations:
         return frozenset(ids)
 
     def agent_session(
-        self, projects: Iterable[str] = (), resources: Iterable[str] = ()
+        self, projects: Iterable[str] = (), resources: Iterable[str] = (), *, owned: bool = False
     ) -> AgentSession:
         """A scoped session with agent-sized answers (what ``acms serve`` and
         ``cleveragents.acms.open_data_dir`` give), over the named projects and
         resources, or every registered project when none is named.
+        ``owned``: the session's ``close`` closes this object's indexes (a
+        session that is the only user of this object, as ``open_data_dir``'s).
 
         Raises:
             ValueError: a malformed ULID.  NotFoundError: an unknown name.
@@ -398,6 +410,7 @@ class AcmsOperations:
             scope=SessionScope(resources=frozenset(rids), projects=by_project),
             read_file=read,
             is_indexed=is_indexed,
+            closer=self.close if owned else None,
         )
 
     def sparql_results(self, query: str, scope: frozenset[str]) -> dict[str, Any]:

@@ -262,6 +262,10 @@ class IndexStore(Protocol):
 class MaintainedStore(IndexStore, Protocol):
     """An index store over a data directory: its lock, rebuild and health."""
 
+    def close(self) -> None:
+        """Close every index opened so far (a later use opens it again)."""
+        ...
+
     @property
     def text(self) -> TextIndex:
         """The live text index."""
