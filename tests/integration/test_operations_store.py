@@ -288,3 +288,31 @@ def test_an_owned_session_releases_its_files_when_closed(tmp_path: Path, tree: P
             assert session.read(file_uri(rid, "pkg/core.py"))["results"]
             assert session.traverse(file_uri(rid, "pkg/core.py"))["results"]
     assert descriptors() <= before, (before, descriptors())
+
+
+@pytest.mark.parametrize("damaged", ["catalog/catalog.sqlite3", "vectors/vectors.sqlite3"])
+def test_a_damaged_index_can_be_rebuilt_and_its_error_says_how(
+    tmp_path: Path, tree: Path, damaged: str
+) -> None:
+    data = tmp_path / "data"
+    ops = bootstrap(data, embedding_dimension=16)
+    ops.add_project("local/d")
+    ops.add_resource(str(tree), "local/d")
+    ops.reindex()
+    ops.close()
+    (data / damaged).write_bytes(b"not a database, " * 512)
+    ops = bootstrap(data, embedding_dimension=16)
+    try:
+        with pytest.raises(IndexUnavailableError, match="reindex --rebuild"):
+            ops.status()
+        report = ops.rebuild()  # it needs nothing of the live indexes
+        assert [s.files_indexed for s in report.resources.values()] == [1]
+    finally:
+        ops.close()
+    ops = bootstrap(data, embedding_dimension=16)
+    try:
+        assert ops.verify() == []
+        view = ops.view(ops.scope(["local/d"], []))
+        assert [r.uko_uri for r in view.search("quokka_function")]
+    finally:
+        ops.close()

@@ -43,6 +43,7 @@ from cleveragents.domain.models.acms.backends import (
     VectorIndex,
 )
 from cleveragents.domain.models.acms.embedding import Embedder
+from cleveragents.domain.models.acms.errors import IndexUnavailableError
 from cleveragents.domain.models.acms.registry import ProjectRepository, ResourceRegistry
 from cleveragents.domain.models.acms.stubs import (
     InMemoryGraphBackend,
@@ -133,7 +134,17 @@ def _indexer(store: ManagedIndexStore, embedder: Embedder, kind: str = "hashing"
     # An indexer is built to write: open its four stores now, as the indexer
     # of the first round did, so a hydration opens no module or file of
     # ours once it has started.
-    store.open_all()
+    try:
+        store.open_all()
+    except IndexUnavailableError as exc:
+        # A damaged live index: a rebuild (which writes fresh ones beside
+        # it) must still be possible; a reindex meets the same error on its
+        # first use of that index.
+        from cleveragents._logging import get_logger
+
+        get_logger("cleveragents.acms.indexer").warning(
+            "indexer.live_index_unavailable", error=str(exc)
+        )
     from cleveragents.infrastructure.acms.tree_sitter_code import TreeSitterCodeParser
 
     # Worker processes build their own parser and embedder from the spec.

@@ -73,7 +73,7 @@ from cleveragents.domain.models.acms.backends import (
     validate_embedding,
     validate_positive_int,
 )
-from cleveragents.domain.models.acms.errors import IndexUnavailableError
+from cleveragents.domain.models.acms.errors import REBUILD_HINT, IndexUnavailableError
 from cleveragents.domain.models.acms.uko import resource_id_of
 from cleveragents.domain.models.acms.ulids import canonical_ulid, validate_scope
 from cleveragents.infrastructure.acms.sqlite_common import configure, connect, file_identity
@@ -269,7 +269,9 @@ class FaissVectorBackend:
                 self._db_path = directory / DB_FILENAME
             conn = connect(target)
         except (OSError, sqlite3.Error) as exc:
-            raise IndexUnavailableError(f"cannot open vector index at {index_path}") from exc
+            raise IndexUnavailableError(
+                f"cannot open vector index at {index_path}" + REBUILD_HINT
+            ) from exc
         self._conn = conn
         try:
             if self._db_path is not None:
@@ -376,7 +378,9 @@ class FaissVectorBackend:
                         "INSERT INTO meta (key, value) VALUES ('schema', ?)", (_SCHEMA_VERSION,)
                     )
         except sqlite3.Error as exc:
-            raise IndexUnavailableError("cannot initialise the vector index") from exc
+            raise IndexUnavailableError(
+                f"cannot initialise the vector index at {self._db_path}: {exc}" + REBUILD_HINT
+            ) from exc
         stored = row[0]
         if stored != self._dimension:
             raise DimensionMismatchError(

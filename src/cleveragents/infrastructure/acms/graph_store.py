@@ -110,7 +110,7 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol, cast
 from cleveragents._collector import paused_collector
 from cleveragents._logging import get_logger
 from cleveragents.domain.models.acms.backends import Triple
-from cleveragents.domain.models.acms.errors import IndexUnavailableError
+from cleveragents.domain.models.acms.errors import REBUILD_HINT, IndexUnavailableError
 from cleveragents.domain.models.acms.uko import PREDICATES
 from cleveragents.domain.models.acms.ulids import is_ulid
 
@@ -1089,7 +1089,9 @@ class GraphStore:
             raise
         except OSError as exc:
             self.close()
-            raise IndexUnavailableError(f"cannot open graph store {self.root}: {exc}") from exc
+            raise IndexUnavailableError(
+                f"cannot open graph store {self.root}: {exc}" + REBUILD_HINT
+            ) from exc
 
     def _check_format(self) -> None:
         path = self.root / "format"

@@ -34,7 +34,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import MappingProxyType
 
-from cleveragents.domain.models.acms.errors import IndexUnavailableError
+from cleveragents.domain.models.acms.errors import REBUILD_HINT, IndexUnavailableError
 from cleveragents.domain.models.acms.indexing import FileRecord
 from cleveragents.infrastructure.acms.sqlite_common import configure, connect, file_identity
 from cleveragents.infrastructure.acms.sqlite_distinct import distinct_sql
@@ -113,7 +113,9 @@ class SqliteCatalog:
                 self._identity = self._stat() if before is None else before
             conn.executescript(_SCHEMA)
         except (OSError, sqlite3.Error) as exc:
-            raise IndexUnavailableError(f"cannot open the catalog {self._path}: {exc}") from exc
+            raise IndexUnavailableError(
+                f"cannot open the catalog {self._path}: {exc}" + REBUILD_HINT
+            ) from exc
         return conn
 
     def _stat(self) -> tuple[int, int] | None:

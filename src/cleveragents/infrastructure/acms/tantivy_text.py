@@ -69,6 +69,7 @@ from cleveragents.domain.models.acms.backends import (
     validate_positive_int,
 )
 from cleveragents.domain.models.acms.errors import (
+    REBUILD_HINT,
     IndexUnavailableError,
     QueryError,
     QueryLimitError,
@@ -466,7 +467,7 @@ class TantivyTextBackend:
                     raise NotADirectoryError(self._path)
             except OSError as exc:
                 raise IndexUnavailableError(
-                    f"cannot open the text index at {self._path!r}: {exc}"
+                    f"cannot open the text index at {self._path!r}: {exc}" + REBUILD_HINT
                 ) from exc
             self._follow()
         # Parses queries (every shard shares the schema and the analyzer).
@@ -482,7 +483,9 @@ class TantivyTextBackend:
                 index = tantivy.Index(self._schema, path=path, reuse=True)
             _register(index, parses_queries=parses_queries)
         except (OSError, ValueError) as exc:
-            raise IndexUnavailableError(f"cannot open the text index at {path!r}: {exc}") from exc
+            raise IndexUnavailableError(
+                f"cannot open the text index at {path!r}: {exc}" + REBUILD_HINT
+            ) from exc
         return index
 
     def _open_existing(self, path: str) -> tantivy.Index:

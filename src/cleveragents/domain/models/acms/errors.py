@@ -58,6 +58,13 @@ class IndexUnavailableError(AcmsError):
     """An index could not be opened, read or written."""
 
 
+#: Appended to a message about an index that cannot be opened: what an
+#: operator can do when it is damaged.
+REBUILD_HINT = (
+    " (if it is damaged, `acms reindex --rebuild` builds every index again from the files)"
+)
+
+
 class ResourceListingError(AcmsError):
     """A resource registered as git could not be listed by git.
 
