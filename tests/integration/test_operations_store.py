@@ -4,6 +4,7 @@ modes whatever the umask, overlapping resources refused, racy rewrites seen."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -314,5 +315,32 @@ def test_a_damaged_index_can_be_rebuilt_and_its_error_says_how(
         assert ops.verify() == []
         view = ops.view(ops.scope(["local/d"], []))
         assert [r.uko_uri for r in view.search("quokka_function")]
+    finally:
+        ops.close()
+
+
+def test_a_text_shard_that_is_a_file_is_an_error_not_an_empty_answer(
+    tmp_path: Path, tree: Path
+) -> None:
+    data = tmp_path / "data"
+    ops = bootstrap(data, embedding_dimension=16)
+    ops.add_project("local/t")
+    rid = ops.add_resource(str(tree), "local/t").resource_id
+    ops.reindex()
+    ops.close()
+    shard = data / "text" / rid
+    shutil.rmtree(shard)
+    shard.write_text("not a shard")
+    ops = bootstrap(data, embedding_dimension=16)
+    try:
+        view = ops.view(ops.scope(["local/t"], []))
+        with pytest.raises(IndexUnavailableError, match=r"is not a directory.*--rebuild"):
+            view.search("quokka_function")
+        ops.rebuild()
+    finally:
+        ops.close()
+    ops = bootstrap(data, embedding_dimension=16)
+    try:
+        assert ops.view(ops.scope(["local/t"], [])).search("quokka_function")
     finally:
         ops.close()

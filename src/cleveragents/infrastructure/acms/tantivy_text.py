@@ -545,8 +545,15 @@ class TantivyTextBackend:
             return self._commits.get(rid)
         try:
             st = os.stat(os.path.join(self._path, rid, _META))
-        except (FileNotFoundError, NotADirectoryError):
-            return None
+        except FileNotFoundError:
+            return None  # no units committed for it
+        except NotADirectoryError:
+            # Its shard (or the index) is a file: damage, not "no units" (a
+            # search would answer nothing, silently).
+            raise IndexUnavailableError(
+                f"the text index of {rid} at {os.path.join(self._path, rid)!r} is not a "
+                "directory" + REBUILD_HINT
+            ) from None
         except OSError as exc:
             raise IndexUnavailableError(f"cannot read the text index: {exc}") from exc
         return (st.st_ino, st.st_mtime_ns, st.st_size)
@@ -1074,7 +1081,9 @@ class TantivyTextBackend:
         try:
             os.makedirs(path, exist_ok=True)
         except OSError as exc:
-            raise IndexUnavailableError(f"cannot create the text index {path!r}: {exc}") from exc
+            raise IndexUnavailableError(
+                f"cannot create the text index {path!r}: {exc}" + REBUILD_HINT
+            ) from exc
         return self._new_index(path, parses_queries=False)
 
     def _new_shard(
