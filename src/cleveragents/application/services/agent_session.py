@@ -392,10 +392,6 @@ class AgentSession:
             raise ValueError(f"mode must be one of {', '.join(_MODES)}")
         if not isinstance(query, str) or not query.strip():
             raise ValueError("query must be a non-empty string")
-        if syntax == "plain" and not _WORD.search(query):
-            # Text search finds nothing for it and vector search would rank
-            # the scope by noise: "context('???')" answered five hits.
-            raise QueryError("the query has no letters or digits to search for")
         options = text_options(syntax, path, lang)
         if options.lang is not None:
             check_language(options.lang)
@@ -411,6 +407,12 @@ class AgentSession:
         view = self._view(projects, resources)
         terms = query_terms(query)
         items: list[dict[str, Any]] = []
+        if mode != "text" and options.syntax == "plain" and not _WORD.search(query):
+            # No letters or digits: text search finds nothing, and a vector
+            # ranking of the scope against the embedding of punctuation is
+            # noise ("context('???')" answered five hits).  Any plain text is
+            # a valid query, so the answer is empty, not an error.
+            return fit({"tool": "search", "mode": mode, "query": query}, [], chars)
         if mode == "hybrid":
             for hit in hybrid_search(
                 view,
