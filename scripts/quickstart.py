@@ -4,6 +4,8 @@
 
 PATH defaults to the sample resource in ``data/sample``; DIR defaults to a
 fresh temporary directory (so the quick start never touches ``./data``).
+The engines are those of ``$ACMS_PROFILE`` (default ``local``; ``remote``
+indexes into the servers the environment names).
 """
 
 from __future__ import annotations
@@ -16,7 +18,12 @@ from pathlib import Path
 
 import structlog
 
-from cleveragents.bootstrap import bootstrap, lean_container_import, private_umask
+from cleveragents.bootstrap import (
+    bootstrap,
+    entry_profile,
+    lean_container_import,
+    private_umask,
+)
 from cleveragents.domain.models.acms.errors import AcmsError
 from cleveragents.domain.models.acms.uko import UKO, resource_uri
 
@@ -48,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(path: Path, data_dir: Path, query: str | None) -> int:
     """The same steps as ``acms project add`` / ``resource add`` / ``reindex`` / queries."""
-    ops = bootstrap(data_dir)
+    profile = entry_profile()
+    ops = bootstrap(data_dir, profile=profile)
     name = "local/quickstart"
     if ops.projects.get(name) is None:
         ops.add_project(name)
@@ -57,7 +65,7 @@ def run(path: Path, data_dir: Path, query: str | None) -> int:
     resource = same[0] if same else ops.add_resource(str(path), name)
     report = ops.reindex(resources=[resource.resource_id])
     stats = report.total
-    print(f"data dir:  {data_dir}")
+    print(f"data dir:  {data_dir}  (profile: {profile})")
     print(f"resource:  {resource.resource_id}  {path}  ({resource.resource_type})")
     print(
         f"indexed:   {stats.files_indexed} files, {stats.units_written} chunks "

@@ -14,8 +14,11 @@ checks that catalog, text, vector and graph agree on each resource's units
 ones and swaps them in atomically.  ``--profile remote`` writes to the Milvus
 and SPARQL servers the environment names (see
 ``cleveragents.application.remote_profile``); there, ``--full`` re-reads
-everything (``--rebuild`` swaps local directories and is refused).  Exit codes:
-0 ok, 1 failure, 2 bad usage.
+everything (``--rebuild`` swaps local directories and is refused).  Without
+``--profile``, ``$ACMS_PROFILE`` chooses, else ``local``.  SIGTERM stops a run
+as Ctrl-C does (workers stopped, temporary files removed, the indexes
+consistent), with one line on stderr and exit 143.  Exit codes: 0 ok,
+1 failure, 2 bad usage, 130 interrupted, 143 terminated.
 """
 
 from __future__ import annotations
@@ -26,7 +29,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from cleveragents.bootstrap import lean_container_import, private_umask
+from cleveragents.bootstrap import (
+    ENTRY_PROFILES,
+    entry_profile,
+    lean_container_import,
+    private_umask,
+)
 from cleveragents.cli.main import (
     EXIT_FAILURE,
     EXIT_OK,
@@ -34,14 +42,15 @@ from cleveragents.cli.main import (
     UsageError,
     add_global_options,
     add_reindex_options,
+    announce_lock_wait,
     check_rebuild_options,
     configure_logging,
-    data_dir_of,
     format_report,
     guarded,
     operations_for,
     reembed_reporter,
     report_failures,
+    sigterm_unwinds,
 )
 
 PROG = "reindex"
@@ -61,23 +70,20 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--rebuild", action="store_true", help="build fresh indexes and swap them in")
     parser.add_argument(
         "--profile",
-        choices=("local", "remote"),
-        default="local",
-        help="local engines in the data directory, or the remote servers (ACMS_MILVUS_URI, ...)",
+        choices=ENTRY_PROFILES,
+        default=None,
+        help="local engines in the data directory, or the remote servers (ACMS_MILVUS_URI, ...) "
+        "(default: $ACMS_PROFILE, else local)",
     )
     return parser
 
 
 def operations(args: argparse.Namespace) -> Any:  # noqa: ANN401 - AcmsOperations, lazily imported
-    """The operations of the chosen profile."""
-    if args.profile == "local":
-        return operations_for(args)
+    """The operations of the chosen profile (``--profile``, else ``$ACMS_PROFILE``)."""
+    profile = entry_profile(args.profile)
     if args.rebuild:
-        raise UsageError("--rebuild swaps local directories; use --full with --profile remote")
-    from cleveragents.application.container import build_container
-    from cleveragents.application.services.operations import AcmsOperations
-
-    return AcmsOperations.from_container(build_container("remote", data_dir_of(args)))
+        check_rebuild_options(args, profile)
+    return operations_for(args, profile)
 
 
 def progress_reporter(as_json: bool) -> tuple[Callable[[str, int, int], None], Callable[[], None]]:
@@ -122,13 +128,22 @@ def main(argv: list[str] | None = None) -> int:
         if args.verify:
             if args.project or args.resource or args.full or args.jobs is not None:
                 raise UsageError("--verify checks every resource; it takes no other options")
-            problems = ops.verify()
+            # It holds the reindex lock: indexes read mid-write disagree by design.
+            announce_lock_wait(PROG, ops.data_dir, args.lock_timeout)
+            problems = ops.verify(lock_timeout=args.lock_timeout)
             out.emit(
                 {"ok": not problems, "problems": problems},
                 lambda: (
                     "\n".join(
                         f"{p.resource_id} {p.index}: {p.missing} missing, {p.extra} extra "
                         f"(e.g. {p.sample})"
+                        # A run stopped mid-write (SIGTERM, Ctrl-C, a crash) left
+                        # it marked: its next reindex repairs it.
+                        + (
+                            " (a stopped run's; the next reindex repairs it)"
+                            if getattr(p, "interrupted", False)
+                            else ""
+                        )
                         for p in problems
                     )
                     or "ok: catalog, text, vector and graph agree"
@@ -138,10 +153,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{PROG}: verify failed: {len(problems)} disagreement(s)", file=sys.stderr)
                 return EXIT_FAILURE
             return EXIT_OK
+        announce_lock_wait(PROG, ops.data_dir, args.lock_timeout)
         progress, done = progress_reporter(args.json)
         try:
             if args.rebuild:
-                check_rebuild_options(args)
                 report = ops.rebuild(
                     lock_timeout=args.lock_timeout, progress=progress, jobs=args.jobs
                 )
@@ -160,9 +175,13 @@ def main(argv: list[str] | None = None) -> int:
         out.emit(report.as_dict(), lambda: format_report(report))
         return report_failures(PROG, report)
 
+    def terminable() -> int:
+        with sigterm_unwinds():  # SIGTERM unwinds as Ctrl-C does: see the function
+            return body()
+
     private_umask()  # this process owns the data directory: owner-only files
     lean_container_import()  # an entry point: see the function
-    return guarded(PROG, body)
+    return guarded(PROG, terminable)
 
 
 if __name__ == "__main__":

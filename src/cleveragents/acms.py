@@ -15,6 +15,7 @@ Run as a module, this is the ``acms`` command line.
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -36,19 +37,53 @@ def __getattr__(name: str) -> Any:  # noqa: ANN401 - the lazily exported class
 def open_data_dir(
     data_dir: str | os.PathLike[str],
     *,
-    projects: Sequence[str] = (),
-    resources: Sequence[str] = (),
+    projects: str | Sequence[str] = (),
+    resources: str | Sequence[str] = (),
+    profile: str | None = None,
 ) -> AgentSession:
     """A session over the real engines of ``data_dir``, scoped to the named
     projects and resources (all registered projects when neither is given).
 
+    ``projects`` and ``resources`` are sequences of names and ULIDs; a single
+    string is one name (``projects="local/x"`` is ``projects=["local/x"]``).
+    ``profile``: ``local`` (the engines in ``data_dir``) or ``remote`` (the
+    servers the environment names, the registry in ``data_dir``); default
+    ``$ACMS_PROFILE``, else ``local``.
+
+    The session owns the indexes it opened: close it (``session.close()``,
+    or ``with open_data_dir(...) as session:``) when done with it; a session
+    no longer referenced releases them too.
+
     Raises:
         NotFoundError: an unknown project or resource.  ValueError: a
-        malformed ULID.
+        malformed ULID, or an unknown profile.  TypeError: a name that is
+        not a string.
     """
     from cleveragents.bootstrap import bootstrap
 
-    return bootstrap(data_dir).agent_session(projects, resources)
+    names = _names("projects", projects)
+    ulids = _names("resources", resources)
+    ops = bootstrap(data_dir, profile=profile)
+    session = ops.agent_session(names, ulids, owned=True)
+    # The session owns its indexes: ``close()`` (or a with-block) releases
+    # their files and locks, and so does dropping the last reference to it.
+    weakref.finalize(session, ops.close)
+    return session
+
+
+def _names(argument: str, given: str | Sequence[str]) -> list[str]:
+    """``given`` as a list of names: a string is one name, not its characters."""
+    if isinstance(given, str):
+        return [given]
+    if isinstance(given, bytes | bytearray) or not isinstance(given, Sequence | frozenset | set):
+        raise TypeError(f"{argument} must be a name or a list of names, not {type(given).__name__}")
+    names = list(given)
+    for name in names:
+        if not isinstance(name, str):
+            raise TypeError(
+                f"{argument} must hold names (str), not {type(name).__name__}: {name!r}"
+            )
+    return names
 
 
 if __name__ == "__main__":

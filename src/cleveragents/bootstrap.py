@@ -6,9 +6,14 @@ import the container themselves (cosmicpython's ``bootstrap.py``)::
 
     from cleveragents.bootstrap import bootstrap
 
-    acms = bootstrap("/var/lib/acms")              # local engines on disk
+    acms = bootstrap("/var/lib/acms")              # $ACMS_PROFILE, else local engines on disk
     view = acms.view(acms.scope(projects=["local/my-project"]))
     view.search("parseJson", max_results=10)
+
+Every entry point takes its profile from :func:`entry_profile`: an explicit
+choice (an entry point's ``--profile``), else ``$ACMS_PROFILE``, else
+``local``; an unknown name, or ``stub`` (in-memory stubs with nothing to
+index or query), is refused with a ``ValueError`` naming the valid ones.
 
 :func:`private_umask` is for *processes* that own the data directory (the CLI
 and scripts call it first thing): every file an engine creates is then
@@ -32,7 +37,18 @@ if TYPE_CHECKING:
 
     from cleveragents.application.services.operations import AcmsOperations
 
-__all__ = ["UNUSED_INTEGRATIONS", "bootstrap", "lean_container_import", "private_umask"]
+__all__ = [
+    "ENTRY_PROFILES",
+    "UNUSED_INTEGRATIONS",
+    "bootstrap",
+    "entry_profile",
+    "lean_container_import",
+    "private_umask",
+]
+
+#: The profiles an entry point can run: ``stub`` (the container's in-memory
+#: stubs, for tests) has no index store and answers every query with nothing.
+ENTRY_PROFILES = ("local", "remote")
 
 # What dependency-injector imports, when installed, for features this package
 # does not use: YAML and pydantic configuration, and wiring into web
@@ -43,16 +59,42 @@ UNUSED_INTEGRATIONS = frozenset(
 )
 
 
+def entry_profile(explicit: str | None = None) -> str:
+    """The profile an entry point runs: ``explicit`` (its ``--profile``
+    option), else ``$ACMS_PROFILE``, else ``local``.
+
+    Raises:
+        ValueError: an unknown profile, or ``stub`` (nothing to index or
+            query), naming where it came from and the valid profiles.
+    """
+    source = "--profile" if explicit else "ACMS_PROFILE"
+    profile = explicit or os.environ.get("ACMS_PROFILE") or "local"
+    if profile == "stub":
+        raise ValueError(
+            f"{source}=stub has no indexes (in-memory stubs, for tests); "
+            f"use one of {', '.join(ENTRY_PROFILES)}"
+        )
+    if profile not in ENTRY_PROFILES:
+        raise ValueError(
+            f"unknown {source} {profile!r}; expected one of {', '.join(ENTRY_PROFILES)}"
+        )
+    return profile
+
+
 def bootstrap(
     data_dir: str | os.PathLike[str] | None = None,
     *,
-    profile: str = "local",
+    profile: str | None = None,
     embedding_dimension: int | None = None,
 ) -> AcmsOperations:
-    """Operations over ``data_dir`` (default ``$ACMS_DATA_DIR``, else ``./data``).
+    """Operations over ``data_dir`` (default ``$ACMS_DATA_DIR``, else ``./data``)
+    with the engines of ``profile`` (default ``$ACMS_PROFILE``, else ``local``;
+    see :func:`entry_profile`).  ``remote`` keeps the registry and the catalog
+    in ``data_dir`` and the indexes on the servers the environment names.
 
     Raises:
-        ValueError: an unknown profile or a bad embedding dimension.
+        ValueError: an unknown profile, ``stub``, a remote profile the
+            environment does not configure, or a bad embedding dimension.
     """
     from pathlib import Path
 
@@ -60,6 +102,7 @@ def bootstrap(
     from cleveragents.application.services.operations import AcmsOperations
     from cleveragents.infrastructure.acms.file_modes import make_private_dirs
 
+    profile = entry_profile(profile)
     container = build_container(profile, data_dir, embedding_dimension=embedding_dimension)
     # Before the registry or any engine creates it with the process umask.
     make_private_dirs(Path(container.config.data_dir()))

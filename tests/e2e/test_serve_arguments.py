@@ -315,13 +315,13 @@ def test_acms_help_lists_serve_and_watch(world: dict[str, Any]) -> None:
     done = _cli(world["env"], "frobnicate")
     assert done.returncode == 2
     assert "'serve'" in done.stderr and "'watch'" in done.stderr
-    # Named after a global option, a service says where it must go (it parses
-    # its own options) rather than failing later.
-    done = _cli(world["env"], "--log-level", "info", "serve", "--mcp")
+    # Global options before a service are passed on to it (tests/e2e/
+    # test_entry_points.py); one that makes no sense for it is refused.
+    done = _cli(world["env"], "--json", "serve", "--mcp")
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.strip().splitlines() == [
-        "acms: error: 'serve' must come first, with its own options: acms serve ... "
-        "(see 'acms serve --help')"
+        "acms: error: --json does not apply to 'serve': its stdout carries MCP messages, "
+        "or nothing with --http"
     ]
     done = _cli(world["env"], "serve", "--help")
     assert done.returncode == 0 and "--mcp" in done.stdout

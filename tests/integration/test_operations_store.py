@@ -3,6 +3,7 @@ modes whatever the umask, overlapping resources refused, racy rewrites seen."""
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import signal
@@ -344,3 +345,33 @@ def test_a_text_shard_that_is_a_file_is_an_error_not_an_empty_answer(
         assert ops.view(ops.scope(["local/t"], [])).search("quokka_function")
     finally:
         ops.close()
+
+
+def test_open_data_dir_sessions_release_their_files_closed_or_dropped(
+    tmp_path: Path, tree: Path
+) -> None:
+    from cleveragents.acms import open_data_dir
+
+    def descriptors() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    data = tmp_path / "data"
+    setup = bootstrap(data, embedding_dimension=16)
+    setup.add_project("local/o")
+    setup.add_resource(str(tree), "local/o")
+    setup.reindex()
+    setup.close()
+    env = {"ACMS_EMBEDDING_DIM": "16"}
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in env.items():
+            mp.setenv(key, value)
+        before = descriptors()
+        for _ in range(4):
+            with open_data_dir(data, projects="local/o") as session:
+                assert session.sparql("SELECT ?s ?p ?o WHERE { ?s ?p ?o } LIMIT 2")["results"]
+        for _ in range(4):  # never closed: dropped
+            session = open_data_dir(data, projects=["local/o"])
+            assert session.search("quokka_function", mode="text")["results"]
+            del session
+        gc.collect()
+        assert descriptors() <= before, (before, descriptors())

@@ -21,9 +21,13 @@ import contextlib
 import dataclasses
 import gc
 import logging
+import math
 import os
+import signal
 import sys
+import threading
 import time
+import types
 import warnings
 from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from pathlib import Path
@@ -43,34 +47,111 @@ __all__ = [
     "EXIT_BROKEN_PIPE",
     "EXIT_FAILURE",
     "EXIT_OK",
+    "EXIT_TERMINATED",
     "EXIT_USAGE",
+    "LOG_LEVELS",
+    "CommandParser",
+    "Terminated",
     "build_parser",
     "console",
     "main",
     "reembed_reporter",
+    "sigterm_unwinds",
 ]
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 EXIT_BROKEN_PIPE = 128 + 13  # what a shell reports for a process killed by SIGPIPE
+EXIT_TERMINATED = 128 + 15  # what a shell reports for a process killed by SIGTERM
 _PROG = "acms"
+DEFAULT_LOCK_TIMEOUT = 60.0
 
 
 class UsageError(Exception):
     """Bad command-line usage (exit 2)."""
 
 
-def check_rebuild_options(args: argparse.Namespace) -> None:
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the main thread is (:func:`sigterm_unwinds`).
+
+    A ``KeyboardInterrupt``, so it unwinds exactly as Ctrl-C does: every
+    ``with`` and ``finally`` on the way runs (the worker pool is shut down,
+    temporary directories are removed, the index store's session ends).
+    """
+
+
+@contextlib.contextmanager
+def sigterm_unwinds() -> Iterator[None]:
+    """While inside, SIGTERM (what docker and systemd send) raises
+    :class:`Terminated` in the main thread; :func:`guarded` reports it in one
+    line and exits 143.  A second SIGTERM while unwinding is ignored (the
+    cleanup finishes; SIGKILL still ends the process).  Outside the main
+    thread (an in-process caller), nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    retry: list[threading.Timer] = []
+
+    def terminate(signum: int, frame: types.FrameType | None) -> None:
+        if _inside_multiprocessing(frame):
+            # Mid-way through starting a worker (the main thread waits for the
+            # fork server to report its pid): unwinding from here leaves that
+            # worker unknown to the pool, which does not wait for it, and it
+            # dies with a traceback once the pool's semaphores are gone.
+            # Delivered again in a moment, from outside.
+            if not any(timer.is_alive() for timer in retry):
+                retry[:] = [threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGTERM))]
+                retry[0].daemon = True
+                retry[0].start()
+            return
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        for timer in retry:
+            timer.cancel()
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _inside_multiprocessing(frame: types.FrameType | None) -> bool:
+    """Whether the stack from ``frame`` runs code of the ``multiprocessing`` package."""
+    package = sys.modules.get("multiprocessing")
+    if package is None or package.__file__ is None:
+        return False  # not imported: no frame of it
+    directory = os.path.join(os.path.dirname(package.__file__), "")
+    while frame is not None:
+        if frame.f_code.co_filename.startswith(directory):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def check_rebuild_options(args: argparse.Namespace, profile: str = "local") -> None:
     """``--rebuild`` rebuilds every resource from nothing: it takes no
-    selection and no ``--full`` (what ``acms reindex`` and
+    selection and no ``--full``, and it swaps local directories, so the
+    remote profile refuses it (what ``acms reindex`` and
     ``scripts/reindex.py`` both refuse, in the same words)."""
+    if profile != "local":
+        raise UsageError(
+            f"--rebuild swaps local directories; the {profile} profile takes --full instead"
+        )
     if args.project or args.resource or args.full:
         raise UsageError("--rebuild rebuilds every resource: drop --project, --resource and --full")
 
 
-class _Parser(argparse.ArgumentParser):
+class CommandParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line: :class:`UsageError`."""
+
     def error(self, message: str) -> NoReturn:
         # One line, not argparse's usage block.
         raise UsageError(f"{message} (see '{self.prog} --help')")
+
+
+_Parser = CommandParser
+LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 def add_global_options(parser: argparse.ArgumentParser, *, suppress: bool = False) -> None:
@@ -95,7 +176,7 @@ def add_global_options(parser: argparse.ArgumentParser, *, suppress: bool = Fals
     parser.add_argument(
         "--log-level",
         default=default("warning"),
-        choices=["debug", "info", "warning", "error"],
+        choices=LOG_LEVELS,
         help="log level for the structured log on stderr (default: warning)",
     )
 
@@ -105,13 +186,7 @@ def add_reindex_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--project", action="append", default=[], metavar="NAME")
     parser.add_argument("--resource", action="append", default=[], metavar="ULID")
     parser.add_argument("--full", action="store_true", help="re-read and re-index every file")
-    parser.add_argument(
-        "--lock-timeout",
-        type=float,
-        default=60.0,
-        metavar="SECONDS",
-        help="how long to wait for another reindex to finish (default: 60)",
-    )
+    add_lock_timeout_option(parser)
     parser.add_argument(
         "--jobs",
         type=_jobs,
@@ -120,6 +195,31 @@ def add_reindex_options(parser: argparse.ArgumentParser) -> None:
         help="worker processes that parse, chunk and embed (default: one per core; "
         "1: in this process)",
     )
+
+
+def add_lock_timeout_option(parser: argparse.ArgumentParser) -> None:
+    """``--lock-timeout SECONDS``: how long a writer waits for the data
+    directory's reindex lock (a finite number >= 0; default 60)."""
+    parser.add_argument(
+        "--lock-timeout",
+        type=lock_timeout,
+        default=DEFAULT_LOCK_TIMEOUT,
+        metavar="SECONDS",
+        help="how long to wait for another reindex to finish (default: 60; 0: do not wait)",
+    )
+
+
+def lock_timeout(raw: str) -> float:
+    """A lock timeout: a finite number of seconds, 0 or more."""
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(
+            f"must be a finite number of seconds, 0 or more, not {raw!r}"
+        )
+    return value
 
 
 def _jobs(raw: str) -> int:
@@ -236,9 +336,9 @@ def build_parser() -> argparse.ArgumentParser:
     _secret_options(secrets)
     listing = resource.add_parser("list", help="list resources")
     listing.add_argument("--project", metavar="NAME")
-    resource.add_parser("remove", help="forget a resource and delete its units").add_argument(
-        "resource_id", metavar="ULID"
-    )
+    remove = resource.add_parser("remove", help="forget a resource and delete its units")
+    remove.add_argument("resource_id", metavar="ULID")
+    add_lock_timeout_option(remove)
 
     reindex = commands.add_parser("reindex", help="bring the indexes up to date")
     add_reindex_options(reindex)
@@ -313,9 +413,8 @@ def build_parser() -> argparse.ArgumentParser:
         if leaf is not parser:
             add_global_options(leaf, suppress=True)
     # The long-lived services take options of their own and are run before
-    # this parser when they come first (`main`); they are listed here for
-    # --help and the invalid-choice message, and named after a global option
-    # (`acms --log-level info serve ...`) they say where they must go.
+    # this parser (`_service_call`), global options given before them passed
+    # on; they are listed here for --help and the invalid-choice message.
     for name, summary in (
         ("serve", "the query service for agent hosts: MCP (stdio or HTTP) and a JSON API"),
         ("watch", "reindex resources as their files change"),
@@ -328,7 +427,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 class _ServiceFirst(argparse.Action):
-    """Refuses a service named after a global option: it parses its own."""
+    """A service reached through this parser (`_service_call` passed it by:
+    something before it is not a global option): say how it is called."""
 
     def __call__(
         self,
@@ -338,7 +438,51 @@ class _ServiceFirst(argparse.Action):
         option_string: str | None = None,
     ) -> None:
         name = parser.prog.rsplit(" ", 1)[-1]
-        parser.error(f"'{name}' must come first, with its own options: acms {name} ...")
+        parser.error(
+            f"'{name}' takes only --data-dir and --log-level before it: "
+            f"acms [--data-dir DIR] [--log-level LEVEL] {name} ..."
+        )
+
+
+SERVICES = ("serve", "watch")
+_NO_JSON = {
+    "serve": "its stdout carries MCP messages, or nothing with --http",
+    "watch": "it prints nothing on stdout; its log on stderr is JSON lines",
+}
+
+
+def _service_call(args: Sequence[str]) -> tuple[str, list[str]] | None:
+    """``(service, its arguments)`` when ``args`` run ``serve`` or ``watch``,
+    perhaps after global options (``acms --data-dir D watch``): those are
+    passed on, before the service's own (which win when given twice).
+
+    Raises:
+        UsageError: an option before the service that it cannot take
+            (``--json``: a service prints no results).
+    """
+    if args[:1] in (["serve"], ["watch"]):
+        return args[0], list(args[1:])
+    if not any(arg in SERVICES for arg in args):
+        return None
+    front = _Parser(prog=_PROG, add_help=False)
+    add_global_options(front)
+    front.set_defaults(log_level=None)
+    front.add_argument("command", nargs="?")
+    front.add_argument("rest", nargs=argparse.REMAINDER)
+    try:
+        known, extras = front.parse_known_args(list(args))
+    except UsageError:
+        return None  # the full parser says what is wrong
+    name = known.command
+    if name not in SERVICES or "-h" in extras or "--help" in extras:
+        return None
+    if extras:
+        raise UsageError(f"unrecognized arguments: {' '.join(extras)} (see 'acms --help')")
+    if known.json:
+        raise UsageError(f"--json does not apply to '{name}': {_NO_JSON[name]}")
+    passed = [] if known.data_dir is None else ["--data-dir", str(known.data_dir)]
+    passed += [] if known.log_level is None else ["--log-level", known.log_level]
+    return name, passed + list(known.rest)
 
 
 def _leaves(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
@@ -443,11 +587,31 @@ def data_dir_of(args: argparse.Namespace) -> Path:
     return Path(args.data_dir or os.environ.get("ACMS_DATA_DIR") or "data")
 
 
-def operations_for(args: argparse.Namespace) -> Any:  # noqa: ANN401 - AcmsOperations, lazily imported
-    """The operations over the chosen data directory (real engines)."""
+def operations_for(args: argparse.Namespace, profile: str | None = None) -> Any:  # noqa: ANN401 - AcmsOperations, lazily imported
+    """The operations over the chosen data directory, with the engines of
+    ``profile`` (default ``$ACMS_PROFILE``, else ``local``)."""
     from cleveragents.bootstrap import bootstrap
 
-    return bootstrap(data_dir_of(args))
+    return bootstrap(data_dir_of(args), profile=profile)
+
+
+def announce_lock_wait(prog: str, data_dir: Path, timeout: float) -> None:
+    """One stderr line when another writer holds the data directory's reindex
+    lock, before this one waits up to ``timeout`` seconds for it (a look, not
+    a hold: the writer then takes the lock itself)."""
+    if timeout <= 0:
+        return  # no wait: the writer fails at once, saying so
+    from cleveragents.domain.models.acms.errors import BusyError
+    from cleveragents.infrastructure.acms.reindex_lock import ReindexLock
+
+    try:
+        with ReindexLock(data_dir, timeout=0):
+            return
+    except BusyError:
+        _err(
+            f"{prog}: another reindex holds {printable(str(data_dir))}; "
+            f"waiting up to {timeout:g} s for it to finish"
+        )
 
 
 # ---------------------------------------------------------------- output
@@ -539,15 +703,25 @@ def _graph(result: GraphResult) -> str:
 
 def run(args: argparse.Namespace, out: Output) -> int:
     """Dispatch one parsed command."""
-    ops = operations_for(args)
+    from cleveragents.bootstrap import entry_profile
+
+    profile = entry_profile()  # before anything is opened: a bad one is refused first
     command = args.command
+    if command == "reindex" and args.rebuild:
+        check_rebuild_options(args, profile)
+    if command == "sparql" and args.results and profile != "local":
+        raise UsageError(
+            f"sparql --results needs the local profile (ACMS_PROFILE is {profile}): the "
+            "SPARQL endpoint adapter answers triples only (SELECT ?s ?p ?o, without --results)"
+        )
+    ops = operations_for(args, profile)
     if command == "project":
         return _project(ops, args, out)
     if command == "resource":
         return _resource(ops, args, out)
     if command == "reindex":
+        announce_lock_wait(_PROG, ops.data_dir, args.lock_timeout)
         if args.rebuild:
-            check_rebuild_options(args)
             report = ops.rebuild(lock_timeout=args.lock_timeout, jobs=args.jobs)
         else:
             report = ops.reindex(
@@ -561,7 +735,12 @@ def run(args: argparse.Namespace, out: Output) -> int:
         out.emit(report.as_dict(), lambda: format_report(report))
         return report_failures(_PROG, report)
     if command == "status":
-        status = ops.status()
+        status = {"profile": profile, **ops.status()}
+        if profile != "local":
+            # Only the catalog and the registry are on this disk; the index
+            # directories of the local profile are empty here.
+            sizes = status["bytes_on_disk"]
+            status["bytes_on_disk"] = {k: v for k, v in sizes.items() if k not in _ENGINE_DIRS}
         out.emit(status, lambda: _status(status))
         if status.get("loose_modes"):
             loose = status["loose_modes"]
@@ -762,11 +941,32 @@ def _resource(ops: Any, args: argparse.Namespace, out: Output) -> int:  # noqa: 
             lambda: f"{resource.resource_id}{_secret_status(_secret_row(resource))}",
         )
     else:
-        ops.remove_resource(args.resource_id)
+        _remove_resource(ops, args.resource_id, args.lock_timeout)
         out.emit(
             {"removed": args.resource_id}, lambda: f"removed resource {printable(args.resource_id)}"
         )
     return EXIT_OK
+
+
+def _remove_resource(ops: Any, resource_id: str, timeout: float) -> None:  # noqa: ANN401
+    """``ops.remove_resource``, waiting at most ``timeout`` seconds for the
+    reindex lock, with a line on stderr when it waits.
+
+    ``AcmsOperations.remove_resource`` takes no lock timeout (it waits 60 s):
+    the wait for a running reindex happens here, holding the lock until it
+    is free, then releasing it for the removal to take (a reindex that
+    starts in that instant makes the removal wait its own 60 s).
+    """
+    from cleveragents.domain.models.acms.ulids import canonical_ulid
+    from cleveragents.infrastructure.acms.reindex_lock import ReindexLock
+
+    rid = canonical_ulid(resource_id)
+    if ops.resources.get(rid) is None:  # bad input first, never after a wait
+        raise NotFoundError(f"no resource {rid} (see 'acms resource list')")
+    announce_lock_wait(_PROG, ops.data_dir, timeout)
+    with ReindexLock(ops.data_dir, timeout=timeout):
+        pass
+    ops.remove_resource(rid)
 
 
 def reembed_reporter(prog: str) -> Callable[[str, str, int, int], None]:
@@ -817,8 +1017,14 @@ def report_failures(prog: str, report: Any) -> int:  # noqa: ANN401 - a ReindexR
     return EXIT_FAILURE if failed else EXIT_OK
 
 
+_ENGINE_DIRS = frozenset({"text", "vectors", "graph"})
+
+
 def _status(status: dict[str, Any]) -> str:
-    lines = [f"data dir: {printable(status['data_dir'])}  projects: {status['projects']}"]
+    lines = [
+        f"data dir: {printable(status['data_dir'])}  projects: {status['projects']}  "
+        f"profile: {status['profile']}"
+    ]
     for r in status["resources"]:
         lines.append(
             f"{r['resource_id']}  {r['type']:<12} files={r['files']} text={r['text_units']} "
@@ -868,6 +1074,9 @@ def guarded(prog: str, body: Callable[[], int]) -> int:
     except (AcmsError, OSError) as exc:
         _err(f"{prog}: failed: {_one_line(exc)}")
         return EXIT_FAILURE
+    except Terminated:
+        _err(f"{prog}: terminated")
+        return EXIT_TERMINATED
     except KeyboardInterrupt:
         _err(f"{prog}: interrupted")
         return 130
@@ -959,14 +1168,23 @@ def _main(argv: Sequence[str] | None, *, console: bool) -> tuple[int, bool]:
 
     lean_container_import()  # this process is an entry point: see the function
     args_in = list(sys.argv[1:] if argv is None else argv)
-    if args_in[:1] in (["serve"], ["watch"]):
+    call: tuple[str, list[str]] | None = None
+
+    def find_service() -> int:
+        nonlocal call
+        call = _service_call(args_in)
+        return EXIT_OK
+
+    code = guarded(_PROG, find_service)
+    if code != EXIT_OK:
+        return code, False
+    if call is not None:
         # Long-lived services with options of their own (cli/serve.py, cli/watch.py).
         from importlib import import_module
 
-        service: Callable[[Sequence[str]], int] = import_module(
-            f"cleveragents.cli.{args_in[0]}"
-        ).main
-        return guarded(_PROG, lambda: service(args_in[1:])), False
+        name, service_args = call
+        service: Callable[[Sequence[str]], int] = import_module(f"cleveragents.cli.{name}").main
+        return guarded(_PROG, lambda: service(service_args)), False
     parser = build_parser()
     question = False
 
@@ -979,7 +1197,10 @@ def _main(argv: Sequence[str] | None, *, console: bool) -> tuple[int, bool]:
             from cleveragents._process import asks_one_question
 
             asks_one_question()
-        with _collector_off(restore=not console) if question else contextlib.nullcontext():
+        with (
+            sigterm_unwinds(),
+            _collector_off(restore=not console) if question else contextlib.nullcontext(),
+        ):
             return run(args, Output(args.json))
 
     private_umask()  # this process owns the data directory: owner-only files

@@ -33,13 +33,16 @@ restart.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import inspect
 import json
 import logging
 import os
+import signal
 import socket
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -517,12 +520,32 @@ def _json(body: dict[str, Any], status: int) -> Response:
     return Response(render(body), status_code=status, media_type="application/json")
 
 
+class JsonLineFormatter(logging.Formatter):
+    """A standard ``logging`` record as one JSON line, with the keys of the
+    structlog lines beside it (``event``, ``level``, ``timestamp``) and the
+    record's ``logger``: the libraries' records (uvicorn, the MCP SDK,
+    watchfiles) in the same format as ours."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        event: dict[str, Any] = {
+            "event": record.getMessage(),
+            "logger": record.name,
+            "level": record.levelname.lower(),
+            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.created % 1 * 1_000_000):06d}Z",
+        }
+        if record.exc_info:
+            event["exception"] = self.formatException(record.exc_info)
+        return json.dumps(event, default=str)
+
+
 def configure_stderr_logging(level: str) -> None:
     """JSON lines on stderr for structlog and the standard logging module."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(message)s"))
+    handler.setFormatter(JsonLineFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
+    logging.captureWarnings(True)  # Python warnings: JSON lines too, not plain text
     root.setLevel(getattr(logging, level.upper()))
     structlog.configure(
         processors=[
@@ -536,18 +559,44 @@ def configure_stderr_logging(level: str) -> None:
     )
 
 
+_PROG = "acms serve"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the service until interrupted; exit 2 on bad usage."""
-    parser = argparse.ArgumentParser(prog="acms serve", description=__doc__.split("\n\n")[0])
+    """Run the service until SIGINT or SIGTERM (exit 0, or 143 after
+    SIGTERM, with one line on stderr); exit 2 on bad usage."""
+    from cleveragents.cli.main import (
+        EXIT_TERMINATED,
+        LOG_LEVELS,
+        CommandParser,
+        Terminated,
+        UsageError,
+        sigterm_unwinds,
+    )
+
+    parser = CommandParser(prog=_PROG, description=__doc__.split("\n\n")[0])
     how = parser.add_mutually_exclusive_group(required=True)
     how.add_argument("--mcp", action="store_true", help="MCP over stdio")
     how.add_argument("--http", metavar="HOST:PORT", help="MCP at /mcp and JSON at /api/<tool>")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--project", action="append", default=[])
     parser.add_argument("--resource", action="append", default=[])
-    parser.add_argument("--log-level", default="warning")
-    args = parser.parse_args(argv)
+    parser.add_argument("--log-level", default="warning", choices=LOG_LEVELS)
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as exc:
+        print(f"{_PROG}: error: {exc}", file=sys.stderr)
+        return 2
     configure_stderr_logging(args.log_level)
+    try:
+        with sigterm_unwinds():
+            return _serve(args)
+    except Terminated:
+        print(f"{_PROG}: terminated", file=sys.stderr)
+        return EXIT_TERMINATED
+
+
+def _serve(args: argparse.Namespace) -> int:
     data_dir = Path(args.data_dir or os.environ.get("ACMS_DATA_DIR") or "data")
     try:
         from cleveragents.acms import open_data_dir
@@ -561,6 +610,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     chosen = bool(args.project or args.resource)
     if args.mcp:
         _log_scope(session.scope, chosen=chosen)
+        signal.signal(signal.SIGTERM, _end_stdio)
         server.run("stdio")
         return 0
     host, _, port = str(args.http).rpartition(":")
@@ -576,10 +626,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     _log_scope(session.scope, chosen=chosen)
     import uvicorn
 
-    config = uvicorn.Config(_http_app(tools, server), log_level=args.log_level)
+    # log_config=None: uvicorn's records go to the root logger's JSON lines,
+    # not to plain-text handlers of its own.
+    config = uvicorn.Config(_http_app(tools, server), log_level=args.log_level, log_config=None)
     with listener:
         uvicorn.Server(config).run(sockets=[listener])
     return 0
+
+
+def _end_stdio(signum: int, frame: object) -> None:
+    """SIGTERM over stdio: end now, with one line on stderr and exit 143.
+
+    Unwinding would wait for the MCP SDK's stdin reader, a thread blocked
+    reading a line that may never come; the service writes nothing but its
+    answers (flushed here), so there is nothing else to finish.
+    """
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.flush()
+    with contextlib.suppress(OSError, ValueError):
+        print(f"{_PROG}: terminated", file=sys.stderr, flush=True)
+    logging.shutdown()
+    os._exit(128 + signal.SIGTERM)
 
 
 def _log_scope(scope: SessionScope, *, chosen: bool) -> None:

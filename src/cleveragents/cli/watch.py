@@ -9,11 +9,16 @@ removed while it runs are picked up within ``--rescan`` seconds.  An
 incremental reindex reads only the files whose size or mtime changed, so a
 saved file is searchable about debounce + its own indexing time after the
 write.  Exit with SIGINT or SIGTERM; a reindex in progress finishes first.
+
+It uses the profile of ``$ACMS_PROFILE`` (default ``local``; ``remote``
+writes to the servers the environment names).  Its log is JSON lines on
+stderr, the libraries' records included (the watcher's own "N changes
+detected" only at ``--log-level debug``).
 """
 
 from __future__ import annotations
 
-import argparse
+import logging
 import os
 import signal
 import sys
@@ -103,25 +108,46 @@ def run(
                 break  # resources added or removed: watch the new set
 
 
+_PROG = "acms watch"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the watcher until SIGINT/SIGTERM."""
-    parser = argparse.ArgumentParser(prog="acms watch", description=__doc__.split("\n\n")[0])
+    """Run the watcher until SIGINT/SIGTERM; exit 2 on bad usage."""
+    from cleveragents.cli.main import (
+        LOG_LEVELS,
+        CommandParser,
+        UsageError,
+        add_lock_timeout_option,
+    )
+
+    parser = CommandParser(prog=_PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--debounce", type=float, default=0.2, help="seconds of quiet (0.2)")
     parser.add_argument("--rescan", type=float, default=5.0, help="registry re-read (5 s)")
-    parser.add_argument("--lock-timeout", type=float, default=60.0)
-    parser.add_argument("--log-level", default="info")
-    args = parser.parse_args(argv)
-    if not 0 <= args.debounce <= 60 or not 0.1 <= args.rescan <= 3600:
-        parser.error("--debounce must be within 0..60 s and --rescan within 0.1..3600 s")
+    add_lock_timeout_option(parser)
+    parser.add_argument("--log-level", default="info", choices=LOG_LEVELS)
+    try:
+        args = parser.parse_args(argv)
+        if not 0 <= args.debounce <= 60 or not 0.1 <= args.rescan <= 3600:
+            parser.error("--debounce must be within 0..60 s and --rescan within 0.1..3600 s")
+    except UsageError as exc:
+        print(f"{_PROG}: error: {exc}", file=sys.stderr)
+        return 2
     from cleveragents.cli.serve import configure_stderr_logging
 
     configure_stderr_logging(args.log_level)
-    from cleveragents.application.container import build_container
-    from cleveragents.application.services.operations import AcmsOperations
+    if args.log_level != "debug":
+        # One line per batch of changes ("2 changes detected"): the reindex
+        # that follows logs acms.watch.reindexed, which says more.
+        logging.getLogger("watchfiles").setLevel(logging.WARNING)
+    from cleveragents.bootstrap import bootstrap
 
     data_dir = Path(args.data_dir or os.environ.get("ACMS_DATA_DIR") or "data")
-    ops = AcmsOperations.from_container(build_container("local", data_dir))
+    try:
+        ops = bootstrap(data_dir)
+    except ValueError as exc:  # an unknown profile, or one the environment does not configure
+        print(f"{_PROG}: error: {exc}", file=sys.stderr)
+        return 2
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -135,7 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             lock_timeout=args.lock_timeout,
         )
     except Exception as exc:
-        print(f"acms watch: {exc}", file=sys.stderr)
+        print(f"{_PROG}: {' '.join(str(exc).split())}", file=sys.stderr)
         return 1
     return 0
 

@@ -1,0 +1,109 @@
+"""``ACMS_PROFILE=remote`` reaches every ``acms`` command: a query answers
+from Milvus and the SPARQL endpoint (not from the local indexes), and what
+the profile cannot do is refused in one line naming it.  Against Milvus Lite
+and Oxigraph on 127.0.0.1 (``tests/remote_servers.py``)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cleveragents.application.container import build_container
+from cli_process import cli_env, run_acms
+from remote_servers import ServerProcess, milvus_server, oxigraph_server, unique_name
+
+__all__ = ["milvus_server", "oxigraph_server"]  # fixtures, re-exported for pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = ROOT / "data" / "sample"
+REINDEX = (str(ROOT / "scripts" / "reindex.py"),)
+
+
+@pytest.fixture(scope="module")
+def remote(
+    milvus_server: ServerProcess,
+    oxigraph_server: ServerProcess,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[dict[str, Any]]:
+    """The sample resource registered locally and indexed into the servers
+    by ``scripts/reindex.py`` with no ``--profile``: ``ACMS_PROFILE`` decides."""
+    data = tmp_path_factory.mktemp("cli_remote") / "data"
+    local = cli_env(data)
+    env = {
+        **local,
+        "ACMS_PROFILE": "remote",
+        "ACMS_MILVUS_URI": milvus_server.uri,
+        "ACMS_SPARQL_QUERY_URL": oxigraph_server.uri + "/query",
+        "ACMS_SPARQL_UPDATE_URL": oxigraph_server.uri + "/update",
+        "ACMS_SPARQL_STORE_URL": oxigraph_server.uri + "/store",
+        "ACMS_MILVUS_TEXT_COLLECTION": unique_name("cli_text"),
+        "ACMS_MILVUS_VECTOR_COLLECTION": unique_name("cli_vectors"),
+        "ACMS_REMOTE_TIMEOUT": "20",
+    }
+    assert run_acms(env, "project", "add", "local/sample").returncode == 0
+    added = run_acms(env, "resource", "add", str(SAMPLE), "--project", "local/sample")
+    assert added.returncode == 0, added.stderr
+    indexed = run_acms(env, "--json", program=REINDEX)
+    assert indexed.returncode == 0, indexed.stderr
+    yield {"env": env, "local": local, "rid": added.stdout.strip(), "data": data}
+    with pytest.MonkeyPatch.context() as patch:  # leave the shared servers as they were
+        for key, value in env.items():
+            patch.setenv(key, value)
+        c = build_container("remote", data)
+        for backend in (c.text_backend(), c.vector_backend(), c.graph_backend()):
+            backend.delete(added.stdout.strip())
+            backend.close()
+
+
+def search(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return run_acms(env, "--json", "search", "text", "quokkasample", "--project", "local/sample")
+
+
+def test_acms_search_answers_from_the_remote_profile(remote: dict[str, Any]) -> None:
+    done = search(remote["env"])
+    assert done.returncode == 0, done.stderr
+    hits = json.loads(done.stdout)
+    assert hits and all(h["uko_uri"].startswith(f"uko://{remote['rid']}/") for h in hits)
+    # The local indexes of the same data directory hold nothing: the answer
+    # above came from the servers.
+    local = search(remote["local"])
+    assert local.returncode == 0, local.stderr
+    assert json.loads(local.stdout) == []
+    status = json.loads(run_acms(remote["env"], "--json", "status").stdout)
+    assert status["profile"] == "remote"
+    (row,) = status["resources"]
+    assert row["text_units"] > 0 and row["vector_units"] == row["text_units"]
+    assert set(status["bytes_on_disk"]) == {"catalog", "registry.sqlite3"}
+
+
+def test_a_bogus_profile_is_one_line_naming_the_valid_ones(remote: dict[str, Any]) -> None:
+    done = search({**remote["env"], "ACMS_PROFILE": "bogus"})
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip().splitlines() == [
+        "acms: error: unknown ACMS_PROFILE 'bogus'; expected one of local, remote"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("reindex", "--rebuild"), "the remote profile takes --full instead"),
+        (
+            ("sparql", "--results", "SELECT ?s WHERE { ?s ?p ?o }", "--project", "local/sample"),
+            "needs the local profile (ACMS_PROFILE is remote)",
+        ),
+    ],
+    ids=["reindex --rebuild", "sparql --results"],
+)
+def test_what_the_remote_profile_cannot_do_is_refused_naming_it(
+    remote: dict[str, Any], args: tuple[str, ...], says: str
+) -> None:
+    done = run_acms(remote["env"], *args)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0], done.stderr
