@@ -673,9 +673,18 @@ def _log_scope(scope: SessionScope, *, chosen: bool) -> None:
 
 
 def _listen(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on ``host:port`` (IPv4 or IPv6, address reuse as uvicorn)."""
+    """A listening TCP socket on ``host:port`` (IPv4 or IPv6, address reuse as uvicorn).
+
+    Made with protocol ``IPPROTO_TCP``, not 0: asyncio turns Nagle's
+    algorithm off (``TCP_NODELAY``) only on connections whose socket says it
+    is TCP, and an accepted socket inherits the listener's protocol.  With
+    Nagle on, a response's body waited for the client's delayed ACK of its
+    headers: every call on a kept-alive connection (what an HTTP client
+    library does) took ~44 ms more (``bench_service.py``: 51 ms vs 5 ms in
+    process; one call in 1.3 ms with it off).
+    """
     family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
-    listener = socket.socket(family, socket.SOCK_STREAM)
+    listener = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind((host.strip("[]"), port))
