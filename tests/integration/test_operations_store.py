@@ -246,8 +246,13 @@ def test_verify_holds_the_reindex_lock_and_names_an_interrupted_run(
         rid = ops.add_resource(str(tree), "local/v").resource_id
         ops.reindex()
         assert ops.verify() == []
-        with ReindexLock(data, timeout=0), pytest.raises(BusyError, match="another reindex"):
-            ops.verify(lock_timeout=0.2)
+        with ReindexLock(data, timeout=0):
+            with pytest.raises(BusyError, match="another reindex"):
+                ops.verify(lock_timeout=0.2)
+            # So does removing a resource (it waited 60 s whatever was asked).
+            with pytest.raises(BusyError, match=r"waited 0\.2 s"):
+                ops.remove_resource(rid, lock_timeout=0.2)
+        assert [r.resource_id for r in ops.list_resources()] == [rid]
     finally:
         ops._store().close()
     (tree / "pkg" / "more.py").write_text("def wombat_function():\n    return 2\n")

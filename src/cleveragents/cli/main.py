@@ -950,23 +950,14 @@ def _resource(ops: Any, args: argparse.Namespace, out: Output) -> int:  # noqa: 
 
 def _remove_resource(ops: Any, resource_id: str, timeout: float) -> None:  # noqa: ANN401
     """``ops.remove_resource``, waiting at most ``timeout`` seconds for the
-    reindex lock, with a line on stderr when it waits.
-
-    ``AcmsOperations.remove_resource`` takes no lock timeout (it waits 60 s):
-    the wait for a running reindex happens here, holding the lock until it
-    is free, then releasing it for the removal to take (a reindex that
-    starts in that instant makes the removal wait its own 60 s).
-    """
+    reindex lock, with a line on stderr when it waits."""
     from cleveragents.domain.models.acms.ulids import canonical_ulid
-    from cleveragents.infrastructure.acms.reindex_lock import ReindexLock
 
     rid = canonical_ulid(resource_id)
     if ops.resources.get(rid) is None:  # bad input first, never after a wait
         raise NotFoundError(f"no resource {rid} (see 'acms resource list')")
     announce_lock_wait(_PROG, ops.data_dir, timeout)
-    with ReindexLock(ops.data_dir, timeout=timeout):
-        pass
-    ops.remove_resource(rid)
+    ops.remove_resource(rid, lock_timeout=timeout)
 
 
 def reembed_reporter(prog: str) -> Callable[[str, str, int, int], None]:

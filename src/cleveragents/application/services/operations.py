@@ -306,16 +306,18 @@ class AcmsOperations:
         linked = set(self.project(project).resource_ids)
         return [r for r in resources if r.resource_id in linked]
 
-    def remove_resource(self, resource_id: str) -> None:
-        """Forget a resource and delete all its index units.
+    def remove_resource(self, resource_id: str, *, lock_timeout: float = 60.0) -> None:
+        """Forget a resource and delete all its index units, waiting up to
+        ``lock_timeout`` seconds for a running reindex.
 
         Raises:
             ValueError: malformed ULID.  NotFoundError: unknown resource.
+            BusyError: a reindex held the lock past ``lock_timeout``.
         """
         rid = canonical_ulid(resource_id)
         if self.resources.get(rid) is None:
             raise NotFoundError(f"no resource {rid} (see 'acms resource list')")
-        with self._store().writing() as store:
+        with self._store().writing(timeout=lock_timeout) as store:
             store.delete_resource(rid)
             self.resources.remove(rid)
 
