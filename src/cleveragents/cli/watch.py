@@ -5,7 +5,9 @@ A writer process: it watches the location of every registered resource
 period (``--debounce``, default 0.2 s), then reindexes incrementally only the
 resources that changed, under the data directory's reindex lock, so it never
 races ``acms reindex`` or ``scripts/reindex.py``.  Resources registered or
-removed while it runs are picked up within ``--rescan`` seconds.  An
+removed while it runs are noticed within ``--rescan`` seconds, and a new one
+is indexed by the end of the next ``--rescan`` (the watch of the new set goes
+live first, then catches up).  An
 incremental reindex reads only the files whose size or mtime changed, so a
 saved file is searchable about debounce + its own indexing time after the
 write.  Exit with SIGINT or SIGTERM; a reindex in progress finishes first.
