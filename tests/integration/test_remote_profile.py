@@ -179,3 +179,20 @@ def test_unreachable_servers_fail_with_one_line_and_no_secret(tmp_path: Path) ->
     assert done.returncode == 1, done.stderr
     assert "Traceback" not in done.stderr
     assert_no_secret(done.stdout, done.stderr)
+
+
+@pytest.mark.parametrize(("chosen", "prefix"), [("hashing", "hashing"), ("minilm", "minilm")])
+def test_the_remote_profile_uses_the_embedder_asked_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chosen: str, prefix: str
+) -> None:
+    # It always used the hashing embedder: ACMS_EMBEDDER=minilm was ignored
+    # under remote, so its vectors were not the ones a local index holds.
+    dead = f"http://127.0.0.1:{free_port()}"
+    for key, value in remote_env(dead, dead).items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("ACMS_EMBEDDER", chosen)
+    monkeypatch.delenv("ACMS_EMBEDDING_DIM", raising=False)
+    c = build_container("remote", tmp_path)
+    embedder = c.embedder()
+    assert embedder.name.startswith(prefix), embedder.name
+    assert embedder.dimension == 384

@@ -260,7 +260,7 @@ def build_container(
     elif profile == "remote":
         from cleveragents.application.remote_profile import wire_remote
 
-        wire_remote(container)
+        wire_remote(container, embedder=embedder)
     return container
 
 

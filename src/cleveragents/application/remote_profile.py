@@ -169,10 +169,13 @@ def _remote_store(s: RemoteSettings, data_dir: str, dimension: int) -> ManagedIn
     )
 
 
-def wire_remote(container: Container, environ: Mapping[str, str] | None = None) -> None:
+def wire_remote(
+    container: Container, environ: Mapping[str, str] | None = None, *, embedder: str = "hashing"
+) -> None:
     """Override the container's backends, embedder and indexer for ``remote``.
 
-    Backends are built (and servers contacted) on first use, as in ``local``.
+    Backends are built (and servers contacted) on first use, as in ``local``;
+    ``embedder`` (``ACMS_EMBEDDER``: ``hashing`` or ``minilm``) as there.
 
     Raises:
         ValueError: the environment does not configure the profile.
@@ -181,6 +184,7 @@ def wire_remote(container: Container, environ: Mapping[str, str] | None = None) 
         _graph,
         _hashing_embedder,
         _indexer,
+        _minilm_embedder,
         _text,
         _vector,
     )
@@ -193,8 +197,12 @@ def wire_remote(container: Container, environ: Mapping[str, str] | None = None) 
     container.text_backend.override(providers.Singleton(_text, container.index_store))
     container.vector_backend.override(providers.Singleton(_vector, container.index_store))
     container.graph_backend.override(providers.Singleton(_graph, container.index_store))
-    container.embedder.override(providers.Singleton(_hashing_embedder, cfg.embedding_dimension))
+    container.embedder.override(
+        providers.Singleton(_minilm_embedder)
+        if embedder == "minilm"
+        else providers.Singleton(_hashing_embedder, cfg.embedding_dimension)
+    )
     container.indexer.override(
-        providers.Singleton(_indexer, container.index_store, container.embedder)
+        providers.Singleton(_indexer, container.index_store, container.embedder, embedder)
     )
     _log.info("acms.container.remote_profile", **settings.public())
