@@ -551,13 +551,13 @@ class AgentSession:
             if owner is not None and owner not in view.scope:
                 # As read and callers: a node of another resource is refused,
                 # not answered with an empty graph that reads as "no edges".
-                raise ScopeError(f"{node[:200]} is outside this session's scope")
+                raise ScopeError(f"{node[:200]!r} is outside this session's scope")
             return [node]
         path = node[2:] if node.startswith("./") else node
         nodes = [file_uri(rid, path) for rid in sorted(view.scope) if self._is_indexed(rid, path)]
         if not nodes:
             raise ValueError(
-                f"{what} {node!r} is neither an IRI nor a file path indexed in this scope: "
+                f"{what} {node[:200]!r} is neither an IRI nor a file path indexed in this scope: "
                 "give a node's IRI (uko://<ULID>/<path>, a symbol's ...#sym=<name>) or a "
                 "path relative to a resource's root"
             )
@@ -737,6 +737,8 @@ class AgentSession:
             raise ScopeError(f"resource {rid} is not in this session's scope")
         fragment = uri.split("#", 1)[1] if "#" in uri else ""
         own = file_uri(rid, path)
+        if not self._is_indexed(rid, path):
+            raise ValueError(f"{own[:300]!r} is not an indexed file of this scope")
         found = _RANGE.match(fragment)
         if fragment.startswith("sym="):
             symbol = self._symbol_lines(uri, own, fragment[4:])
@@ -744,7 +746,7 @@ class AgentSession:
                 start_line, end_line = symbol
         elif fragment and not found:
             raise ValueError(
-                f"uri fragment #{fragment[:40]} is neither a line range (#L10-L42) "
+                f"uri fragment {'#' + fragment[:40]!r} is neither a line range (#L10-L42) "
                 "nor a symbol (#sym=Name)"
             )
         if found and start_line is None and end_line is None:
@@ -753,8 +755,6 @@ class AgentSession:
         last = _count(end_line, "end_line", 10**9) if end_line is not None else None
         if last is not None and last < first:
             raise ValueError("end_line must not be before start_line")
-        if not self._is_indexed(rid, path):
-            raise ValueError(f"{own} is not an indexed file of this scope")
         got = self._read_file(rid, path, 4 * MAX_BUDGET)
         if got is None:
             raise ValueError(f"{own} cannot be read now (moved, too large or not a regular file)")
@@ -804,9 +804,10 @@ class AgentSession:
         path, mark, fragment = given.partition("#")
         nodes = self._graph_nodes(self._view(None, None), path, "uri")
         if len(nodes) > 1:
+            shown = ", ".join(nodes[:5]) + (f" and {len(nodes) - 5} more" if len(nodes) > 5 else "")
             raise ValueError(
-                f"{path!r} is a file of {len(nodes)} resources of this scope; "
-                f"read it by URI: {', '.join(nodes)}"
+                f"{path[:200]!r} is a file of {len(nodes)} resources of this scope; "
+                f"read it by URI: {shown}"
             )
         return nodes[0] + mark + fragment
 
