@@ -150,6 +150,29 @@ def indexed_then_reopened(
         fresh._store().close()
 
 
+def index_once(data: Path, tree: Path, project: str) -> str:
+    """``tree`` registered in ``project`` of ``data`` and indexed, by a handle
+    closed afterwards; the resource's ULID."""
+    setup = bootstrap(data, embedding_dimension=16)
+    try:
+        setup.add_project(project)
+        rid = setup.add_resource(str(tree), project).resource_id
+        setup.reindex()
+    finally:
+        setup.close()
+    return rid
+
+
+@contextmanager
+def reopened(data: Path) -> Iterator[AcmsOperations]:
+    """``data`` opened afresh (as a new process would), closed on leaving."""
+    ops = bootstrap(data, embedding_dimension=16)
+    try:
+        yield ops
+    finally:
+        ops.close()
+
+
 def test_status_counts_each_index_without_loading_a_graph(
     ops: AcmsOperations, tree: Path, tmp_path: Path
 ) -> None:
@@ -240,11 +263,8 @@ def test_verify_holds_the_reindex_lock_and_names_an_interrupted_run(
     reindex (a cron job beside ``watch`` reported "extra" units three times in
     a row). A run killed mid-write is named as such: the next reindex repairs it."""
     data = tmp_path / "data"
-    ops = bootstrap(data, embedding_dimension=16)
-    try:
-        ops.add_project("local/v")
-        rid = ops.add_resource(str(tree), "local/v").resource_id
-        ops.reindex()
+    rid = index_once(data, tree, "local/v")
+    with reopened(data) as ops:
         assert ops.verify() == []
         with ReindexLock(data, timeout=0):
             with pytest.raises(BusyError, match="another reindex"):
@@ -253,8 +273,6 @@ def test_verify_holds_the_reindex_lock_and_names_an_interrupted_run(
             with pytest.raises(BusyError, match=r"waited 0\.2 s"):
                 ops.remove_resource(rid, lock_timeout=0.2)
         assert [r.resource_id for r in ops.list_resources()] == [rid]
-    finally:
-        ops._store().close()
     (tree / "pkg" / "more.py").write_text("def wombat_function():\n    return 2\n")
     env = {**os.environ, "ACMS_DATA_DIR": str(data), "ACMS_EMBEDDING_DIM": "16"}
     env["ACMS_FAULT_AT"] = "index.vector"
@@ -262,14 +280,11 @@ def test_verify_holds_the_reindex_lock_and_names_an_interrupted_run(
         [sys.executable, str(REINDEX), "--full"], env=env, capture_output=True, timeout=120
     )
     assert killed.returncode == -signal.SIGKILL, killed.stderr
-    ops = bootstrap(data, embedding_dimension=16)
-    try:
+    with reopened(data) as ops:
         problems = ops.verify()
         assert problems and all(p.resource_id == rid and p.interrupted for p in problems)
         ops.reindex()
         assert ops.verify() == []
-    finally:
-        ops._store().close()
 
 
 def test_an_owned_session_releases_its_files_when_closed(tmp_path: Path, tree: Path) -> None:
@@ -280,11 +295,7 @@ def test_an_owned_session_releases_its_files_when_closed(tmp_path: Path, tree: P
         return len(os.listdir("/proc/self/fd"))
 
     data = tmp_path / "data"
-    setup = bootstrap(data, embedding_dimension=16)
-    setup.add_project("local/f")
-    rid = setup.add_resource(str(tree), "local/f").resource_id
-    setup.reindex()
-    setup.close()
+    rid = index_once(data, tree, "local/f")
     before = descriptors()
     for _ in range(5):
         with bootstrap(data, embedding_dimension=16).agent_session(
@@ -302,54 +313,34 @@ def test_a_damaged_index_can_be_rebuilt_and_its_error_says_how(
     tmp_path: Path, tree: Path, damaged: str
 ) -> None:
     data = tmp_path / "data"
-    ops = bootstrap(data, embedding_dimension=16)
-    ops.add_project("local/d")
-    ops.add_resource(str(tree), "local/d")
-    ops.reindex()
-    ops.close()
+    index_once(data, tree, "local/d")
     (data / damaged).write_bytes(b"not a database, " * 512)
-    ops = bootstrap(data, embedding_dimension=16)
-    try:
+    with reopened(data) as ops:
         with pytest.raises(IndexUnavailableError, match="reindex --rebuild"):
             ops.status()
         report = ops.rebuild()  # it needs nothing of the live indexes
         assert [s.files_indexed for s in report.resources.values()] == [1]
-    finally:
-        ops.close()
-    ops = bootstrap(data, embedding_dimension=16)
-    try:
+    with reopened(data) as ops:
         assert ops.verify() == []
         view = ops.view(ops.scope(["local/d"], []))
         assert [r.uko_uri for r in view.search("quokka_function")]
-    finally:
-        ops.close()
 
 
 def test_a_text_shard_that_is_a_file_is_an_error_not_an_empty_answer(
     tmp_path: Path, tree: Path
 ) -> None:
     data = tmp_path / "data"
-    ops = bootstrap(data, embedding_dimension=16)
-    ops.add_project("local/t")
-    rid = ops.add_resource(str(tree), "local/t").resource_id
-    ops.reindex()
-    ops.close()
+    rid = index_once(data, tree, "local/t")
     shard = data / "text" / rid
     shutil.rmtree(shard)
     shard.write_text("not a shard")
-    ops = bootstrap(data, embedding_dimension=16)
-    try:
+    with reopened(data) as ops:
         view = ops.view(ops.scope(["local/t"], []))
         with pytest.raises(IndexUnavailableError, match=r"is not a directory.*--rebuild"):
             view.search("quokka_function")
         ops.rebuild()
-    finally:
-        ops.close()
-    ops = bootstrap(data, embedding_dimension=16)
-    try:
+    with reopened(data) as ops:
         assert ops.view(ops.scope(["local/t"], [])).search("quokka_function")
-    finally:
-        ops.close()
 
 
 def test_open_data_dir_sessions_release_their_files_closed_or_dropped(
@@ -361,11 +352,7 @@ def test_open_data_dir_sessions_release_their_files_closed_or_dropped(
         return len(os.listdir("/proc/self/fd"))
 
     data = tmp_path / "data"
-    setup = bootstrap(data, embedding_dimension=16)
-    setup.add_project("local/o")
-    setup.add_resource(str(tree), "local/o")
-    setup.reindex()
-    setup.close()
+    index_once(data, tree, "local/o")
     env = {"ACMS_EMBEDDING_DIM": "16"}
     with pytest.MonkeyPatch.context() as mp:
         for key, value in env.items():
