@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,6 +23,7 @@ import pytest
 
 from cleveragents.infrastructure.acms.reindex_lock import ReindexLock
 from cli_process import cli_env, run_acms
+from remote_servers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 ACMS = (sys.executable, "-m", "cleveragents.acms")
@@ -315,14 +315,8 @@ def test_sigterm_unwinds_a_reindex_like_ctrl_c(
     assert verified.returncode == 0, verified.stdout + verified.stderr
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_sigterm_stops_serve_over_http_and_stdio(world: dict[str, Any], tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     log = tmp_path / "http.stderr"
     with log.open("wb") as errors:
         proc = subprocess.Popen(

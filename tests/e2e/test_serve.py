@@ -24,6 +24,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from cleveragents.domain.models.acms.uko import file_uri
+from remote_servers import free_port
 
 SERVE = [sys.executable, "-m", "cleveragents.cli.serve"]
 
@@ -292,15 +293,9 @@ def test_stdout_of_serve_mcp_carries_only_json_rpc(world: dict[str, Any], tmp_pa
     assert "AardvarkEngine" in json.dumps(by_id[3])
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def http_server(world: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Any:
-    port = _free_port()
+    port = free_port()
     log = tmp_path_factory.mktemp("http") / "stderr"
     errors = log.open("wb")
     proc = subprocess.Popen(

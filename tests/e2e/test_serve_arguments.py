@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -28,6 +27,7 @@ from mcp import Client
 from cleveragents.application.services.agent_session import SessionScope, render
 from cleveragents.cli.serve import tool_functions
 from cleveragents.domain.models.acms.uko import file_uri
+from remote_servers import free_port
 
 SERVE = [sys.executable, "-m", "cleveragents.cli.serve"]
 
@@ -70,15 +70,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {"env": env, "ids": ids}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class Server:
     def __init__(self, world: dict[str, Any], log: Path, *scope: str) -> None:
-        port = _free_port()
+        port = free_port()
         self.base = f"http://127.0.0.1:{port}"
         self.log = log
         self._errors = log.open("wb")
