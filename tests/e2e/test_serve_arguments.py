@@ -319,3 +319,48 @@ def test_acms_help_lists_serve_and_watch(world: dict[str, Any]) -> None:
     ]
     done = _cli(world["env"], "serve", "--help")
     assert done.returncode == 0 and "--mcp" in done.stdout
+
+
+def test_hostile_arguments_get_a_short_escaped_refusal(server: Server) -> None:
+    """What a caller sends is echoed quoted and cut, never raw or whole: a
+    list of 100,000 bad names made a 31 MB error, a bidi or ESC character in
+    an argument's name reached the agent raw, and JSON nested 2,000 deep was
+    a 500."""
+    raw = ("\u202e", "\x9b", "\x1b")
+    calls = [
+        ("search", {"query": "aardvark", "projects": ["B"] * 100_000}),
+        ("search", {"query": "aardvark", "b\u202e\x9b\x1bz" + "k" * 5_000: 1}),
+    ]
+    rows = _both(server, calls)
+    many, odd = rows
+    assert many["status"] == 400 and many["mcp_error"]
+    assert len(many["http"]) < 4_000 and len(many["mcp"]) < 8_000
+    assert "and 99995 more problem(s)" in json.loads(many["http"])["error"]
+    assert odd["status"] == 400 and odd["mcp_error"]
+    for text in (json.loads(odd["http"])["error"], odd["mcp"]):
+        assert not any(c in text for c in raw), text[:200]
+        assert "unknown argument" in text and len(text) < 4_000
+    deep = httpx.post(f"{server.base}/api/search", content=b"[" * 2_000, timeout=30)
+    assert deep.status_code == 400 and "bad request" in deep.json()["error"]
+    long_name = httpx.post(f"{server.base}/api/" + "t" * 5_000, json={}, timeout=30)
+    assert long_name.status_code == 404 and len(long_name.text) < 300
+
+
+@pytest.mark.parametrize(
+    ("argv", "code"),
+    [
+        ([*SERVE, "--mcp", "\x1b[31mRED\u202e"], 2),
+        ([*SERVE, "--http", "\x1b[31mbad:80"], 1),  # well-formed, cannot listen there
+        ([*SERVE, "--http", "127.0.0.1:99999"], 2),
+        ([sys.executable, "-m", "cleveragents.cli.watch", "\x1b[31mRED"], 2),
+    ],
+    ids=["serve-argument", "serve-host", "serve-port", "watch-argument"],
+)
+def test_a_bad_command_line_is_one_escaped_line(
+    world: dict[str, Any], argv: list[str], code: int
+) -> None:
+    done = subprocess.run(argv, capture_output=True, text=True, env=world["env"], timeout=60)
+    assert done.returncode == code, done.stderr
+    assert done.stdout == "" and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "\x1b" not in done.stderr and "\u202e" not in done.stderr
+    assert "Traceback" not in done.stderr and "internal error" not in done.stderr

@@ -553,11 +553,11 @@ class _OneLineHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            message = _one_line(record.getMessage())
+            message = one_line(record.getMessage())
             fields: dict[str, Any] = {"logger": record.name, "message": message}
             if record.exc_info and record.exc_info[1] is not None:
                 exc = record.exc_info[1]
-                fields["error"] = f"{type(exc).__name__}: {_one_line(exc)}"
+                fields["error"] = f"{type(exc).__name__}: {one_line(exc)}"
             _cli_log.log(record.levelno, "cli.library_log", **fields)
         except BrokenPipeError:
             raise
@@ -577,7 +577,7 @@ def _show_warning(
     _cli_log.warning(
         "cli.warning",
         category=category.__name__,
-        message=_one_line(message),
+        message=one_line(message),
         where=f"{os.path.basename(filename)}:{lineno}",
     )
 
@@ -999,7 +999,7 @@ def report_failures(prog: str, report: Any) -> int:  # noqa: ANN401 - a ReindexR
     the exit code (1 when one could not be listed)."""
     failed: dict[str, str] = getattr(report, "failed", {})
     for rid, message in failed.items():
-        _err(f"{prog}: failed: resource {rid}: {_one_line(message)}")
+        _err(f"{prog}: failed: resource {rid}: {one_line(message)}")
     for rid in getattr(report, "missing", []):
         _err(
             f"{prog}: warning: resource {rid}: its directory is gone; its indexed files are "
@@ -1056,14 +1056,14 @@ def guarded(prog: str, body: Callable[[], int]) -> int:
     except BrokenPipeError:
         return _broken_pipe()
     except UsageError as exc:
-        _err(f"{prog}: error: {_one_line(exc)}")
+        _err(f"{prog}: error: {one_line(exc)}")
         return EXIT_USAGE
     except (ValueError, TypeError, NotFoundError, ConflictError) as exc:
         # Bad input: malformed ULID, unknown project, bad query syntax, ...
-        _err(f"{prog}: error: {_one_line(exc)}")
+        _err(f"{prog}: error: {one_line(exc)}")
         return EXIT_USAGE
     except (AcmsError, OSError) as exc:
-        _err(f"{prog}: failed: {_one_line(exc)}")
+        _err(f"{prog}: failed: {one_line(exc)}")
         return EXIT_FAILURE
     except Terminated:
         _err(f"{prog}: terminated")
@@ -1075,7 +1075,7 @@ def guarded(prog: str, body: Callable[[], int]) -> int:
         raise  # argparse's --help and explicit exits keep their code
     except BaseException as exc:  # native panics (pyo3) derive from BaseException
         log.debug("cli.internal_error", exc_info=True)
-        _err(f"{prog}: internal error: {type(exc).__name__}: {_one_line(exc)}")
+        _err(f"{prog}: internal error: {type(exc).__name__}: {one_line(exc)}")
         return EXIT_FAILURE
     return code
 
@@ -1101,7 +1101,7 @@ def _err(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
 
-def _one_line(exc: object) -> str:
+def one_line(exc: object) -> str:
     """A message on one terminal-safe line, at most 500 characters."""
     text = printable(" ".join(str(exc).split()))
     return text[:500] if text else type(exc).__name__

@@ -54,12 +54,13 @@ from pydantic_core import PydanticCustomError
 from starlette.responses import Response
 
 from cleveragents.application.services.agent_session import (
-    MAX_BUDGET,
-    MIN_BUDGET,
+    DEFAULT_BUDGET,
     AgentSession,
     SessionScope,
+    check_budget,
     render,
 )
+from cleveragents.cli.terminal import printable
 from cleveragents.domain.models.acms.errors import AcmsError, ScopeError
 from cleveragents.domain.models.acms.registry import validate_project_name
 from cleveragents.domain.models.acms.ulids import canonical_ulid
@@ -97,7 +98,7 @@ def tool_functions(session: AgentSession) -> dict[str, Callable[..., dict[str, A
     def search(
         query: str,
         max_results: int = 10,
-        budget: int = 8000,
+        budget: int = DEFAULT_BUDGET,
         projects: list[ProjectName] | None = None,
         resources: list[ResourceId] | None = None,
         path: str | None = None,
@@ -122,7 +123,7 @@ def tool_functions(session: AgentSession) -> dict[str, Callable[..., dict[str, A
     def search_text(
         query: str,
         max_results: int = 10,
-        budget: int = 8000,
+        budget: int = DEFAULT_BUDGET,
         projects: list[ProjectName] | None = None,
         resources: list[ResourceId] | None = None,
         syntax: str = "plain",
@@ -150,7 +151,7 @@ def tool_functions(session: AgentSession) -> dict[str, Callable[..., dict[str, A
     def search_vector(
         query: str,
         max_results: int = 10,
-        budget: int = 8000,
+        budget: int = DEFAULT_BUDGET,
         projects: list[ProjectName] | None = None,
         resources: list[ResourceId] | None = None,
     ) -> dict[str, Any]:
@@ -166,7 +167,7 @@ def tool_functions(session: AgentSession) -> dict[str, Callable[..., dict[str, A
 
     def sparql(
         query: str,
-        budget: int = 8000,
+        budget: int = DEFAULT_BUDGET,
         projects: list[ProjectName] | None = None,
         resources: list[ResourceId] | None = None,
     ) -> dict[str, Any]:
@@ -175,7 +176,7 @@ def tool_functions(session: AgentSession) -> dict[str, Callable[..., dict[str, A
 
     def triples(
         subject: str,
-        budget: int = 8000,
+        budget: int = DEFAULT_BUDGET,
         projects: list[ProjectName] | None = None,
         resources: list[ResourceId] | None = None,
     ) -> dict[str, Any]:
@@ -185,7 +186,7 @@ def tool_functions(session: AgentSession) -> dict[str, Callable[..., dict[str, A
     def traverse(
         start: str,
         depth: int = 2,
-        budget: int = 8000,
+        budget: int = DEFAULT_BUDGET,
         projects: list[ProjectName] | None = None,
         resources: list[ResourceId] | None = None,
     ) -> dict[str, Any]:
@@ -198,7 +199,7 @@ def tool_functions(session: AgentSession) -> dict[str, Callable[..., dict[str, A
         uri: str,
         start_line: int | None = None,
         end_line: int | None = None,
-        budget: int = 8000,
+        budget: int = DEFAULT_BUDGET,
     ) -> dict[str, Any]:
         """An indexed file or chunk by URI (``uko://ULID/path#L10-L42``), or by its
         path in the one in-scope resource that has it (``path#L10-L42``); numbered lines."""
@@ -206,7 +207,7 @@ def tool_functions(session: AgentSession) -> dict[str, Callable[..., dict[str, A
 
     def context(
         task: str,
-        budget: int = 8000,
+        budget: int = DEFAULT_BUDGET,
         projects: list[ProjectName] | None = None,
         resources: list[ResourceId] | None = None,
     ) -> dict[str, Any]:
@@ -215,7 +216,7 @@ def tool_functions(session: AgentSession) -> dict[str, Callable[..., dict[str, A
 
     def symbols(
         path: str,
-        budget: int = 8000,
+        budget: int = DEFAULT_BUDGET,
         projects: list[ProjectName] | None = None,
         resources: list[ResourceId] | None = None,
     ) -> dict[str, Any]:
@@ -224,7 +225,7 @@ def tool_functions(session: AgentSession) -> dict[str, Callable[..., dict[str, A
 
     def callers(
         target: str,
-        budget: int = 8000,
+        budget: int = DEFAULT_BUDGET,
         projects: list[ProjectName] | None = None,
         resources: list[ResourceId] | None = None,
     ) -> dict[str, Any]:
@@ -233,14 +234,14 @@ def tool_functions(session: AgentSession) -> dict[str, Callable[..., dict[str, A
 
     def callees(
         source: str,
-        budget: int = 8000,
+        budget: int = DEFAULT_BUDGET,
         projects: list[ProjectName] | None = None,
         resources: list[ResourceId] | None = None,
     ) -> dict[str, Any]:
         """What a function calls, each name with its definitions in scope."""
         return session.callees(source, budget=budget, projects=projects, resources=resources)
 
-    def status(budget: int = 8000) -> dict[str, Any]:
+    def status(budget: int = DEFAULT_BUDGET) -> dict[str, Any]:
         """The session's scope: projects (name -> resource ULIDs) and resource ULIDs."""
         return _status(session.scope, budget)
 
@@ -267,10 +268,7 @@ def _status(scope: SessionScope, budget: int) -> dict[str, Any]:
     """The ``status`` answer within ``budget`` characters: every project and
     resource ULID that fits, and ``truncated`` as the other tools say it.
     Resources are left out first (each project lists its own), then projects."""
-    if isinstance(budget, bool) or not isinstance(budget, int):
-        raise TypeError("budget must be an int (characters)")
-    if not MIN_BUDGET <= budget <= MAX_BUDGET:
-        raise ValueError(f"budget must be between {MIN_BUDGET} and {MAX_BUDGET} characters")
+    budget = check_budget(budget)
     projects = [(name, sorted(rids)) for name, rids in sorted(scope.projects.items())]
     resources = sorted(scope.resources)
 
@@ -347,29 +345,57 @@ def _explain(model: type[ArgModelBase], exc: ValidationError) -> ValidationError
         (field.alias or name) + (" (required)" if field.is_required() else "")
         for name, field in model.model_fields.items()
     )
+    errors = exc.errors()
     line_errors: list[Any] = []
-    for error in exc.errors():
-        loc = error["loc"]
-        name = str(loc[0]) if loc else ""
+    for error in errors[:_MAX_REASONS]:
+        # What the caller sent is echoed quoted (repr: control characters
+        # escaped) and cut: the SDK prints the locations as they are.
+        loc = tuple(_quoted(part) for part in error["loc"][:4])
+        name = loc[0] if loc else ""
         if not loc:
             reason = f"the arguments must be an object: {error['msg']}"
         elif error["type"] == "missing":
-            reason = f"missing argument {name!r}"
+            reason = f"missing argument {name}"
         elif error["type"] == "extra_forbidden":
-            reason = f"unknown argument {name!r}"
+            reason = f"unknown argument {name}"
         else:
             item = "".join(f"[{part}]" for part in loc[1:])
-            reason = f"bad argument {name!r}{item}: {error['msg'].removeprefix('Value error, ')}"
+            message = str(error["msg"]).removeprefix("Value error, ")
+            reason = f"bad argument {name}{item}: {printable(message)[:200]}"
         line_errors.append(
             {
                 "type": PydanticCustomError(
                     "bad_argument", "{reason} ({takes})", {"reason": reason, "takes": takes}
                 ),
                 "loc": loc,
-                "input": error["input"],
+                "input": None,
+            }
+        )
+    if len(errors) > _MAX_REASONS:
+        more = f"and {len(errors) - _MAX_REASONS} more problem(s) with the arguments"
+        line_errors.append(
+            {
+                "type": PydanticCustomError(
+                    "bad_argument", "{reason} ({takes})", {"reason": more, "takes": takes}
+                ),
+                "loc": (),
+                "input": None,
             }
         )
     return ValidationError.from_exception_data(model.__name__, line_errors)
+
+
+#: The most problems one refusal names (100,000 bad names made a 31 MB error).
+_MAX_REASONS = 5
+
+
+def _quoted(part: object) -> str | int:
+    """A location part as an error shows it: an index as is, a name
+    repr-quoted (control and bidi characters escaped), at most 80 characters."""
+    if isinstance(part, int):
+        return part
+    text = repr(str(part))
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _arguments_model(name: str, fn: Callable[..., Any]) -> type[ArgModelBase]:
@@ -410,7 +436,7 @@ class ServiceTool:
 
 
 def _message(exc: ValidationError) -> str:
-    """One line for an HTTP caller: every reason, then the tool's arguments."""
+    """One line for an HTTP caller: the reasons, then the tool's arguments."""
     errors = exc.errors()
     reasons = [str((e.get("ctx") or {}).get("reason") or e["msg"]) for e in errors]
     takes = next((str(e["ctx"]["takes"]) for e in errors if "takes" in (e.get("ctx") or {})), "")
@@ -487,7 +513,7 @@ def _http_app(tools: Mapping[str, ServiceTool], server: Any) -> Any:  # noqa: AN
         name = request.path_params["tool"]
         tool = tools.get(name)
         if tool is None:
-            return _json({"error": f"unknown tool {name!r}"}, 404)
+            return _json({"error": f"unknown tool {name[:80]!r}"}, 404)
         body = bytearray()
         async for chunk in request.stream():  # read at most the cap, whatever is sent
             body += chunk
@@ -495,8 +521,8 @@ def _http_app(tools: Mapping[str, ServiceTool], server: Any) -> Any:  # noqa: AN
                 return _json({"error": f"request body over {MAX_REQUEST_BYTES} bytes"}, 413)
         try:
             args = json.loads(body) if body.strip() else {}
-        except ValueError as exc:
-            return _json({"error": f"bad request: {exc}"}, 400)
+        except (ValueError, RecursionError) as exc:  # "[[[[..." nests past the parser
+            return _json({"error": f"bad request: {str(exc)[:200]}"}, 400)
         if not isinstance(args, dict):
             return _json({"error": "bad request: the body must be a JSON object"}, 400)
         try:
@@ -571,6 +597,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         CommandParser,
         Terminated,
         UsageError,
+        one_line,
         sigterm_unwinds,
     )
 
@@ -585,7 +612,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
     except UsageError as exc:
-        print(f"{_PROG}: error: {exc}", file=sys.stderr)
+        print(f"{_PROG}: error: {one_line(exc)}", file=sys.stderr)
         return 2
     configure_stderr_logging(args.log_level)
     try:
@@ -597,13 +624,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from cleveragents.cli.main import one_line
+
     data_dir = Path(args.data_dir or os.environ.get("ACMS_DATA_DIR") or "data")
     try:
         from cleveragents.acms import open_data_dir
 
         session = open_data_dir(data_dir, projects=args.project, resources=args.resource)
     except (AcmsError, ValueError) as exc:
-        print(f"acms serve: {exc}", file=sys.stderr)
+        print(f"acms serve: {one_line(exc)}", file=sys.stderr)
         return 2
     tools = service_tools(session)
     server = make_mcp_server(session, tools)
@@ -614,14 +643,15 @@ def _serve(args: argparse.Namespace) -> int:
         server.run("stdio")
         return 0
     host, _, port = str(args.http).rpartition(":")
-    if not host or not port.isdigit():
+    if not host or not (port.isascii() and port.isdigit() and int(port) <= 65535):
         print("acms serve: --http needs HOST:PORT, e.g. 127.0.0.1:8765", file=sys.stderr)
         return 2
     try:
         # Bound here, so a port in use is one line of ours, not uvicorn's.
         listener = _listen(host, int(port))
     except OSError as exc:
-        print(f"acms serve: cannot listen on {host}:{port}: {exc.strerror or exc}", file=sys.stderr)
+        where, why = one_line(f"{host}:{port}"), one_line(exc.strerror or exc)
+        print(f"acms serve: cannot listen on {where}: {why}", file=sys.stderr)
         return 1
     _log_scope(session.scope, chosen=chosen)
     import uvicorn

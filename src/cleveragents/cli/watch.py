@@ -120,6 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         CommandParser,
         UsageError,
         add_lock_timeout_option,
+        one_line,
     )
 
     parser = CommandParser(prog=_PROG, description=__doc__.split("\n\n")[0])
@@ -133,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not 0 <= args.debounce <= 60 or not 0.1 <= args.rescan <= 3600:
             parser.error("--debounce must be within 0..60 s and --rescan within 0.1..3600 s")
     except UsageError as exc:
-        print(f"{_PROG}: error: {exc}", file=sys.stderr)
+        print(f"{_PROG}: error: {one_line(exc)}", file=sys.stderr)
         return 2
     from cleveragents.cli.serve import configure_stderr_logging
 
@@ -148,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         ops = bootstrap(data_dir)
     except ValueError as exc:  # an unknown profile, or one the environment does not configure
-        print(f"{_PROG}: error: {exc}", file=sys.stderr)
+        print(f"{_PROG}: error: {one_line(exc)}", file=sys.stderr)
         return 2
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -163,7 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             lock_timeout=args.lock_timeout,
         )
     except Exception as exc:
-        print(f"{_PROG}: {' '.join(str(exc).split())}", file=sys.stderr)
+        print(f"{_PROG}: {one_line(exc)}", file=sys.stderr)
         return 1
     return 0
 

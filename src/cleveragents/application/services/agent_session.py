@@ -53,6 +53,7 @@ __all__ = [
     "FileReader",
     "FileText",
     "SessionScope",
+    "check_budget",
     "matching_lines",
     "query_terms",
     "render",
@@ -177,7 +178,12 @@ class SessionScope:
         return frozenset(chosen)
 
 
-def _budget(value: object) -> int:
+def check_budget(value: object) -> int:
+    """``value`` as a tool's character budget (``None``: the default).
+
+    Raises:
+        TypeError: not an int.  ValueError: outside MIN_BUDGET..MAX_BUDGET.
+    """
     if value is None:
         return DEFAULT_BUDGET
     if isinstance(value, bool) or not isinstance(value, int):
@@ -403,7 +409,7 @@ class AgentSession:
         if mode == "vector" and (options.syntax != "plain" or options.filtered):
             raise QueryError("syntax, path and lang apply to text and hybrid search, not vector")
         limit = _count(max_results, "max_results", 100)
-        chars = _budget(budget)
+        chars = check_budget(budget)
         view = self._view(projects, resources)
         terms = query_terms(query)
         items: list[dict[str, Any]] = []
@@ -456,7 +462,7 @@ class AgentSession:
         ``vars`` and one binding per row in ``results``; ASK gives ``boolean``;
         CONSTRUCT/DESCRIBE give ``s``/``p``/``o`` bindings.  Backends without
         bindings answer triples (``s``/``p``/``o``) for 3-variable SELECTs."""
-        chars = _budget(budget)
+        chars = check_budget(budget)
         scope = self._scope.narrow(projects, resources)
         select = getattr(self._graph, "sparql_select", None)
         if select is None:
@@ -494,7 +500,7 @@ class AgentSession:
         resources: Sequence[str] | None = None,
     ) -> dict[str, Any]:
         """The triples whose subject is ``subject``, within the scope."""
-        chars = _budget(budget)
+        chars = check_budget(budget)
         view = self._view(projects, resources)
         nodes = self._graph_nodes(view, subject, "subject")
         result = union_graphs((view.get_triples(node) for node in nodes), ordered=True)
@@ -511,7 +517,7 @@ class AgentSession:
         resources: Sequence[str] | None = None,
     ) -> dict[str, Any]:
         """Triples within ``depth`` hops of ``start``, within the scope."""
-        chars = _budget(budget)
+        chars = check_budget(budget)
         view = self._view(projects, resources)
         nodes = self._graph_nodes(view, start, "start")
         result = union_graphs(view.traverse(node, depth=depth) for node in nodes)
@@ -581,7 +587,7 @@ class AgentSession:
             ValueError: no in-scope resource indexes ``path``.  ScopeError:
                 a URI of a resource outside the scope.
         """
-        chars = _budget(budget)
+        chars = check_budget(budget)
         if not isinstance(path, str) or not path.strip("/"):
             raise ValueError("path must be a relative file path or a file's URI")
         view = self._view(projects, resources)
@@ -608,7 +614,7 @@ class AgentSession:
         each calling symbol (or file, for module-level calls) with the lines
         of its calls.  Calls are resolved by name within the scope, so a call
         of another function of the same name counts too (best effort)."""
-        chars = _budget(budget)
+        chars = check_budget(budget)
         view = self._view(projects, resources)
         bare, targets = self._targets(view, target)
         calls = frozenset({PREDICATES["calls"]})
@@ -631,7 +637,7 @@ class AgentSession:
     ) -> dict[str, Any]:
         """What ``source`` (a name or a symbol URI) calls: each called name
         with the definitions of it in scope (none for library calls)."""
-        chars = _budget(budget)
+        chars = check_budget(budget)
         view = self._view(projects, resources)
         _, sources = self._targets(view, source, definitions_only=True)
         calls, named = frozenset({PREDICATES["calls"]}), frozenset({PREDICATES["named"]})
@@ -724,7 +730,7 @@ class AgentSession:
         The URI's resource must be in scope and the file indexed (so files
         the index left out — ignored, secret, binary — are never read); lines
         are returned numbered, as many as fit."""
-        chars = _budget(budget)
+        chars = check_budget(budget)
         if not isinstance(uri, str):
             raise TypeError("uri must be a string")
         if not _IRI_START.match(uri):
@@ -824,7 +830,7 @@ class AgentSession:
         """A ranked bundle of snippets for a task description within the budget:
         the hybrid hits, each with its matching lines, best first, one per
         chunk, as many as fit."""
-        chars = _budget(budget)
+        chars = check_budget(budget)
         response = self.search(
             task,
             mode="hybrid",
