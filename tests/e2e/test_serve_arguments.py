@@ -239,6 +239,10 @@ def test_the_json_api_takes_only_post(server: Server) -> None:
         r = httpx.request(method, f"{server.base}/api/search", timeout=30)
         assert r.status_code == 405, (method, r.text)
         assert r.headers["allow"] == "POST"
+        assert r.headers["content-type"] == "application/json"
+        assert method in r.json()["error"]
+    r = httpx.head(f"{server.base}/api/search", timeout=30)
+    assert r.status_code == 405 and r.headers["allow"] == "POST"
     r = httpx.get(f"{server.base}/api/search", params={"query": "aardvark"}, timeout=30)
     assert r.status_code == 405
     r = httpx.post(f"{server.base}/api/search", json={"query": "aardvark"}, timeout=30)

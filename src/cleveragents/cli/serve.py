@@ -510,6 +510,12 @@ def _http_app(tools: Mapping[str, ServiceTool], server: Any) -> Any:  # noqa: AN
     async def api(request: Request) -> Response:
         import anyio.to_thread
 
+        if request.method != "POST":
+            return _json(
+                {"error": f"method {request.method} not allowed: call a tool with POST"},
+                405,
+                headers={"Allow": "POST"},
+            )
         name = request.path_params["tool"]
         tool = tools.get(name)
         if tool is None:
@@ -537,13 +543,19 @@ def _http_app(tools: Mapping[str, ServiceTool], server: Any) -> Any:  # noqa: AN
             return _json({"error": str(exc)}, 400)
         return Response(render(answer), media_type="application/json")
 
-    # POST only: any other method is a 405 naming POST in its Allow header.
-    server.custom_route("/api/{tool}", methods=["POST"])(api)
+    # POST only: any other method is a 405 naming POST in its Allow header,
+    # with a JSON body like every other refusal (Starlette's own is plain text).
+    server.custom_route("/api/{tool}", methods=list(_HTTP_METHODS))(api)
     return server.streamable_http_app()
 
 
-def _json(body: dict[str, Any], status: int) -> Response:
-    return Response(render(body), status_code=status, media_type="application/json")
+_HTTP_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def _json(body: dict[str, Any], status: int, headers: Mapping[str, str] | None = None) -> Response:
+    return Response(
+        render(body), status_code=status, media_type="application/json", headers=headers
+    )
 
 
 class JsonLineFormatter(logging.Formatter):
