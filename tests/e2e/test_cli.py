@@ -210,6 +210,37 @@ def test_a_resource_whose_directory_is_gone_is_named_on_stderr_and_kept(tmp_path
     assert status[rid]["text_units"] > 0
 
 
+def test_a_resource_whose_directory_is_empty_is_kept_until_files_come_back(
+    tmp_path: Path,
+) -> None:
+    """An unmounted volume leaves an empty mount point: its units are kept
+    (a warning names it) and a rebuild refuses; once a file is there, the
+    directory is indexed as it is."""
+    cli = Cli(tmp_path / "data")
+    src = write_project(tmp_path / "mount", "marten")
+    cli.run("project", "add", "local/mount")
+    rid = cli.run("resource", "add", str(src), "--project", "local/mount").stdout.strip()
+    assert cli.reindex().returncode == 0
+    for entry in list(src.iterdir()):
+        shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+    for done in (cli.reindex("--json"), cli.run("reindex")):
+        assert done.returncode == 0, done.stderr
+        assert f"resource {rid}: its directory is empty" in done.stderr
+        assert f"acms resource remove {rid}" in done.stderr
+    assert json.loads(cli.reindex("--json").stdout)["empty_locations"] == [rid]
+    assert cli.json("search", "text", "marten_helper", "--project", "local/mount")  # kept
+    done = cli.run("reindex", "--rebuild", ok=False)
+    assert done.returncode == 1 and "rebuild stopped, live indexes unchanged" in done.stderr
+    assert f"{rid} ({src}) is empty" in done.stderr
+    assert cli.json("search", "text", "marten_helper", "--project", "local/mount")
+    # A directory with something in it is what it holds: the old files go.
+    (src / "fresh.py").write_text("def weasel_only():\n    return 1\n")
+    done = cli.reindex("--json")
+    assert done.returncode == 0 and "is empty" not in done.stderr
+    assert not cli.json("search", "text", "marten_helper", "--project", "local/mount")
+    assert cli.json("search", "text", "weasel_only", "--project", "local/mount")
+
+
 def test_human_output_shows_uri_lines_score_and_snippet(world: dict[str, Any]) -> None:
     out = world["cli"].run("search", "text", "aardvark", "--project", "local/alpha").stdout
     assert "pkg/helpers.py:1-2" in out and "uko://" in out and "aardvark_helper" in out

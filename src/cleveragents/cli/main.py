@@ -987,6 +987,7 @@ def format_report(report: Any) -> str:  # noqa: ANN401 - a ReindexReport
         f"bytes read: {t.bytes_read}  seconds: {report.seconds:.2f}"
     ]
     lines += [f"missing location: {rid}" for rid in report.missing]
+    lines += [f"empty location: {rid}" for rid in getattr(report, "empty", [])]
     lines += [f"pruned: {rid}" for rid in report.pruned]
     lines += [f"failed: {rid}" for rid in getattr(report, "failed", {})]
     return "\n".join(lines)
@@ -994,8 +995,9 @@ def format_report(report: Any) -> str:  # noqa: ANN401 - a ReindexReport
 
 def report_failures(prog: str, report: Any) -> int:  # noqa: ANN401 - a ReindexReport
     """One stderr line per resource that could not be listed, and one per
-    resource whose directory is gone (its units are kept: an unmounted
-    volume must not empty the index, but the operator must hear of it);
+    resource whose directory is gone or empty (its units are kept: an
+    unmounted volume must not empty the index, but the operator must hear
+    of it);
     the exit code (1 when one could not be listed)."""
     failed: dict[str, str] = getattr(report, "failed", {})
     for rid, message in failed.items():
@@ -1004,6 +1006,12 @@ def report_failures(prog: str, report: Any) -> int:  # noqa: ANN401 - a ReindexR
         _err(
             f"{prog}: warning: resource {rid}: its directory is gone; its indexed files are "
             f"kept and still answer queries ('acms resource remove {rid}' deletes them)"
+        )
+    for rid in getattr(report, "empty", []):
+        _err(
+            f"{prog}: warning: resource {rid}: its directory is empty (an unmounted volume?); "
+            f"its indexed files are kept and still answer queries; if it was emptied on "
+            f"purpose, 'acms resource remove {rid}' deletes them"
         )
     return EXIT_FAILURE if failed else EXIT_OK
 

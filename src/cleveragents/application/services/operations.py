@@ -107,6 +107,7 @@ class ReindexReport:
 
     resources: dict[str, IndexStats] = field(default_factory=dict)
     missing: list[str] = field(default_factory=list)
+    empty: list[str] = field(default_factory=list)
     pruned: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
@@ -124,6 +125,7 @@ class ReindexReport:
         return {
             "resources": {rid: s.as_dict() for rid, s in self.resources.items()},
             "missing_locations": self.missing,
+            "empty_locations": self.empty,
             "pruned": self.pruned,
             "failed": self.failed,
             "total": self.total.as_dict(),
@@ -510,6 +512,15 @@ class AcmsOperations:
                     )
                     report.missing.append(rid)
                     continue
+                if _is_empty_dir(resource.location) and store.counts(rid)["files"]:
+                    # An unmounted volume leaves its mount point empty: listing
+                    # it would delete every unit, to be read again once it is
+                    # back.  Kept, as a missing directory is; the CLI says so.
+                    _log.warning(
+                        "reindex.skip_empty_location", resource_id=rid, location=resource.location
+                    )
+                    report.empty.append(rid)
+                    continue
                 try:
                     stats = indexer.index_resource(
                         rid,
@@ -553,10 +564,10 @@ class AcmsOperations:
             # Indexes built without a resource whose directory is gone would
             # drop its units at the swap (a reindex keeps them): refuse
             # before building anything, and again if one vanishes meanwhile.
-            _refuse_missing(self.resources.list())
+            _refuse_missing(self.resources.list(), live)
             with live.rebuild() as fresh, planner.over(fresh).workers(jobs) as indexer:
                 for resource in self.resources.list():
-                    _refuse_missing([resource])
+                    _refuse_missing([resource], live)
                     try:
                         report.resources[resource.resource_id] = indexer.index_resource(
                             resource.resource_id,
@@ -661,20 +672,46 @@ class _LazyBackend:
         return getattr(target, name)
 
 
-def _refuse_missing(resources: Iterable[Resource]) -> None:
-    """Stop a rebuild when a resource's directory is gone (see :meth:`AcmsOperations.rebuild`).
+def _refuse_missing(resources: Iterable[Resource], live: MaintainedStore) -> None:
+    """Stop a rebuild when a resource's directory is gone, or is empty while
+    its files are indexed (an unmounted volume; see :meth:`AcmsOperations.rebuild`).
 
     Raises:
         ResourceListingError: naming each such resource and what to do.
     """
     gone = [r for r in resources if not os.path.isdir(r.location)]
-    if gone:
-        names = ", ".join(f"{r.resource_id} ({r.location})" for r in gone)
+    empty = [r for r in resources if r not in gone and _indexed_but_empty(r, live)]
+    if gone or empty:
+        names = "; ".join(
+            [f"the directory of {r.resource_id} ({r.location}) is gone" for r in gone]
+            + [f"the directory of {r.resource_id} ({r.location}) is empty" for r in empty]
+        )
         raise ResourceListingError(
-            f"rebuild stopped, live indexes unchanged: the directory of {names} is gone, "
-            "and a rebuild would drop its indexed files; restore it, or remove the "
+            f"rebuild stopped, live indexes unchanged: {names}, and a rebuild would drop "
+            "its indexed files; restore it (mount the volume), or remove the "
             "resource ('acms resource remove ULID'), then rebuild"
         )
+
+
+def _indexed_but_empty(resource: Resource, live: MaintainedStore) -> bool:
+    """An empty directory whose files the live catalog holds (or may hold:
+    a catalog that cannot be read counts as holding them)."""
+    if not _is_empty_dir(resource.location):
+        return False
+    try:
+        return bool(live.counts(resource.resource_id)["files"])
+    except AcmsError:
+        return True
+
+
+def _is_empty_dir(location: str) -> bool:
+    """Whether a directory has no entry at all (an unreadable one is not
+    empty: listing it reports why)."""
+    try:
+        with os.scandir(location) as entries:
+            return next(entries, None) is None
+    except OSError:
+        return False
 
 
 def _per_resource(
