@@ -56,6 +56,17 @@ def test_declared_providers_are_singletons_of_the_stubs() -> None:
     assert Container.graph_backend.provides is InMemoryGraphBackend
 
 
+def test_stub_vector_backend_takes_any_length_unless_a_dimension_is_configured() -> None:
+    """The seed's stub validates only a non-empty list of floats."""
+    backend = get_container().vector_backend()
+    assert isinstance(backend, InMemoryVectorBackend)
+    assert backend.similarity_search([0.1, 0.2, 0.3], scope=frozenset()) == []
+    assert Container().vector_backend().similarity_search([0.5], scope=frozenset()) == []
+    checked = build_container("stub", embedding_dimension=4).vector_backend()
+    with pytest.raises(ValueError, match="dimension"):
+        checked.similarity_search([0.1] * 3, scope=frozenset())
+
+
 def test_stub_vector_backend_checks_the_configured_dimension(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -181,10 +181,9 @@ class Container(containers.DeclarativeContainer):
     config = providers.Configuration()
 
     text_backend = providers.Singleton(InMemoryTextBackend)
-    # The stub checks the configured dimension when one is set (else any length).
-    vector_backend = providers.Singleton(
-        InMemoryVectorBackend, dimension=config.embedding_dimension
-    )
+    # The stub takes any length, as the seed's does, unless a dimension is
+    # configured explicitly (ACMS_EMBEDDING_DIM or build_container's argument).
+    vector_backend = providers.Singleton(InMemoryVectorBackend, dimension=config.stub_dimension)
     graph_backend = providers.Singleton(InMemoryGraphBackend)
 
     # No indexes to feed in the stub profile; the local profile wires these.
@@ -222,6 +221,7 @@ def build_container(
     if profile not in PROFILES:
         raise ValueError(f"unknown ACMS_PROFILE {profile!r}; expected one of {', '.join(PROFILES)}")
     data_dir = data_dir or os.environ.get("ACMS_DATA_DIR", "data")
+    explicit = embedding_dimension is not None or "ACMS_EMBEDDING_DIM" in os.environ
     if embedding_dimension is None:
         raw = os.environ.get("ACMS_EMBEDDING_DIM", str(DEFAULT_EMBEDDING_DIMENSION))
         try:
@@ -239,6 +239,7 @@ def build_container(
             "profile": profile,
             "data_dir": str(Path(data_dir).resolve()),
             "embedding_dimension": embedding_dimension,
+            "stub_dimension": embedding_dimension if explicit else None,
         }
     )
     if profile == "local":
