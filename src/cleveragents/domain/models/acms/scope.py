@@ -5,11 +5,21 @@ every call (including ``get_triples`` and ``traverse``, which take it as an
 optional keyword), and as a last line of defence drops and logs any result
 whose resource lies outside the scope.  The backends enforce scope inside the
 engine; the view's filter only ever fires if one of them has a bug.
+
+A graph backend written to the seed's signatures, ``get_triples(subject)``
+and ``traverse(start, *, depth)`` without ``scope``, is called the seed's
+way, and the view's filter (the seed's ``resource_filter``) is then what
+enforces the scope: ``get_triples`` keeps the in-scope triples, and
+``traverse`` keeps those reachable from ``start`` through in-scope triples
+alone, within ``depth`` hops (a path through an out-of-scope node is not
+followed).  ``predicates`` is applied the same way; ``direction`` other than
+``"out"`` needs a backend that takes it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -87,6 +97,55 @@ def _triples_in_scope(triples: list[Triple], scope: frozenset[str]) -> list[Trip
     return [triple for triple in triples if refused.isdisjoint(triple)]
 
 
+_TAKES_SCOPE: dict[object, bool] = {}
+
+
+def _takes_scope(method: Callable[..., object]) -> bool:
+    """Whether a backend method accepts ``scope=`` (named, or ``**kwargs``);
+    cached per function."""
+    key = getattr(method, "__func__", method)
+    known = _TAKES_SCOPE.get(key)
+    if known is None:
+        try:
+            params = inspect.signature(method).parameters.values()
+        except (TypeError, ValueError):  # no signature to read: assume today's Protocol
+            known = True
+        else:
+            known = any(
+                p.name == "scope" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params
+            )
+        if len(_TAKES_SCOPE) < 1024:
+            _TAKES_SCOPE[key] = known
+    return known
+
+
+def _reachable(
+    triples: list[Triple], start: str, depth: int, predicates: frozenset[str] | None
+) -> list[Triple]:
+    """The triples an outward breadth-first walk from ``start`` reaches over
+    ``triples`` alone within ``depth`` hops (only ``predicates``' edges when
+    given), in their given order."""
+    edges: dict[str, list[Triple]] = {}
+    for triple in triples:
+        if predicates is None or triple[1] in predicates:
+            edges.setdefault(triple[0], []).append(triple)
+    reached: set[Triple] = set()
+    seen = {start}
+    frontier = [start]
+    for _ in range(depth):
+        following: list[str] = []
+        for node in frontier:
+            for triple in edges.get(node, ()):
+                reached.add(triple)
+                if triple[2] not in seen:
+                    seen.add(triple[2])
+                    following.append(triple[2])
+        frontier = following
+        if not frontier:
+            break
+    return [t for t in triples if t in reached]
+
+
 class ScopedView:
     """The text, vector and graph backends restricted to one scope."""
 
@@ -149,7 +208,10 @@ class ScopedView:
 
     def get_triples(self, subject: str) -> GraphResult:
         """Triples of ``subject`` from in-scope graphs."""
-        return self._keep_triples(self._graph.get_triples(subject, scope=self._scope))
+        method = self._graph.get_triples
+        if not _takes_scope(method):  # the seed's signature: the view's filter scopes it
+            return self._scoped_by_view(method(subject))
+        return self._keep_triples(method(subject, scope=self._scope))
 
     def traverse(
         self,
@@ -160,6 +222,20 @@ class ScopedView:
         predicates: frozenset[str] | None = None,
     ) -> GraphResult:
         """Breadth-first traversal over in-scope triples (see ``GraphBackend.traverse``)."""
+        method = self._graph.traverse
+        if not _takes_scope(method):
+            if direction != "out":
+                raise TypeError(
+                    f"direction={direction!r} needs a graph backend whose traverse takes it; "
+                    f"{type(self._graph).__name__}.traverse has the seed's (start, *, depth)"
+                )
+            walked = self._scoped_by_view(method(start, depth=depth))
+            kept = _reachable(walked.triples, start, depth, predicates)
+            return (
+                walked
+                if len(kept) == len(walked.triples)
+                else (dataclasses.replace(walked, triples=kept))
+            )
         if direction == "out" and predicates is None:  # the seed's call, for any backend
             return self._keep_triples(self._graph.traverse(start, depth=depth, scope=self._scope))
         return self._keep_triples(
@@ -177,6 +253,16 @@ class ScopedView:
                 dropped=len(results) - len(kept),
             )
         return kept
+
+    def _scoped_by_view(self, result: GraphResult) -> GraphResult:
+        """A seed-signature backend's answer, which knows no scope: the
+        view's filter keeps the in-scope triples (dropping is its job here,
+        not a backend's bug)."""
+        kept = _triples_in_scope(result.triples, self._scope)
+        if len(kept) == len(result.triples):
+            return result
+        _log.debug("acms.scope.filtered_by_view", dropped=len(result.triples) - len(kept))
+        return dataclasses.replace(result, triples=kept)
 
     def _keep_triples(self, result: GraphResult) -> GraphResult:
         kept = _triples_in_scope(result.triples, self._scope)
