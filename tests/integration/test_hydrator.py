@@ -261,6 +261,43 @@ def test_tier_budget_limits_fragments_but_not_the_index(
     assert indexed_paths(container, RID) == EXPECTED_INDEXED
 
 
+def test_storing_stops_when_the_budget_is_reached(
+    tmp_path: Path, container: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The seed: "Hydration stops when this budget is reached": no file after
+    the first one that does not fit is stored, even one that would; a plan's
+    resources share one budget; the index still covers every file."""
+    monkeypatch.setattr(hydrator_module, "MAX_TOTAL_BYTES", 40)
+    one, two = tmp_path / "one", tmp_path / "two"
+    for root, files in ((one, {"a.txt": 30, "b.txt": 20, "c.txt": 5}), (two, {"d.txt": 5})):
+        root.mkdir()
+        for name, size in files.items():
+            (root / name).write_text(name[0] * size)
+    tiers = ContextTierService()
+    n = hydrate_tiers_from_project(tiers, "local/demo", RID, str(one), "directory")
+    assert n == 1 and [f.metadata["path"] for f in tiers.fragments()] == ["a.txt"]
+
+    projects, resources = open_registry(tmp_path / "reg.sqlite3")
+    projects.add("local/demo")
+    first = resources.register(one, "directory")
+    second = resources.register(two, "directory")
+    projects.link("local/demo", first.resource_id)
+    projects.link("local/demo", second.resource_id)
+    tiers = ContextTierService()
+    n = hydrate_tiers_for_plan(
+        tiers, ["local/demo"], projects, resources, indexer=container.indexer()
+    )
+    assert n == 1 and [f.metadata["path"] for f in tiers.fragments()] == ["a.txt"]
+    for rid, names in (
+        (first.resource_id, {"a.txt", "b.txt", "c.txt"}),
+        (second.resource_id, {"d.txt"}),
+    ):
+        assert indexed_paths(container, rid) == names
+    # Alone, the second resource has its own budget.
+    tiers = ContextTierService()
+    assert hydrate_tiers_from_project(tiers, "local/demo", RID, str(two), "directory") == 1
+
+
 def test_plan_hydration_and_the_seed_log_events(repo: Path, tmp_path: Path, container: Any) -> None:
     projects, resources = open_registry(tmp_path / "reg.sqlite3")
     projects.add("local/demo")

@@ -10,8 +10,11 @@ profile), the same single walk also feeds the text, vector and graph indexes
 of each resource, incrementally (see :mod:`indexer`).
 
 Limits (from the seed): files over 256 KB are not stored as fragments, and
-storing stops once 10 MB were stored; binary extensions and skip directories
-are never read.  Neither are secret files (the deny-list of
+storing stops when the 10 MB budget is reached: at the first file that would
+take the stored bytes past it, no later file is stored (one budget per call:
+``hydrate_tiers_for_plan`` shares it among all the plan's resources, in the
+order of the projects and their resources); binary extensions and skip
+directories are never read.  Neither are secret files (the deny-list of
 :mod:`cleveragents.domain.models.acms.secret_filter`, or the resource's own
 override from the registry): they are left out of the listing, so they reach
 neither the tier nor any index.  A git resource git cannot list (e.g. a
@@ -86,6 +89,7 @@ def hydrate_tiers_for_plan(
         The total number of fragments stored across all projects.
     """
     total = 0
+    budget = _Budget()
     for name in project_names:
         project = project_repository.get(name)
         if project is None:
@@ -102,7 +106,7 @@ def hydrate_tiers_for_plan(
                     "context_hydrator.resource_not_found", project=name, resource_id=resource_id
                 )
                 continue
-            total += hydrate_tiers_from_project(
+            total += _hydrate_resource(
                 tier_service,
                 name,
                 resource.resource_id,
@@ -110,6 +114,7 @@ def hydrate_tiers_for_plan(
                 resource.resource_type,
                 indexer=indexer,
                 secrets=secret_filter_of(resource),
+                budget=budget,
             )
     return total
 
@@ -131,6 +136,45 @@ def hydrate_tiers_from_project(
     Returns:
         The number of fragments stored (0 when git cannot list a git resource).
     """
+    return _hydrate_resource(
+        tier_service,
+        project_name,
+        resource_id,
+        resource_location,
+        resource_type,
+        indexer=indexer,
+        secrets=secrets,
+        budget=_Budget(),
+    )
+
+
+class _Budget:
+    """The tier's byte budget of one hydration (see the module doc)."""
+
+    __slots__ = ("left", "reached")
+
+    def __init__(self) -> None:
+        self.left = MAX_TOTAL_BYTES
+        self.reached = False
+
+    def admits(self, size: int) -> bool:
+        """Whether ``size`` more bytes fit; the first that do not end storing."""
+        if not self.reached and size > self.left:
+            self.reached = True
+        return not self.reached
+
+
+def _hydrate_resource(
+    tier_service: ContextTierService,
+    project_name: str,
+    resource_id: str,
+    resource_location: str,
+    resource_type: str,
+    *,
+    indexer: Indexer | None,
+    secrets: SecretFilter | None,
+    budget: _Budget,
+) -> int:
     if not os.path.isdir(resource_location):
         _log.warning(
             "context_hydrator.skip_missing_location",
@@ -173,7 +217,9 @@ def hydrate_tiers_from_project(
         stored = 0
         total_bytes = 0
         for f in listed:  # binary extensions and skip directories never get listed
-            want_tier = f.size <= MAX_FILE_BYTES and total_bytes + f.size <= MAX_TOTAL_BYTES
+            if session is None and budget.reached:
+                break  # nothing left to store, and nothing to index
+            want_tier = f.size <= MAX_FILE_BYTES and budget.admits(f.size)
             read: ReadFile | NotRead | None = NOT_READ
             if want_tier or (session is not None and session.needs_read(f)):
                 # One read serves both: up to the larger of the two caps.
@@ -189,11 +235,7 @@ def hydrate_tiers_from_project(
             if not isinstance(read, ReadFile):
                 continue
             data = read.data
-            if (
-                not want_tier
-                or len(data) > MAX_FILE_BYTES
-                or total_bytes + len(data) > MAX_TOTAL_BYTES
-            ):
+            if not want_tier or len(data) > MAX_FILE_BYTES or not budget.admits(len(data)):
                 continue
             if is_binary(f.rel_path, data[:8192]):
                 continue
@@ -214,6 +256,7 @@ def hydrate_tiers_from_project(
                 continue
             stored += 1
             total_bytes += len(data)
+            budget.left -= len(data)
     _log.info(
         "context_hydrator.hydrated",
         project=project_name,
