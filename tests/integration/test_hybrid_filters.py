@@ -307,3 +307,49 @@ def test_filtered_vector_candidates_stop_at_the_cap(
     )
     assert asked == [8, 12]  # depth x 8, then the cap; the odd files rank below both
     assert hits == []
+
+
+class RefusesFilters:
+    """The real text backend behind an adapter that, as the Milvus one does,
+    takes a query but refuses the ``path``/``lang`` options."""
+
+    def __init__(self, target: Any) -> None:
+        self._target = target
+
+    def search(
+        self, query: str, *, scope: frozenset[str], max_results: int = 20, **options: Any
+    ) -> Any:
+        if options.get("path") is not None or options.get("lang") is not None:
+            raise QueryError("path and lang filters are not supported by this backend")
+        return self._target.search(query, scope=scope, max_results=max_results, **options)
+
+
+def test_a_text_backend_that_refuses_the_filters_is_filtered_here(corpus: Corpus) -> None:
+    """Oracle: the same engine filtering inside (the local text backend)."""
+    c = build_container("local", corpus.ops.data_dir)
+    scope = frozenset(corpus.resources)
+    exact = ScopedView(c.text_backend(), c.vector_backend(), c.graph_backend(), scope)
+    refusing = ScopedView(
+        RefusesFilters(c.text_backend()),  # type: ignore[arg-type]
+        c.vector_backend(),
+        c.graph_backend(),
+        scope,
+    )
+    text_only = {"text": 1.0, "vector": 0.0, "graph": 0.0}
+    answered = 0
+    for glob, lang in FILTERS:
+        for query in QUERIES:
+            want = hybrid_search(
+                exact, corpus.embedder, query, path=glob, lang=lang, weights=text_only, depth=3
+            )
+            got = hybrid_search(
+                refusing, corpus.embedder, query, path=glob, lang=lang, weights=text_only, depth=3
+            )
+            assert [(h.uko_uri, h.content) for h in got] == [
+                (h.uko_uri, h.content) for h in want
+            ], (glob, lang, query)
+            answered += bool(got)
+    assert answered > len(FILTERS)  # most combinations have text hits to compare
+    # A query it refuses as such still leaves the other sources to answer.
+    hits = hybrid_search(refusing, corpus.embedder, "foo(", path="pkg/**/*.py", depth=3)
+    assert all(path_of(h.uko_uri).startswith("pkg/") for h in hits)  # type: ignore[union-attr]

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from types import MappingProxyType
+from typing import TypeVar
 
 from cleveragents._logging import get_logger
 from cleveragents.application.services.chunking import detect_language
@@ -405,7 +406,9 @@ def hybrid_search(
         try:
             text_hits = view.search(query, max_results=depth, path=options.path, lang=options.lang)
         except QueryError as exc:
-            _log.info("fusion.text_query_refused", reason=str(exc))
+            text_hits = [] if admits is None else _unfiltered_text(view, query, depth, admits)
+            if admits is None or not text_hits:
+                _log.info("fusion.text_query_refused", reason=str(exc))
     sure = (
         confident is not None
         and chosen.get("text", 1.0) > 0
@@ -457,15 +460,37 @@ def hybrid_search(
 def _filtered_vector(
     view: ScopedView, vector: list[float], depth: int, admits: Callable[[str], bool]
 ) -> list[VectorResult]:
-    """The first ``depth`` vector hits that ``admits``, exactly as a filtering
-    vector index would return them: deeper searches until enough pass or the
-    scope has no more units (a search returning fewer than it was asked),
-    within the first :data:`MAX_FILTERED_CANDIDATES` hits (or ``depth`` x
-    :data:`FILTERED_VECTOR_FACTOR`, if larger)."""
+    """The first ``depth`` vector hits that ``admits`` (see :func:`_filtered`)."""
+    return _filtered(lambda top: view.similarity_search(vector, top_k=top), depth, admits)
+
+
+def _unfiltered_text(
+    view: ScopedView, query: str, depth: int, admits: Callable[[str], bool]
+) -> list[TextResult]:
+    """The text ranking filtered here, for a text backend that takes the query
+    but not the ``path``/``lang`` options (the Milvus adapter): as the vector
+    source is.  Empty when it refuses the query itself."""
+    try:
+        return _filtered(lambda top: view.search(query, max_results=top), depth, admits)
+    except QueryError:
+        return []
+
+
+_Hit = TypeVar("_Hit", TextResult, VectorResult)
+
+
+def _filtered(
+    search: Callable[[int], list[_Hit]], depth: int, admits: Callable[[str], bool]
+) -> list[_Hit]:
+    """The first ``depth`` hits of ``search(top)`` that ``admits``, exactly as
+    a filtering index would return them: deeper searches until enough pass
+    or the scope has no more units (a search returning fewer than it was
+    asked), within the first :data:`MAX_FILTERED_CANDIDATES` hits (or
+    ``depth`` x :data:`FILTERED_VECTOR_FACTOR`, if larger)."""
     top = depth * FILTERED_VECTOR_FACTOR
     cap = max(top, MAX_FILTERED_CANDIDATES)
     while True:
-        wide = view.similarity_search(vector, top_k=top)
+        wide = search(top)
         kept = [r for r in wide if admits(r.uko_uri)]
         if len(kept) >= depth or len(wide) < top or top >= cap:
             return kept[:depth]
