@@ -61,7 +61,13 @@ from cleveragents.application.services.agent_session import (
     render,
 )
 from cleveragents.cli.terminal import printable
-from cleveragents.domain.models.acms.errors import AcmsError, ScopeError
+from cleveragents.domain.models.acms.errors import (
+    AcmsError,
+    BusyError,
+    IndexUnavailableError,
+    ModelUnavailableError,
+    ScopeError,
+)
 from cleveragents.domain.models.acms.registry import validate_project_name
 from cleveragents.domain.models.acms.ulids import canonical_ulid
 
@@ -539,6 +545,10 @@ def _http_app(tools: Mapping[str, ServiceTool], server: Any) -> Any:  # noqa: AN
             answer = await anyio.to_thread.run_sync(lambda: tool.fn(**kwargs))
         except ScopeError as exc:
             return _json({"error": str(exc)}, 403)
+        except _UNAVAILABLE as exc:
+            # The service's fault, for now (a server down, an index locked or
+            # missing): a load balancer retries elsewhere, a client later.
+            return _json({"error": str(exc)}, 503, headers={"Retry-After": "5"})
         except (AcmsError, ValueError, TypeError) as exc:
             return _json({"error": str(exc)}, 400)
         return Response(render(answer), media_type="application/json")
@@ -548,6 +558,9 @@ def _http_app(tools: Mapping[str, ServiceTool], server: Any) -> Any:  # noqa: AN
     server.custom_route("/api/{tool}", methods=list(_HTTP_METHODS))(api)
     return server.streamable_http_app()
 
+
+# Refusals that are not the caller's fault: 503, not 400.
+_UNAVAILABLE = (IndexUnavailableError, BusyError, ModelUnavailableError)
 
 _HTTP_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
