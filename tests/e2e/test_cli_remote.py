@@ -107,3 +107,14 @@ def test_what_the_remote_profile_cannot_do_is_refused_naming_it(
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and says in lines[0], done.stderr
+
+
+def test_a_select_of_other_than_three_variables_does_not_suggest_results_there(
+    remote: dict[str, Any],
+) -> None:
+    query = "SELECT ?s WHERE { ?s ?p ?o }"
+    done = run_acms(remote["env"], "sparql", query, "--project", "local/sample")
+    assert done.returncode == 2 and "exactly three variables" in done.stderr
+    assert "--results" not in done.stderr  # which the remote profile refuses
+    local = run_acms(remote["local"], "sparql", query, "--project", "local/sample")
+    assert local.returncode == 2 and "--results answers any SELECT" in local.stderr

@@ -782,8 +782,8 @@ def run(args: argparse.Namespace, out: Output) -> int:
             try:
                 graph = view.sparql_query(args.query)
             except QueryError as exc:
-                if "exactly three variables" not in str(exc):
-                    raise
+                if "exactly three variables" not in str(exc) or profile != "local":
+                    raise  # (--results needs the local engines)
                 raise QueryError(f"{exc}; --results answers any SELECT, ASK or CONSTRUCT") from None
         else:
             # A file path stands for its node in each in-scope resource that
