@@ -367,6 +367,37 @@ def test_query_words(query: str, words: list[str]) -> None:
     assert parse_query(query) == words
 
 
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        ("path:tool.py", "path"),
+        ("lang:markdown", "lang"),
+        ("symbol:raw_decode", "symbol"),
+        ("content:socket", "content"),
+        ("decode (path : json OR x)", "path"),
+        ('needle title:"a b"', "title"),
+        ("resource_id:X", "resource_id"),
+    ],
+)
+def test_field_prefixes_are_refused_not_read_as_words(query: str, field: str) -> None:
+    """``path:tool.py`` was searched as the words path, tool, py (wider than
+    asked: it found json/__init__.py); the remote adapter has no fields."""
+    with pytest.raises(QueryError, match=f"field '{field}'"):
+        parse_query(query)
+
+
+@pytest.mark.parametrize(
+    ("query", "words"),
+    [
+        ('"path:tool.py"', ["path", "tool", "py"]),
+        ("std::vector", ["std", "vector"]),
+        ("a::b::c", ["a", "b", "c"]),
+    ],
+)
+def test_colons_that_are_no_field_are_words(query: str, words: list[str]) -> None:
+    assert parse_query(query) == words
+
+
 @given(st.text(max_size=200))
 @settings(max_examples=500, deadline=None, derandomize=True)
 def test_any_text_parses_to_plain_words_or_a_query_error(query: str) -> None:

@@ -80,7 +80,9 @@ _OUTPUT = ["uko_uri", "content", "meta"]
 _TOKEN = re.compile(r"[A-Z]?[a-z]+|[A-Z]+|[0-9]+|[^\W\d_]+")
 
 _LEXEME = re.compile(r'\s+|"[^"]*"|[()]|[^\s()"]+')
-_INTERNAL_FIELD = re.compile(r"^(resource_id|uko_uri|id|terms|sparse|meta)\s*:", re.IGNORECASE)
+# ``name:`` where Tantivy's syntax reads a field (``std::vector`` is not one).
+_FIELD = re.compile(r"(?<![\w.:])(\w+)\s*:(?!:)")
+_QUOTED = re.compile(r'"[^"]*"')
 # +/- prefixes, wildcards, fuzzy and boost suffixes (ranges need TO, refused).
 _UNSUPPORTED = re.compile(r"^[+-]|\*|[~^]\d*(\.\d+)?$")
 _OPERATORS = {"AND", "NOT", "&&", "||", "!", "TO"}
@@ -115,6 +117,14 @@ def parse_query(query: str) -> list[str]:
         )
     if query.count('"') % 2:
         raise QueryError("malformed query: unbalanced double quote")
+    field = _FIELD.search(_QUOTED.sub(" ", query))
+    if field is not None:
+        # Every field would otherwise be read as one more word (path:tool.py
+        # as the words path, tool, py): a wider search than the one asked for.
+        raise QueryError(
+            f"the Milvus text backend does not support the field {field.group(1)[:40]!r}: "
+            "it searches content only (quote the text to search it as words)"
+        )
     depth = 0
     words: list[str] = []
     for m in _LEXEME.finditer(query):
@@ -139,8 +149,6 @@ def parse_query(query: str) -> list[str]:
                 f"the Milvus text backend does not support {lexeme}: BM25 here is a "
                 "bag of words (a unit matches any of them)"
             )
-        if _INTERNAL_FIELD.match(lexeme):
-            raise QueryError("internal fields (resource_id:, uko_uri:) cannot be searched")
         if _UNSUPPORTED.search(lexeme):
             raise QueryError(
                 f"the Milvus text backend does not support {lexeme[:40]!r}: no wildcards, "
