@@ -266,6 +266,39 @@ def test_writes_are_visible_on_return_to_another_client(
         other_vec.close()
 
 
+def test_units_longer_than_a_varchar_are_stored_cut(
+    text_backend: MilvusTextBackend, vector_backend: MilvusVectorBackend
+) -> None:
+    """One 120 KB line (its terms twice that) is stored cut, never refused:
+    it once failed the whole reindex ("terms is 80007 bytes of UTF-8")."""
+    line = 'zebraword = "' + "a1\u00e9" * 30_000 + '"'  # 4 bytes a repeat: cuts split a character
+    long = IndexUnit(
+        unit_uri(A, "long.py", "L7-L7"),
+        line,
+        {"path": "long.py", "start_line": "7", "end_line": "7", "symbols": "s" * 70_000},
+    )
+    short = IndexUnit(unit_uri(A, "short.py", "L1-L1"), "quokka here", {"path": "short.py"})
+    text_backend.upsert(A, [long, short])
+    vector_backend.upsert(A, [long, short], np.asarray([[1.0, 0, 0, 0], [0, 1.0, 0, 0]]))
+    (hit,) = text_backend.search("zebraword", scope=frozenset({A}))
+    (vhit, _) = vector_backend.similarity_search([1.0, 0, 0, 0], scope=frozenset({A}))
+    for found in (hit, vhit):
+        assert found.uko_uri == long.uko_uri
+        stored = found.content.encode("utf-8")
+        assert 60_000 < len(stored) <= 65_535
+        assert line.startswith(found.content)
+        assert found.metadata["start_line"] == "7" and found.metadata["end_line"] == "7"
+        assert found.metadata["path"] == "long.py"
+        assert "content" in found.metadata["truncated"].split()
+        assert "meta" in found.metadata["truncated"].split()
+    assert "terms" in hit.metadata["truncated"].split()
+    assert hit.metadata["match_lines"] == "7"
+    # The path's words survive the cut of the terms; the short unit is untouched.
+    assert [r.uko_uri for r in text_backend.search("long", scope=frozenset({A}))] == [long.uko_uri]
+    (other,) = text_backend.search("quokka", scope=frozenset({A}))
+    assert "truncated" not in other.metadata
+
+
 def test_existing_collection_of_another_dimension_is_refused(
     milvus_server: ServerProcess, vector_backend: MilvusVectorBackend
 ) -> None:

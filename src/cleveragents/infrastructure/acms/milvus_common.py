@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import logging
 import math
 import os
 import re
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from cleveragents._logging import get_logger
@@ -46,8 +47,13 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_TOP_K",
     "MAX_VARCHAR_BYTES",
+    "TRUNCATED_KEY",
     "MilvusCollection",
     "encode_varchar",
+    "fit_meta",
+    "fit_terms",
+    "fit_unit",
+    "fit_varchar",
     "ids_filter",
     "resource_filter",
     "scope_filter",
@@ -313,6 +319,9 @@ def _short(exc: BaseException) -> str:
 def encode_varchar(text: str, field: str) -> str:
     """``text`` as valid UTF-8 that fits a VARCHAR field.
 
+    For identity fields (a URI), which cannot be cut: content goes through
+    :func:`fit_varchar`.
+
     Raises:
         ValueError: more than :data:`MAX_VARCHAR_BYTES` bytes.
     """
@@ -323,6 +332,84 @@ def encode_varchar(text: str, field: str) -> str:
             f"{MAX_VARCHAR_BYTES}"
         )
     return data.decode("utf-8")
+
+
+def fit_varchar(text: str, limit: int = MAX_VARCHAR_BYTES) -> tuple[str, bool]:
+    """``text`` as valid UTF-8 of at most ``limit`` bytes, and whether it was cut.
+
+    The start is kept, cut at a character boundary (never half a character).
+    """
+    data = text.encode("utf-8", "replace")
+    if len(data) <= limit:
+        return data.decode("utf-8"), False
+    return data[:limit].decode("utf-8", "ignore"), True
+
+
+def fit_terms(terms: str, limit: int = MAX_VARCHAR_BYTES) -> tuple[str, bool]:
+    """Space-separated ``terms`` cut to at most ``limit`` bytes at a space,
+    so no half term is indexed; and whether they were cut."""
+    data = terms.encode("utf-8", "replace")
+    if len(data) <= limit:
+        return data.decode("utf-8"), False
+    # The last space at or before byte ``limit``: complete characters before it.
+    return data[: limit + 1].rpartition(b" ")[0].decode("utf-8"), True
+
+
+# Milvus refuses a JSON value over 64 KiB; measured as pymilvus sends it at
+# worst (every non-ASCII character escaped), with room to spare.
+_MAX_JSON_BYTES = 60_000
+
+
+def fit_meta(meta: Mapping[str, str]) -> tuple[dict[str, str], bool]:
+    """``meta`` whose JSON fits a Milvus JSON field, and whether a value was cut.
+
+    Values come from file content (defined and called names); while the whole
+    is too long, the longest value is halved (keeping its start).
+    """
+    out = dict(meta)
+    cut = False
+    while len(json.dumps(out)) > _MAX_JSON_BYTES:
+        key = max(out, key=lambda k: len(out[k]))
+        if not out[key]:  # pragma: no cover - only keys left: cannot happen for str -> str
+            raise ValueError("unit metadata keys are too long for Milvus")
+        out[key] = out[key][: len(out[key]) // 2]
+        cut = True
+    return out, cut
+
+
+TRUNCATED_KEY = "truncated"
+
+
+def fit_unit(
+    uko_uri: str, content: str, metadata: Mapping[str, str], terms: str | None = None
+) -> dict[str, Any]:
+    """The ``uko_uri``, ``content``, ``meta`` (and ``terms``) fields of a unit's row.
+
+    Content, terms and metadata values are cut to fit (keeping their start);
+    when anything was, ``meta["truncated"]`` names it (``content terms``), and
+    the unit's URI and line range are unchanged.
+
+    Raises:
+        ValueError: the URI is longer than a VARCHAR (it names the unit, so it
+            is never cut; a path is at most 4,096 bytes, so a file's is not).
+    """
+    row: dict[str, Any] = {"uko_uri": encode_varchar(uko_uri, "uko_uri")}
+    cut: list[str] = []
+    row["content"], content_cut = fit_varchar(content)
+    if content_cut:
+        cut.append("content")
+    if terms is not None:
+        row["terms"], terms_cut = fit_terms(terms)
+        if terms_cut:
+            cut.append("terms")
+    meta, meta_cut = fit_meta(metadata)
+    if meta_cut:
+        cut.append("meta")
+    if cut:
+        meta[TRUNCATED_KEY] = " ".join(cut)
+        _log.info("acms.milvus.unit_cut", uko_uri=uko_uri[:200], fields=cut)
+    row["meta"] = meta
+    return row
 
 
 def uris_of(rid: str, uris: Iterable[str]) -> set[str]:

@@ -26,9 +26,13 @@ and the ``path``/``lang`` filters are not supported: asking for one raises
 :class:`QueryError` rather than silently searching everything.  With the
 tantivy syntax, what the engine cannot honour is refused with a
 :class:`QueryError` rather than silently widened: ``AND``, ``NOT``, ``+``/``-``
-prefixes, wildcards, fuzzy and boost suffixes, ranges, and the internal
-fields ``resource_id:`` / ``uko_uri:``; unbalanced quotes or parentheses are
-malformed.
+prefixes, wildcards, fuzzy and boost suffixes, ranges, and every field prefix
+(``path:``, ``lang:``, ``symbol:``, ``content:``, the internal ones: the
+filters they would be are not implemented here, and read as words they
+would widen the search); unbalanced quotes or parentheses are malformed.
+Text longer than a VARCHAR is cut to fit (:func:`.milvus_common.fit_unit`):
+a unit's content comes back cut, with ``metadata["truncated"]`` set, and
+words past the first 64 KiB of its terms do not find it.
 
 Scope is a server-side filter on the partition key, applied before ranking:
 out-of-scope rows never come back and never take a top-k slot.  Unlike the
@@ -57,7 +61,7 @@ from cleveragents.domain.models.acms.text_query import MAX_PLAIN_TERMS, match_li
 from cleveragents.domain.models.acms.ulids import canonical_ulid, validate_scope
 from cleveragents.infrastructure.acms.milvus_common import (
     MilvusCollection,
-    encode_varchar,
+    fit_unit,
     resource_filter,
     scope_filter,
     unit_id,
@@ -296,8 +300,11 @@ class MilvusTextBackend:
         """Delete ``delete_uris``, then add or replace ``units`` (two server calls;
         see :meth:`MilvusVectorBackend.upsert` about atomicity).
 
+        Content and terms longer than a Milvus VARCHAR (64 KiB) are cut to
+        fit, keeping their start (see :func:`.milvus_common.fit_unit`).
+
         Raises:
-            ValueError: a unit or URI of another resource, or content longer
+            ValueError: a unit or URI of another resource, or a URI longer
                 than a Milvus VARCHAR.
             IndexUnavailableError: the server failed.
         """
@@ -314,10 +321,7 @@ class MilvusTextBackend:
             rows[key] = {
                 "id": key,
                 "resource_id": rid,
-                "uko_uri": encode_varchar(unit.uko_uri, "uko_uri"),
-                "content": encode_varchar(unit.content, "content"),
-                "terms": encode_varchar(_terms_of(unit), "terms"),
-                "meta": dict(unit.metadata),
+                **fit_unit(unit.uko_uri, unit.content, unit.metadata, _terms_of(unit)),
             }
         stale = {unit_id(u) for u in doomed} - set(rows)
         if stale:
@@ -356,9 +360,11 @@ class MilvusTextBackend:
 
 
 def _terms_of(unit: IndexUnit) -> str:
-    # The path is searchable too, as in the Tantivy adapter.
-    path = unit.metadata.get("path", "")
-    return code_terms(f"{unit.content}\n{path}")
+    # The path is searchable too, as in the Tantivy adapter.  BM25 reads a bag
+    # of words, so the order is free: path first, so that terms cut to fit a
+    # VARCHAR lose the end of the content, never the path.
+    path = code_terms(unit.metadata.get("path", ""))
+    return f"{path} {code_terms(unit.content)}" if path else code_terms(unit.content)
 
 
 def _result(hit: dict[str, Any]) -> TextResult:

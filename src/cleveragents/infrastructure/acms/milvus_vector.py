@@ -35,7 +35,7 @@ from cleveragents.domain.models.acms.backends import (
 from cleveragents.domain.models.acms.ulids import canonical_ulid, validate_scope
 from cleveragents.infrastructure.acms.milvus_common import (
     MilvusCollection,
-    encode_varchar,
+    fit_unit,
     resource_filter,
     scope_filter,
     unit_id,
@@ -182,11 +182,13 @@ class MilvusVectorBackend:
         are two server calls, each atomic; a failure between them leaves the
         deletion done (the indexer marks a resource dirty before writing and
         repairs it on the next run).  Every URI and unit must name
-        ``resource_id``; all checks run before anything is sent.
+        ``resource_id``; all checks run before anything is sent.  Content
+        longer than a Milvus VARCHAR (64 KiB) is cut to fit, keeping its start
+        (see :func:`.milvus_common.fit_unit`).
 
         Raises:
             ValueError: wrong shape, non-finite or zero rows, a unit of another
-                resource, or content longer than a Milvus VARCHAR.
+                resource, or a URI longer than a Milvus VARCHAR.
             IndexUnavailableError: the server failed.
         """
         rid = canonical_ulid(resource_id)
@@ -204,9 +206,7 @@ class MilvusVectorBackend:
             rows[key] = {  # the last duplicate wins
                 "id": key,
                 "resource_id": rid,
-                "uko_uri": encode_varchar(unit.uko_uri, "uko_uri"),
-                "content": encode_varchar(unit.content, "content"),
-                "meta": dict(unit.metadata),
+                **fit_unit(unit.uko_uri, unit.content, unit.metadata),
                 "vector": row.tolist(),
             }
         stale = {unit_id(u) for u in doomed} - set(rows)
