@@ -376,6 +376,76 @@ def test_a_hung_server_is_bounded_by_the_timeout(own_milvus: ServerProcess) -> N
         b.close()
 
 
+def test_a_restarted_server_answers_the_first_query(own_milvus: ServerProcess) -> None:
+    """A server restarted on its data holds every collection released; the
+    first query of each used to fail ("... is in state 'released'")."""
+    text = MilvusTextBackend(own_milvus.uri, collection="reload_text", timeout=5)
+    vec = MilvusVectorBackend(own_milvus.uri, dimension=4, collection="reload_vec", timeout=5)
+    try:
+        text.upsert(A, _units(A, 2, "needle"))
+        vec.upsert(A, _units(A, 2, "x"), np.ones((2, 4), dtype=np.float32))
+        assert len(text.search("needle", scope=frozenset({A}))) == 2
+        own_milvus.stop()
+        own_milvus.start()
+        assert len(text.search("needle", scope=frozenset({A}))) == 2
+        assert len(vec.similarity_search([1.0, 1, 1, 1], scope=frozenset({A}))) == 2
+        assert text.unit_uris(A) == vec.unit_uris(A)
+    finally:
+        text.close()
+        vec.close()
+
+
+_NOISY = """
+import os, sys
+from cleveragents.domain.models.acms.errors import IndexUnavailableError
+from cleveragents.infrastructure.acms.milvus_text import MilvusTextBackend
+b = MilvusTextBackend(sys.argv[1], collection="noisy", timeout=3)
+b.search("needle", scope=frozenset({sys.argv[2]}))
+print("ready", flush=True)
+sys.stdin.readline()  # the server is killed meanwhile
+for _ in range(2):
+    try:
+        b.search("needle", scope=frozenset({sys.argv[2]}))
+    except IndexUnavailableError as exc:
+        print("unavailable", flush=True)
+print(os.environ["GRPC_VERBOSITY"])
+"""
+
+
+@pytest.mark.parametrize("verbosity", [None, "INFO"])
+def test_a_dying_server_prints_nothing_but_our_error(
+    own_milvus: ServerProcess, verbosity: str | None
+) -> None:
+    """pymilvus logged each failed retry with its traceback straight to
+    stderr (its own handler, whatever ``--log-level`` said); gRPC's C core
+    printed connection chatter.  The caller gets one IndexUnavailableError."""
+    env = {k: v for k, v in os.environ.items() if k != "GRPC_VERBOSITY"}
+    if verbosity is not None:
+        env["GRPC_VERBOSITY"] = verbosity  # an operator's own setting wins
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2] / "src")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _NOISY, own_milvus.uri, A],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        own_milvus.kill()
+        out, err = proc.communicate("go\n", timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        own_milvus.start()
+    assert proc.returncode == 0, err[-2000:]
+    assert out.split() == ["unavailable", "unavailable", verbosity or "ERROR"]
+    if verbosity is None:
+        assert err == ""
+    assert "Traceback" not in err and "pymilvus" not in err
+
+
 def test_unreachable_server_at_start_is_index_unavailable() -> None:
     t0 = time.monotonic()
     with pytest.raises(IndexUnavailableError):

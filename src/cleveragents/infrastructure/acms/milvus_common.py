@@ -20,7 +20,14 @@ an insert, upsert or delete that returned is visible to the next search.
 
 Every call carries ``timeout`` seconds; pymilvus retries an unreachable
 server only until then, and any engine failure becomes an
-:class:`IndexUnavailableError`.
+:class:`IndexUnavailableError`.  A server restarted with its data holds the
+collection *released*: a call it refuses for that loads the collection and
+is retried once, so a restart costs no failed request.  pymilvus's own
+loggers are silenced (what they report is translated here) and gRPC's C
+core logs errors only, unless ``GRPC_VERBOSITY`` says otherwise.
+
+Text longer than a VARCHAR (65,535 bytes) is cut at a character boundary,
+never refused: one long line of a file must not stop a reindex.
 """
 
 from __future__ import annotations
@@ -69,11 +76,21 @@ _log = get_logger("cleveragents.acms.milvus")
 # gRPC, so its fork handlers are switched off.  gRPC reads this when it is
 # first imported, which is below (pymilvus is imported lazily, on first use).
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
-# pymilvus's query iterator warns on every use against a server that does not
-# report an MVCC timestamp (Milvus Lite); it then reads at the client's time,
-# which Strong consistency makes equivalent.  Errors still get through.  Set
+# gRPC's C core otherwise prints connection chatter (``Got goaway ...
+# too_many_pings`` from an idle channel) straight to stderr, under any
+# ``--log-level``.  Read when gRPC loads, as above; an operator's own
+# setting wins.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+# pymilvus logs every failed RPC, retry and reconnection (with tracebacks) to
+# stderr through its own handlers, not ours; each such failure reaches the
+# caller here as one IndexUnavailableError, so these loggers are silenced.
+# (Its query iterator also warns on every use against Milvus Lite, which
+# reports no MVCC timestamp; Strong consistency makes that harmless.)  Set
 # after pymilvus is imported: its logging set-up resets levels on import.
-_ITERATOR_LOGGER = "pymilvus.client.iterator.query_iterator"
+_PYMILVUS_LOGGERS = ("pymilvus", "pymilvus.milvus_client", "pymilvus.bulk_writer")
+# Milvus's codes for "collection not found" and "collection not loaded".
+_NOT_FOUND = 100
+_NOT_LOADED = 101
 
 # Milvus caps a search's top-k (and a query's offset + limit) at 16,384.
 MAX_TOP_K = 16_384
@@ -189,7 +206,8 @@ class MilvusCollection:
         try:
             from pymilvus import MilvusClient
 
-            logging.getLogger(_ITERATOR_LOGGER).setLevel(logging.ERROR)
+            for name in _PYMILVUS_LOGGERS:
+                logging.getLogger(name).setLevel(logging.CRITICAL + 1)
             client = MilvusClient(uri=self._uri, token=self._token, timeout=self.timeout)
         except Exception as exc:
             # The message may name the server but never the token.
@@ -216,8 +234,9 @@ class MilvusCollection:
     def call(self, name: str, *args: object, **kwargs: object) -> Any:  # noqa: ANN401
         """``client.<name>(*args, timeout=..., **kwargs)`` with engine errors translated.
 
-        After a failure the next call reconnects, so a restarted server is
-        served again at once.
+        After a failure the next call reconnects, and a collection the server
+        holds released (it restarted) is loaded and the call retried once, so
+        a restarted server is served again at once.
         """
         client = self._live()
         kwargs.setdefault("timeout", self.timeout)
@@ -225,11 +244,25 @@ class MilvusCollection:
 
     def _translated(self, what: str, thunk: Callable[[], _T]) -> _T:
         try:
-            return thunk()
+            try:
+                return thunk()
+            except Exception as exc:
+                if _code(exc) != _NOT_LOADED or what == "load_collection":
+                    raise
+                client = self._live()
+                client.load_collection(self.name, timeout=self.timeout)
+                _log.info("acms.milvus.collection_reloaded", collection=self.name)
+                return thunk()
         except (ValueError, TypeError, IndexUnavailableError):
             raise
         except Exception as exc:
             self._drop_client()
+            if _code(exc) == _NOT_FOUND:
+                raise IndexUnavailableError(
+                    f"the Milvus collection {self.name} does not exist (dropped, or the "
+                    "server lost its data): start acms again to create it, then reindex "
+                    "in full"
+                ) from exc
             raise IndexUnavailableError(
                 f"Milvus call {what} on {self.name} failed: {_short(exc)}"
             ) from exc
@@ -309,6 +342,11 @@ class MilvusCollection:
 def _redact(uri: str) -> str:
     # ``http://user:secret@host`` -> ``http://***@host``
     return re.sub(r"//[^/@]*@", "//***@", uri)
+
+
+def _code(exc: BaseException) -> object:
+    # pymilvus's MilvusException carries the server's error code.
+    return getattr(exc, "code", None)
 
 
 def _short(exc: BaseException) -> str:
