@@ -26,7 +26,10 @@ whole frontier (``VALUES``), in batches.
 Writes: additions alone are one Graph Store ``POST`` of N-Triples; a change
 that also deletes is one SPARQL Update request (``DELETE WHERE`` by subject,
 ``DELETE DATA``, ``INSERT DATA``), which Oxigraph applies in one transaction;
-a whole resource is one Graph Store ``DELETE``.
+a whole resource is one ``DROP SILENT GRAPH`` (SPARQL Update).  Not a
+Graph Store ``DELETE``: its 404 means "no such graph" and also "no such
+endpoint", so a mistyped store URL would make every prune a silent no-op;
+only a 2xx answer is a success here (:mod:`.sparql_endpoint_http`).
 
 Literals are kept as the server returns them: Oxigraph stores typed literals
 by value, so ``"010"^^xsd:integer`` reads back as ``"10"`` (the rdflib
@@ -146,6 +149,9 @@ def _validate_url(value: object, name: str) -> str:
     url = validate_non_empty(value, name)
     if not re.match(r"https?://", url):
         raise ValueError(f"{name} must be an http(s) URL")
+    # httpx logs every request's URL: credentials go in user / password.
+    if re.match(r"https?://[^/?#]*@", url):
+        raise ValueError(f"{name} must not hold credentials; give user and password")
     return url
 
 
@@ -164,7 +170,7 @@ class SparqlEndpointGraphBackend:
             may give; more is a :class:`QueryLimitError`, never a truncation.
 
     Raises:
-        TypeError / ValueError: invalid arguments.
+        TypeError / ValueError: invalid arguments, a URL with user info.
     """
 
     def __init__(
@@ -237,6 +243,7 @@ class SparqlEndpointGraphBackend:
             form=form,
             headers={"accept": _N_TRIPLES if rdf else _RESULTS_JSON},
             on_timeout=QueryLimitError,
+            on_refused=QueryError,
         )
         if rdf:
             triples = sorted(set(self._parse_n_triples(answer.body)))
@@ -394,7 +401,7 @@ class SparqlEndpointGraphBackend:
         graph = _graph_of(rid)
         if subjects is None:
             self._check_open()
-            self._write("DELETE", self._store_url, params={"graph": graph})
+            self._update(f"DROP SILENT GRAPH <{graph}>")
             return
         doomed = [_check_iri(s, "subjects member", rid) for s in _materialise(subjects, "subjects")]
         self._check_open()
@@ -419,6 +426,26 @@ class SparqlEndpointGraphBackend:
             if rid is not None and g == _graph_of(rid):
                 out.add(rid)
         return out
+
+    def ping(self) -> None:
+        """Ask the query endpoint one trivial question (``ASK {}`` over no
+        graph): ``acms status`` fails while the endpoint is unreachable.
+
+        Raises:
+            IndexUnavailableError: the endpoint cannot be reached, failed,
+                answered other than 2xx, or is not a SPARQL endpoint.
+        """
+        self._check_open()
+        answer = self._http.request(
+            "POST",
+            self._query_url,
+            what="SPARQL query",
+            max_bytes=1 << 16,
+            form=[("query", "ASK {}"), ("default-graph-uri", NO_GRAPH)],
+            headers={"accept": _RESULTS_JSON},
+        )
+        if "boolean" not in _load_json(answer.body):
+            raise IndexUnavailableError("the SPARQL endpoint gave no answer to ASK")
 
     # ------------------------------------------------------------ internals
 
@@ -532,19 +559,16 @@ class SparqlEndpointGraphBackend:
         content: bytes | None = None,
         headers: dict[str, str] | None = None,
     ) -> None:
-        try:
-            self._http.request(
-                method,
-                url,
-                what="SPARQL write",
-                max_bytes=1 << 20,
-                timeout=self._write_timeout,
-                params=params,
-                content=content,
-                headers=headers,
-            )
-        except QueryError as exc:  # a 4xx to our own write: the store refused it
-            raise IndexUnavailableError(str(exc)) from exc
+        self._http.request(
+            method,
+            url,
+            what="SPARQL write",
+            max_bytes=1 << 20,
+            timeout=self._write_timeout,
+            params=params,
+            content=content,
+            headers=headers,
+        )
 
 
 def _load_json(body: bytes) -> dict[str, Any]:

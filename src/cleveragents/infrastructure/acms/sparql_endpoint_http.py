@@ -11,7 +11,13 @@ broken endpoint may stream forever), so the limits are enforced here:
 
 Redirects are not followed and proxy settings from the environment are
 ignored: the client talks only to the configured URL.  Credentials go in an
-``Authorization`` header and never into a message or a log event.
+``Authorization`` header and never into a URL, a message or a log event
+(httpx logs every request's URL at INFO, so a URL with user info is refused).
+
+Only a 2xx answer is a success.  A redirect or a 404 is a configuration
+problem (a moved or mistyped endpoint), never "nothing there": taking it for
+success would drop a write silently, so every status is an error naming it
+and the server's address.
 """
 
 from __future__ import annotations
@@ -24,13 +30,15 @@ import httpx
 
 from cleveragents.domain.models.acms.errors import (
     IndexUnavailableError,
-    QueryError,
     QueryLimitError,
 )
 
 __all__ = ["BoundedHttp", "HttpAnswer"]
 
 _MESSAGE_CHARS = 300
+# What a server answers to a request it cannot take: the caller's fault when
+# the request is the caller's query (``on_refused``), ours otherwise.
+_REFUSED = frozenset({400, 413, 414, 422})
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,16 +88,24 @@ class BoundedHttp:
         content: bytes | None = None,
         headers: Mapping[str, str] | None = None,
         on_timeout: type[Exception] = IndexUnavailableError,
+        on_refused: type[Exception] = IndexUnavailableError,
     ) -> HttpAnswer:
         """Send one request and read the whole answer within the limits.
 
-        ``what`` names the call in errors.  A 4xx answer to a query is a
-        :class:`QueryError` carrying the server's message (a 401/403 is
-        :class:`IndexUnavailableError`, credentials unnamed); a 5xx, a refused
-        or dropped connection is :class:`IndexUnavailableError`; running out
-        of time raises ``on_timeout``; a body over ``max_bytes`` is a
-        :class:`QueryLimitError`.
+        ``what`` names the call in errors, with the server's address (never
+        its credentials).  Only a 2xx answer is returned.  A 400, 413, 414
+        or 422 (the server cannot take the request) raises ``on_refused``
+        with the server's message (a :class:`QueryError` when the request is
+        the caller's query); every other status (a redirect, 401/403, 404,
+        405, 5xx), a refused or dropped connection is
+        :class:`IndexUnavailableError`; running out of time raises
+        ``on_timeout``; a body over ``max_bytes`` is a :class:`QueryLimitError`.
+
+        Raises:
+            ValueError: ``url`` holds user info (credentials go to the constructor).
         """
+        if httpx.URL(url).userinfo:
+            raise ValueError("a SPARQL endpoint URL must not hold credentials")
         limit = self._timeout if timeout is None else timeout
         deadline = time.monotonic() + limit
         body = bytearray()
@@ -122,16 +138,28 @@ class BoundedHttp:
             ) from exc
         if time.monotonic() > deadline:
             raise on_timeout(f"{what}: no complete answer within {limit:g} s")
-        answer = HttpAnswer(status, content_type.split(";")[0].strip().lower(), bytes(body))
+        if 200 <= status < 300:
+            return HttpAnswer(status, content_type.split(";")[0].strip().lower(), bytes(body))
+        where = f"{what} at {_address(url)}"
         if status in (401, 403):
-            raise IndexUnavailableError(f"{what}: the SPARQL endpoint refused the credentials")
-        if 400 <= status < 500 and status != 404:
-            raise QueryError(f"{what}: the SPARQL endpoint refused it ({status}): {_text(body)}")
+            raise IndexUnavailableError(
+                f"{where}: the SPARQL endpoint refused the credentials ({status})"
+            )
+        if 300 <= status < 400:
+            raise IndexUnavailableError(
+                f"{where}: the SPARQL endpoint redirects ({status}); configure the address "
+                "it redirects to (redirects are not followed)"
+            )
+        if status in _REFUSED:
+            raise on_refused(f"{where}: the SPARQL endpoint refused it ({status}): {_text(body)}")
         if status >= 500:
             raise IndexUnavailableError(
-                f"{what}: the SPARQL endpoint failed ({status}): {_text(body)}"
+                f"{where}: the SPARQL endpoint failed ({status}): {_text(body)}"
             )
-        return answer
+        raise IndexUnavailableError(
+            f"{where}: the SPARQL endpoint answered {status}; check the configured URL: "
+            f"{_text(body)}"
+        )
 
 
 def dict_list(form: Sequence[tuple[str, str]]) -> dict[str, list[str]]:
@@ -140,6 +168,12 @@ def dict_list(form: Sequence[tuple[str, str]]) -> dict[str, list[str]]:
     for key, value in form:
         out.setdefault(key, []).append(value)
     return out
+
+
+def _address(url: str) -> str:
+    """Scheme, host, port and path: what names the server in a message."""
+    u = httpx.URL(url)
+    return f"{u.scheme}://{u.netloc.decode('ascii')}{u.path}"
 
 
 def _text(body: bytes | bytearray) -> str:
