@@ -10,8 +10,15 @@ for the graph, configured from the environment.
 ``ACMS_SPARQL_UPDATE_URL``     SPARQL update endpoint (required)
 ``ACMS_SPARQL_STORE_URL``      Graph Store Protocol endpoint (required)
 ``ACMS_SPARQL_USER`` / ``ACMS_SPARQL_PASSWORD``  HTTP basic auth (secret, optional)
-``ACMS_REMOTE_TIMEOUT``        seconds per server call (default 10)
+``ACMS_REMOTE_TIMEOUT``        seconds per server call, reads and writes (default 10)
 =============================  ==========================================
+
+User info in a SPARQL URL (``http://user:password@host/query``) is moved
+into the basic-auth credentials, percent-decoding undone: the HTTP client
+logs every request's URL, so it never sees one with a password.  Every URL
+that holds credentials and ``ACMS_SPARQL_USER``/``PASSWORD`` must agree (one
+client talks to the three endpoints); a difference is refused naming the
+variables.
 
 The registry and the indexer's catalog stay in ``ACMS_DATA_DIR`` as in the
 ``local`` profile.  Secrets are held in :class:`RemoteSettings` fields that
@@ -23,6 +30,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -31,10 +39,10 @@ from dependency_injector import providers
 
 from cleveragents._logging import get_logger
 from cleveragents.domain.models.acms.backends import GraphIndex, TextIndex, VectorIndex
+from cleveragents.infrastructure.acms.index_store import ManagedIndexStore
 
 if TYPE_CHECKING:
     from cleveragents.application.container import Container
-    from cleveragents.infrastructure.acms.index_store import ManagedIndexStore
 
 __all__ = ["RemoteSettings", "remote_settings", "wire_remote"]
 
@@ -100,18 +108,40 @@ def remote_settings(environ: Mapping[str, str] | None = None) -> RemoteSettings:
     password = env.get("ACMS_SPARQL_PASSWORD") or None
     if (user is None) != (password is None):
         raise ValueError("set both ACMS_SPARQL_USER and ACMS_SPARQL_PASSWORD, or neither")
+    credentials = None if user is None or password is None else (user, password)
+    source = "ACMS_SPARQL_USER/ACMS_SPARQL_PASSWORD"
+    urls = {}
+    for name in ("ACMS_SPARQL_QUERY_URL", "ACMS_SPARQL_UPDATE_URL", "ACMS_SPARQL_STORE_URL"):
+        urls[name], found = _without_userinfo(required(name), name)
+        if found is not None and credentials is not None and found != credentials:
+            raise ValueError(f"the credentials in {name} differ from those in {source}")
+        if found is not None and credentials is None:
+            credentials, source = found, name
     return RemoteSettings(
         milvus_uri=required("ACMS_MILVUS_URI"),
-        sparql_query_url=required("ACMS_SPARQL_QUERY_URL"),
-        sparql_update_url=required("ACMS_SPARQL_UPDATE_URL"),
-        sparql_store_url=required("ACMS_SPARQL_STORE_URL"),
+        sparql_query_url=urls["ACMS_SPARQL_QUERY_URL"],
+        sparql_update_url=urls["ACMS_SPARQL_UPDATE_URL"],
+        sparql_store_url=urls["ACMS_SPARQL_STORE_URL"],
         milvus_token=env.get("ACMS_MILVUS_TOKEN") or None,
-        sparql_user=user,
-        sparql_password=password,
+        sparql_user=None if credentials is None else credentials[0],
+        sparql_password=None if credentials is None else credentials[1],
         text_collection=env.get("ACMS_MILVUS_TEXT_COLLECTION") or "acms_text",
         vector_collection=env.get("ACMS_MILVUS_VECTOR_COLLECTION") or "acms_vectors",
         timeout=timeout,
     )
+
+
+def _without_userinfo(url: str, name: str) -> tuple[str, tuple[str, str] | None]:
+    """``url`` without its user info, and the (user, password) it held."""
+    parts = urllib.parse.urlsplit(url)
+    userinfo, at, host = parts.netloc.rpartition("@")
+    if not at:
+        return url, None
+    user, colon, password = userinfo.partition(":")
+    if not user or not colon:
+        raise ValueError(f"{name} holds a user without a password; give both, or neither")
+    bare = urllib.parse.urlunsplit(parts._replace(netloc=host))
+    return bare, (urllib.parse.unquote(user), urllib.parse.unquote(password))
 
 
 def _milvus_text(s: RemoteSettings) -> TextIndex:
@@ -144,7 +174,26 @@ def _sparql_graph(s: RemoteSettings) -> GraphIndex:
         user=s.sparql_user,
         password=s.sparql_password,
         timeout=s.timeout,
+        write_timeout=s.timeout,
     )
+
+
+class _RemoteIndexStore(ManagedIndexStore):
+    """The index store over the servers.  ``counts`` (``acms status``, the
+    image's health check) asks Milvus for unit counts but takes the graph's
+    from the local catalog, so it also asks the SPARQL endpoint one trivial
+    question: status fails while either server is unreachable."""
+
+    def counts(self, resource_id: str) -> dict[str, int]:
+        from cleveragents.infrastructure.acms.sparql_endpoint_graph import (
+            SparqlEndpointGraphBackend,
+        )
+
+        counted = super().counts(resource_id)
+        graph = self.graph
+        if isinstance(graph, SparqlEndpointGraphBackend):
+            graph.ping()
+        return counted
 
 
 def _remote_store(s: RemoteSettings, data_dir: str, dimension: int) -> ManagedIndexStore:
@@ -154,12 +203,12 @@ def _remote_store(s: RemoteSettings, data_dir: str, dimension: int) -> ManagedIn
 
     from cleveragents.infrastructure.acms import file_modes
     from cleveragents.infrastructure.acms.index_layout import live_index_path
-    from cleveragents.infrastructure.acms.index_store import CATALOG_FILE, ManagedIndexStore
+    from cleveragents.infrastructure.acms.index_store import CATALOG_FILE
     from cleveragents.infrastructure.acms.sqlite_catalog import SqliteCatalog
 
     root = Path(data_dir).resolve()
     file_modes.make_private_dirs(root)
-    return ManagedIndexStore(
+    return _RemoteIndexStore(
         text=lambda: _milvus_text(s),
         vector=lambda: _milvus_vector(s, dimension),
         graph=lambda: _sparql_graph(s),
