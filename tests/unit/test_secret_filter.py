@@ -237,9 +237,25 @@ def test_each_token_kind_is_found_in_content(kind: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("kind", "data"),
+    [
+        # A PGP secret key's armour says "KEY BLOCK", never "KEY-----".
+        ("private_key", b"-----BEGIN PGP " + b"PRIVATE KEY BLOCK-----\n\nlQOYBF0\n"),
+        ("private_key", b"-----BEGIN RSA " + b"PRIVATE KEY-----\nMIIE\n"),
+        ("aws_key_id", b"AWS_ACCESS_KEY_ID=ASIA" + b"Q3EGRL5ZXN7MVB2H\n"),  # temporary
+    ],
+)
+def test_other_shapes_of_a_token_kind_are_found(kind: str, data: bytes) -> None:
+    assert DEFAULT_SECRET_FILTER.content_rule("notes.py", b"x = 1\n" + data) == kind
+
+
+@pytest.mark.parametrize(
     "data",
     [
         b"AKIAIOSFODNN7EXAMPLE  # AWS's documented example key",
+        b"ASIAIOSFODNN7EXAMPLE  # the same, temporary",
+        b"-----BEGIN PGP PUBLIC KEY BLOCK-----\nmQIN\n",
+        b"ASIAN markets; ASIA_PACIFIC region",
         b"prefix = 'AKIA'  # too short",
         b"the ghp_ prefix marks a GitHub token",
         b"-----BEGIN PUBLIC KEY-----\nMIIB\n",

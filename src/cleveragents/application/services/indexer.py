@@ -89,7 +89,11 @@ from cleveragents.domain.models.acms.index_store import (
     IndexTransaction,
 )
 from cleveragents.domain.models.acms.indexing import FileRecord, IndexStats
-from cleveragents.domain.models.acms.secret_filter import DEFAULT_SECRET_FILTER, SecretFilter
+from cleveragents.domain.models.acms.secret_filter import (
+    DEFAULT_SECRET_FILTER,
+    SECRET_RULES_VERSION,
+    SecretFilter,
+)
 from cleveragents.domain.models.acms.ulids import canonical_ulid
 
 __all__ = [
@@ -180,7 +184,8 @@ class Indexer:
         # changing re-embeds the stored units (no file is read).
         graph = f"{_CODE_GRAPH_VERSION}|" if code_parser is not None else ""
         self.embedder_identity = f"{embedder.name}:{embedder.dimension}"
-        self.units_identity = f"{graph}{_UNITS_VERSION}"
+        # The secret rules too: a file they now deny must leave the index.
+        self.units_identity = f"{graph}{_UNITS_VERSION}|{SECRET_RULES_VERSION}"
         self.identity = f"{self.embedder_identity}|{self.units_identity}"
         if spec is not None and spec.embedder_identity not in (None, self.embedder_identity):
             # Workers would build the configured embedder, not this one.

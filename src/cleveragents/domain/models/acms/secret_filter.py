@@ -78,16 +78,18 @@ Content scanning
 A file the name rules let through is still checked, once read and before it
 is stored or indexed, for token formats that are secrets with near
 certainty (the prefixes gitleaks, trufflehog and GitHub secret scanning key
-on): PEM private key headers, AWS access key ids (``AKIA``, except AWS's
-documented ``...EXAMPLE`` keys), GitHub personal access tokens (``ghp_``,
-``github_pat_``), GitLab (``glpat-``), Slack (``xoxb-``, ``xoxp-``, ...),
-Stripe live keys (``sk_live_``) and PyPI (``pypi-AgEI...``) tokens: each
+on): PEM and PGP private key headers, AWS access key ids (``AKIA``, and
+``ASIA`` for temporary ones, except AWS's documented ``...EXAMPLE`` keys),
+GitHub personal access tokens (``ghp_``, ``github_pat_``), GitLab
+(``glpat-``), Slack (``xoxb-``, ``xoxp-``, ...), Stripe live keys
+(``sk_live_``) and PyPI (``pypi-AgEI...``) tokens: each
 costs one substring search per file (about 400 MB/s here), so the list is
 kept to the kinds most often committed.  Such a file is skipped whole
 (``reason="secret_content"``, counted with the other secrets).  Generic
 "password = ..." heuristics are left out on purpose: they would drop
 ordinary code.  A file indexed before this check existed is re-checked when
-it changes or on ``reindex --full``.
+it changes, on ``reindex --full``, or on the first reindex after
+:data:`SECRET_RULES_VERSION` changes.
 
 The operator can change the list per resource (stored in the registry):
 ``acms resource add PATH --allow-secret-pattern GLOB`` (repeatable; same
@@ -106,6 +108,7 @@ from dataclasses import dataclass
 __all__ = [
     "DEFAULT_SECRET_FILTER",
     "DEFAULT_SECRET_RULES",
+    "SECRET_RULES_VERSION",
     "SECRET_TEMPLATES",
     "SECRET_TOKEN_KINDS",
     "SecretFilter",
@@ -168,10 +171,10 @@ SECRET_TEMPLATES: frozenset[str] = frozenset(
 # A regex runs only on data holding one of its anchors (a substring search is
 # ~1000x faster than the regex scan).  Written so this file does not match.
 _TOKENS: tuple[tuple[str, str, tuple[bytes, ...], bytes], ...] = (
-    ("private_key", "PEM private key", (b"PRIVATE KEY-",),
+    ("private_key", "PEM private key", (b"PRIVATE KEY-", b"PRIVATE KEY BLOCK-"),
      rb"-----BEGIN[ A-Z0-9]{0,24}PRIVATE KEY(?: BLOCK)?-----"),
-    ("aws_key_id", "AWS access key id", (b"AKIA",),
-     rb"\bAKIA(?![0-9A-Z]{9}EXAMPLE)[0-9A-Z]{16}\b"),
+    ("aws_key_id", "AWS access key id", (b"AKIA", b"ASIA"),
+     rb"\b(?:AKIA|ASIA)(?![0-9A-Z]{9}EXAMPLE)[0-9A-Z]{16}\b"),
     ("github_token", "GitHub personal access token", (b"ghp_",), rb"\bghp_[A-Za-z0-9]{36}\b"),
     ("github_pat", "GitHub fine-grained token", (b"github_pat_",),
      rb"\bgithub_pat_[A-Za-z0-9_]{82}\b"),
@@ -180,6 +183,10 @@ _TOKENS: tuple[tuple[str, str, tuple[bytes, ...], bytes], ...] = (
     ("stripe_key", "Stripe live secret key", (b"sk_live_",), rb"\bsk_live_[A-Za-z0-9]{24,99}\b"),
     ("pypi_token", "PyPI token", (b"pypi-AgEI",), rb"\bpypi-AgEIcHlwaS5vcmc[A-Za-z0-9_-]{50,}"),
 )  # fmt: skip
+SECRET_RULES_VERSION = "secrets-2"
+"""Bumped when the default rules find more (2: PGP private keys, ``ASIA``
+key ids): part of the indexer's identity, so the next reindex reads every
+file again and drops what the new rules deny."""
 _TOKEN_CHECKS = tuple((name, anchors, re.compile(rx)) for name, _, anchors, rx in _TOKENS)
 SECRET_TOKEN_KINDS: dict[str, str] = {name: label for name, label, _, _ in _TOKENS}
 """The token kinds content scanning knows: kind -> description."""
