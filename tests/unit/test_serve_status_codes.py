@@ -1,5 +1,6 @@
 """The JSON API's status codes: the caller's fault (400, 403) or the
-service's (503, with Retry-After), so a load balancer or client can tell."""
+service's (503, with Retry-After), so a load balancer or client can tell;
+and the Host/Origin allow-list that keeps a web page out (421, 403)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,14 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from cleveragents.cli.serve import ServiceTool, _arguments_model, _http_app, make_mcp_server
+from cleveragents.cli.serve import (
+    HostAllowList,
+    ServiceTool,
+    _arguments_model,
+    _http_app,
+    main,
+    make_mcp_server,
+)
 from cleveragents.domain.models.acms.errors import (
     BusyError,
     IndexUnavailableError,
@@ -18,7 +26,7 @@ from cleveragents.domain.models.acms.errors import (
 )
 
 
-def _app(error: Exception) -> Any:
+def _app(error: Exception, allowed: HostAllowList | None = None) -> Any:
     from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
 
     def probe(query: str) -> dict[str, Any]:
@@ -30,7 +38,7 @@ def _app(error: Exception) -> Any:
             "probe", probe, FuncMetadata(arg_model=_arguments_model("probe", probe))
         )
     }
-    return _http_app(tools, make_mcp_server(None, tools))  # type: ignore[arg-type]
+    return _http_app(tools, make_mcp_server(None, tools), allowed)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -45,8 +53,50 @@ def _app(error: Exception) -> Any:
     ],
 )
 def test_errors_map_to_whose_fault_they_are(error: Exception, status: int) -> None:
-    client = TestClient(_app(error))
+    client = TestClient(_app(error), base_url="http://127.0.0.1:8765")
     r = client.post("/api/probe", json={"query": "x"})
     assert r.status_code == status
     assert r.json() == {"error": str(error)}
     assert ("retry-after" in r.headers) == (status == 503)
+
+
+MCP_HEADERS = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+
+
+@pytest.mark.parametrize(
+    ("bind", "extra", "host", "origin", "status"),
+    [
+        ("127.0.0.1", (), "127.0.0.1:8765", None, 200),
+        ("127.0.0.1", (), "localhost:8765", "http://localhost:8765", 200),
+        ("127.0.0.1", (), "[::1]:8765", None, 200),
+        # DNS rebinding: the attacker's name resolves to 127.0.0.1.
+        ("127.0.0.1", (), "attacker.example:8765", None, 421),
+        ("127.0.0.1", (), "attacker.example", None, 421),
+        ("127.0.0.1", (), "127.0.0.1.attacker.example:8765", None, 421),
+        # A cross-site page: the browser names its origin.
+        ("127.0.0.1", (), "127.0.0.1:8765", "http://attacker.example", 403),
+        ("127.0.0.1", (), "127.0.0.1:8765", "null", 403),
+        ("0.0.0.0", ("acms",), "acms:8765", None, 200),
+        ("0.0.0.0", ("acms",), "acms:8765", "http://acms:8765", 200),
+        ("0.0.0.0", ("acms:8765",), "acms:9999", None, 421),
+        ("0.0.0.0", (), "acms:8765", None, 421),
+        ("10.1.2.3", (), "10.1.2.3:8765", None, 200),
+    ],
+)
+def test_only_allowed_hosts_and_origins_are_answered(
+    bind: str, extra: tuple[str, ...], host: str, origin: str | None, status: int
+) -> None:
+    allowed = HostAllowList.for_bind(bind, extra)
+    headers = {"host": host, **({"origin": origin} if origin else {})}
+    with TestClient(_app(QueryError("x"), allowed)) as client:  # runs the MCP lifespan
+        r = client.post("/api/probe", json={"query": "x"}, headers=headers)
+        # /mcp keeps to the same list (the MCP SDK's check, given our settings).
+        m = client.post("/mcp", json={}, headers={**MCP_HEADERS, **headers})
+    assert r.status_code == (400 if status == 200 else status), r.text
+    assert "error" in r.json()
+    assert (m.status_code in (421, 403)) == (status != 200), (m.status_code, m.text)
+
+
+def test_a_bad_allow_host_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--http", "127.0.0.1:1", "--allow-host", "evil host/x"]) == 2
+    assert "--allow-host takes NAME or NAME:PORT" in capsys.readouterr().err

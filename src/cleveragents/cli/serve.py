@@ -39,6 +39,7 @@ import inspect
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import sys
@@ -510,12 +511,25 @@ def _as_text(fn: Callable[..., dict[str, Any]]) -> Callable[..., str]:
     return call
 
 
-def _http_app(tools: Mapping[str, ServiceTool], server: Any) -> Any:  # noqa: ANN401 - Starlette
+def _http_app(
+    tools: Mapping[str, ServiceTool],
+    server: Any,  # noqa: ANN401 - mcp.server.MCPServer
+    allowed: HostAllowList | None = None,
+) -> Any:  # noqa: ANN401 - Starlette
+    """The service's Starlette app: MCP at ``/mcp``, the JSON API at
+    ``/api/<tool>``, both behind the same Host/Origin allow-list (see
+    :class:`HostAllowList`; default: loopback names only)."""
+    from mcp.server.transport_security import TransportSecuritySettings
     from starlette.requests import Request
+
+    allowed = allowed or HostAllowList.for_bind("127.0.0.1")
 
     async def api(request: Request) -> Response:
         import anyio.to_thread
 
+        refused = allowed.refusal(request.headers.get("host"), request.headers.get("origin"))
+        if refused is not None:
+            return _json({"error": refused[1]}, refused[0])
         if request.method != "POST":
             return _json(
                 {"error": f"method {request.method} not allowed: call a tool with POST"},
@@ -556,7 +570,75 @@ def _http_app(tools: Mapping[str, ServiceTool], server: Any) -> Any:  # noqa: AN
     # POST only: any other method is a 405 naming POST in its Allow header,
     # with a JSON body like every other refusal (Starlette's own is plain text).
     server.custom_route("/api/{tool}", methods=list(_HTTP_METHODS))(api)
-    return server.streamable_http_app()
+    return server.streamable_http_app(
+        transport_security=TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=allowed.hosts,
+            allowed_origins=allowed.origins,
+        )
+    )
+
+
+_LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
+_HOST_NAME = re.compile(r"(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::(?:[0-9]{1,5}|\*))?")
+_WILDCARD = ("0.0.0.0", "::", "[::]")
+
+
+@dataclass(frozen=True)
+class HostAllowList:
+    """The ``Host`` and ``Origin`` headers the HTTP service answers.
+
+    A web page the user visits can make the browser send requests to a
+    loopback port; with DNS rebinding (its own name resolving to 127.0.0.1)
+    it can also read the answers: every file of the scope.  A request whose
+    ``Host`` names no allowed host is refused (421), and one with an
+    ``Origin`` (browsers send it on every cross-site POST; agents and curl
+    send none) that is not an allowed host is refused (403), on ``/api``
+    as on ``/mcp``.  Allowed: the loopback names, the bound address, on a
+    wildcard bind this machine's host name, and each ``--allow-host``.
+    """
+
+    hosts: list[str]
+    origins: list[str]
+
+    @classmethod
+    def for_bind(cls, host: str, extra: Sequence[str] = ()) -> HostAllowList:
+        names = list(_LOOPBACK)
+        if host in _WILDCARD:
+            names.append(socket.gethostname())
+        elif host not in ("127.0.0.1", "localhost", "::1"):
+            names.append(f"[{host}]" if ":" in host and not host.startswith("[") else host)
+        hosts: list[str] = []
+        for name in [*names, *extra]:
+            hosts += [name] if _has_port(name) else [name, f"{name}:*"]
+        origins = [f"{scheme}://{h}" for h in hosts for scheme in ("http", "https")]
+        return cls(hosts, origins)
+
+    def admits_host(self, host: str | None) -> bool:
+        return host is not None and _matches(host.lower(), self.hosts)
+
+    def refusal(self, host: str | None, origin: str | None) -> tuple[int, str] | None:
+        """``(status, reason)`` when the headers are refused, else None."""
+        if not self.admits_host(host):
+            return 421, "this service does not answer for that Host (see acms serve --allow-host)"
+        if origin and not _matches(origin.lower(), self.origins):
+            return 403, "cross-origin requests are refused (see acms serve --allow-host)"
+        return None
+
+
+def _has_port(name: str) -> bool:
+    return name.rpartition("]")[2].count(":") == 1 if name.startswith("[") else ":" in name
+
+
+def _matches(value: str, allowed: Sequence[str]) -> bool:
+    for pattern in allowed:
+        if pattern.endswith(":*"):
+            head, _, port = value.rpartition(":")
+            if head == pattern[:-2].lower() and port.isdigit():
+                return True
+        elif value == pattern.lower():
+            return True
+    return False
 
 
 # Refusals that are not the caller's fault: 503, not 400.
@@ -634,10 +716,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--project", action="append", default=[])
     parser.add_argument("--resource", action="append", default=[])
     parser.add_argument("--log-level", default="warning", choices=LOG_LEVELS)
+    parser.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME[:PORT]",
+        help="also answer requests for this Host (repeatable; loopback names always)",
+    )
     try:
         args = parser.parse_args(argv)
     except UsageError as exc:
         print(f"{_PROG}: error: {one_line(exc)}", file=sys.stderr)
+        return 2
+    bad = [h for h in args.allow_host if not _HOST_NAME.fullmatch(h)]
+    if bad:
+        print(
+            f"{_PROG}: error: --allow-host takes NAME or NAME:PORT, not {one_line(bad[0])[:80]!r}",
+            file=sys.stderr,
+        )
         return 2
     configure_stderr_logging(args.log_level)
     try:
@@ -683,7 +779,10 @@ def _serve(args: argparse.Namespace) -> int:
 
     # log_config=None: uvicorn's records go to the root logger's JSON lines,
     # not to plain-text handlers of its own.
-    config = uvicorn.Config(_http_app(tools, server), log_level=args.log_level, log_config=None)
+    allowed = HostAllowList.for_bind(host, args.allow_host)
+    config = uvicorn.Config(
+        _http_app(tools, server, allowed), log_level=args.log_level, log_config=None
+    )
     with listener:
         uvicorn.Server(config).run(sockets=[listener])
     return 0
