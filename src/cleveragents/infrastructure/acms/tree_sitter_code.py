@@ -23,6 +23,31 @@ nodes, which keeps parsing the standard library within a small factor of
 ``ast``.  Nothing here raises on any text: tree-sitter recovers from syntax
 errors (their count is reported), and a file over :data:`MAX_PARSE_BYTES` is
 not parsed.
+
+Hostile files are bounded, so one file can neither kill the indexing process
+nor cost more than a small constant per byte (measured with
+tree-sitter-language-pack 0.13 and py-tree-sitter 0.26):
+
+- Two grammars' external scanners overflow on deep nesting and kill the
+  process: Markdown (SIGSEGV at 255 open container blocks: ``>`` block
+  quotes and list items, e.g. 300 ``>`` on one line) and Kotlin (SIGABRT at
+  about 1,100 nested string templates ``"${``).  A cheap scan of the text
+  before parsing measures that nesting (never below the real value) and a
+  file over :data:`MAX_MARKDOWN_NESTING` or :data:`MAX_KOTLIN_TEMPLATES` is
+  not parsed (``None``, logged as ``tree_sitter_code.parse_skipped``); it
+  still gets its text units.  The other 13 grammars survived 100,000 levels
+  of nested calls, brackets, blocks, strings, interpolations and heredocs.
+- Query matching keeps one in-progress match per enclosing node, so on a
+  deep tree it grows with the square of the depth (JS ``f(f(f(...)))``
+  64,000 deep: 86 s).  Matches start no deeper than
+  :data:`MAX_QUERY_DEPTH` tree levels, 100 times the deepest match in the
+  Python standard library.
+- Qualified names follow nesting, so ``n`` nested definitions cost ``n**2``
+  characters (20,000 nested Ruby methods: 142 s, 2.7 GB).  Definitions
+  nested deeper than :data:`MAX_DEFINITION_DEPTH` (the standard library's
+  deepest is 7) or whose qualified name would pass
+  :data:`MAX_QUALIFIED_NAME` characters are not symbols; their calls belong
+  to the nearest enclosing symbol.
 """
 
 from __future__ import annotations
@@ -35,6 +60,7 @@ from dataclasses import dataclass
 import tree_sitter
 import tree_sitter_language_pack
 
+from cleveragents._logging import get_logger
 from cleveragents.domain.models.acms.code_facts import (
     CodeCall,
     CodeFacts,
@@ -43,16 +69,37 @@ from cleveragents.domain.models.acms.code_facts import (
     CodeSymbol,
 )
 
-__all__ = ["MAX_PARSE_BYTES", "TreeSitterCodeParser"]
+__all__ = [
+    "MAX_DEFINITION_DEPTH",
+    "MAX_KOTLIN_TEMPLATES",
+    "MAX_MARKDOWN_NESTING",
+    "MAX_PARSE_BYTES",
+    "MAX_QUALIFIED_NAME",
+    "MAX_QUERY_DEPTH",
+    "TreeSitterCodeParser",
+]
 
 #: Files larger than this are not parsed (generated bundles, data in code).
 MAX_PARSE_BYTES = 2_000_000
+#: Markdown files whose container nesting estimate passes this are not
+#: parsed: the grammar crashes at 255 open blocks.
+MAX_MARKDOWN_NESTING = 100
+#: Kotlin files with more ``${`` than this are not parsed: the grammar
+#: aborts at about 1,100 nested templates, and each level needs one.
+MAX_KOTLIN_TEMPLATES = 512
+#: Query matches start at most this many tree levels below the root.
+MAX_QUERY_DEPTH = 10_000
+#: Definitions nested deeper than this (scopes included) are not symbols.
+MAX_DEFINITION_DEPTH = 64
+#: Definitions whose qualified name would be longer are not symbols.
+MAX_QUALIFIED_NAME = 1_000
 _MAX_CALLS = 50_000
 _MAX_SIGNATURE = 240
 _MAX_DOC = 1_000
 _MAX_DOC_LINES = 30
 
 Node = tree_sitter.Node
+_log = get_logger("cleveragents.acms.tree_sitter_code")
 
 # ---------------------------------------------------------------- queries
 
@@ -288,6 +335,10 @@ _WRAPPERS = frozenset(
 # byte offsets, lines and names elsewhere stay exact.
 _HIGH_PLANES = re.compile("[\U00040000-\U0010ffff]")
 _HIGH_PLANE_STAND_IN = "\U0001f532"
+# A Markdown line's container prefix: indentation, ``>`` and list markers.
+_MD_CONTAINER_PREFIX = re.compile(
+    r"^(?:[ \t>]|[-*+](?=[ \t\r\n]|$)|\d{1,9}[.)](?=[ \t\r\n]|$))+", re.M
+)
 _GENERIC_ARGS = re.compile(r"<.*$", re.S)
 _WS = re.compile(r"\s+")
 _COMMENT_MARKERS = re.compile(r"^\s*(?:/\*\*?|\*/|///?!?|//|#+|\*|--)\s?")
@@ -670,6 +721,18 @@ class TreeSitterCodeParser:
         source = text.encode("utf-8", "surrogatepass")
         if len(source) > MAX_PARSE_BYTES:
             return None
+        hostile = _hostile_nesting(text, language)
+        if hostile is not None:
+            reason, depth, limit = hostile
+            _log.info(
+                "tree_sitter_code.parse_skipped",
+                language=language,
+                reason=reason,
+                depth=depth,
+                limit=limit,
+                bytes=len(source),
+            )
+            return None
         try:
             return self._parse(source, language)
         except (ValueError, RecursionError, MemoryError, UnicodeError):
@@ -705,7 +768,9 @@ class TreeSitterCodeParser:
         calls: list[tuple[Node, str, str | None]] = []
         imports: list[CodeImport] = []
         read_imports = _IMPORTS.get(language)
-        for order, caps in tree_sitter.QueryCursor(self._query(language)).matches(root):
+        cursor = tree_sitter.QueryCursor(self._query(language))
+        cursor.set_max_start_depth(MAX_QUERY_DEPTH)
+        for order, caps in cursor.matches(root):
             self._collect(language, order, caps, defs, calls, imports, read_imports)
         symbols, spans = _qualify(sorted(defs.values(), key=_def_order), source, language)
         bases = _bases(language, spans)
@@ -802,6 +867,28 @@ class TreeSitterCodeParser:
                 defs[key] = _Def(node, name, kind, prefix, order)
 
 
+def _hostile_nesting(text: str, language: str) -> tuple[str, int, int] | None:
+    """``(reason, depth, limit)`` when ``text`` nests deep enough to crash
+    the grammar of ``language``, else ``None``.  Linear in the text."""
+    if language == "markdown":
+        deepest = 0
+        for match in _MD_CONTAINER_PREFIX.finditer(text):
+            # Each open container needs one '>' or marker on its line, or
+            # (a list item carried on) at least two columns of indentation;
+            # digits and the spaces after markers only add to the estimate.
+            prefix = match.group()
+            spaces = prefix.count(" ") + 4 * prefix.count("\t")
+            markers = len(prefix) - prefix.count(" ") - prefix.count("\t")
+            deepest = max(deepest, markers + spaces // 2)
+            if deepest > MAX_MARKDOWN_NESTING:
+                return ("markdown container nesting", deepest, MAX_MARKDOWN_NESTING)
+    elif language == "kotlin":
+        templates = text.count("${")
+        if templates > MAX_KOTLIN_TEMPLATES:
+            return ("kotlin string templates", templates, MAX_KOTLIN_TEMPLATES)
+    return None
+
+
 def _def_order(d: _Def) -> tuple[int, int]:
     return (d.node.start_byte, -d.node.end_byte)
 
@@ -823,9 +910,15 @@ def _qualify(
     stack: list[_Span] = []
     spans: list[_Span] = []
     symbols: list[CodeSymbol] = []
+    skip_until = -1  # end of the last definition left out with its insides
     for d in defs:
+        if d.node.start_byte < skip_until:
+            continue
         while stack and stack[-1].end <= d.node.start_byte:
             stack.pop()
+        if len(stack) >= MAX_DEFINITION_DEPTH:
+            skip_until = d.node.end_byte
+            continue
         parent = stack[-1] if stack else None
         kind = d.kind
         if kind == "function" and parent is not None and parent.kind in _CLASS_LIKE:
@@ -835,6 +928,9 @@ def _qualify(
         else:
             outer = parent.qualified if parent is not None else ""
             qualified = ".".join(part for part in (outer, d.prefix, d.name) if part)
+        if len(qualified) > MAX_QUALIFIED_NAME:
+            skip_until = d.node.end_byte
+            continue
         span = _Span(d.node.start_byte, d.node.end_byte, qualified, kind, d.node)
         stack.append(span)
         spans.append(span)
