@@ -143,3 +143,21 @@ def test_calls_at_ordinary_depth_are_all_found() -> None:
     facts = TreeSitterCodeParser().parse("f(" * n + ")" * n + ";\n", "javascript")
     assert facts is not None
     assert len(facts.calls) == n
+
+
+def test_planning_a_skipped_file_names_it_and_keeps_its_units() -> None:
+    from cleveragents.application.services.code_graph import PathLookup
+    from cleveragents.application.services.index_workers import plan_file
+
+    path = "docs/deep.md"
+    with capture_logs() as logs:
+        plan = plan_file(
+            "01ARZ3NDEKTSV4RRFFQ69G5FAV",
+            path,
+            b">" * 300 + b" hi\n",
+            TreeSitterCodeParser(),
+            PathLookup([path]),
+        )
+    assert plan.units
+    named = [e for e in logs if e["event"] == "indexer.code_graph_skipped"]
+    assert [(e["path"], e["language"]) for e in named] == [(path, "markdown")]

@@ -209,6 +209,10 @@ def plan_file(
     text = decode_text(data)
     language = detect_language(path)
     parsed = parser.parse(text, parser_language(path, language)) if parser else None
+    if parser is not None and parsed is None and language in parser.languages():
+        # The parser logs why (too large, nesting that crashes a grammar);
+        # this names the file, whose units are still indexed.
+        _log.info("indexer.code_graph_skipped", path=path, language=language)
     definitions: list[tuple[str, int]]
     calls: list[tuple[str, int]] = []
     if parsed is not None:
