@@ -161,3 +161,20 @@ def test_planning_a_skipped_file_names_it_and_keeps_its_units() -> None:
     assert plan.units
     named = [e for e in logs if e["event"] == "indexer.code_graph_skipped"]
     assert [(e["path"], e["language"]) for e in named] == [(path, "markdown")]
+
+
+def test_deeply_nested_kotlin_comments_are_not_parsed() -> None:
+    """The grammar's scanner is quadratic in comment nesting: 20,000 unclosed
+    ``/*`` took 4.6 s (a 1 MB file: minutes); the count says why, not a clock."""
+    with capture_logs() as logs:
+        facts = TreeSitterCodeParser().parse("/*" * 20_000 + "\nfun a() {}\n", "kotlin")
+    assert facts is None
+    (skipped,) = [e for e in logs if e["event"] == "tree_sitter_code.parse_skipped"]
+    assert skipped["reason"] == "kotlin nested block comments"
+    assert skipped["depth"] == 20_000
+
+
+def test_many_kotlin_doc_comments_one_level_deep_are_parsed() -> None:
+    text = "".join(f"/** Doc {i}. */\nfun f{i}() {{}}\n" for i in range(2_000))
+    facts = TreeSitterCodeParser().parse(text, "kotlin")
+    assert facts is not None and len(facts.symbols) == 2_000

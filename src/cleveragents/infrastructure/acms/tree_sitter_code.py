@@ -35,7 +35,10 @@ tree-sitter-language-pack 0.13 and py-tree-sitter 0.26):
   before parsing measures that nesting (never below the real value) and a
   file over :data:`MAX_MARKDOWN_NESTING` or :data:`MAX_KOTLIN_TEMPLATES` is
   not parsed (``None``, logged as ``tree_sitter_code.parse_skipped``); it
-  still gets its text units.  The other 13 grammars survived 100,000 levels
+  still gets its text units.  Kotlin's nested block comments cost the
+  square of their depth (20,000 unclosed ``/*``: 4.6 s): a file nesting
+  them deeper than :data:`MAX_KOTLIN_COMMENT_NESTING` is not parsed either.
+  The other 13 grammars survived 100,000 levels
   of nested calls, brackets, blocks, strings, interpolations and heredocs.
 - Query matching keeps one in-progress match per enclosing node, so on a
   deep tree it grows with the square of the depth (JS ``f(f(f(...)))``
@@ -87,6 +90,11 @@ MAX_MARKDOWN_NESTING = 100
 #: Kotlin files with more ``${`` than this are not parsed: the grammar
 #: aborts at about 1,100 nested templates, and each level needs one.
 MAX_KOTLIN_TEMPLATES = 512
+#: Kotlin files whose block comments nest deeper than this are not parsed:
+#: the grammar's scanner is quadratic in that depth (20,000 unclosed
+#: ``/*``: 4.6 s; a 1 MB file of them would take minutes).
+MAX_KOTLIN_COMMENT_NESTING = 512
+_BLOCK_COMMENT_MARK = re.compile(r"/\*|\*/")
 #: Query matches start at most this many tree levels below the root.
 MAX_QUERY_DEPTH = 10_000
 #: Definitions nested deeper than this (scopes included) are not symbols.
@@ -886,6 +894,13 @@ def _hostile_nesting(text: str, language: str) -> tuple[str, int, int] | None:
         templates = text.count("${")
         if templates > MAX_KOTLIN_TEMPLATES:
             return ("kotlin string templates", templates, MAX_KOTLIN_TEMPLATES)
+        if text.count("/*") > MAX_KOTLIN_COMMENT_NESTING:
+            depth = deepest = 0
+            for match in _BLOCK_COMMENT_MARK.finditer(text):
+                depth = depth + 1 if match.group() == "/*" else max(depth - 1, 0)
+                deepest = max(deepest, depth)
+            if deepest > MAX_KOTLIN_COMMENT_NESTING:
+                return ("kotlin nested block comments", deepest, MAX_KOTLIN_COMMENT_NESTING)
     return None
 
 
