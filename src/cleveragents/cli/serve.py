@@ -609,7 +609,9 @@ class HostAllowList:
         elif host not in ("127.0.0.1", "localhost", "::1"):
             names.append(f"[{host}]" if ":" in host and not host.startswith("[") else host)
         hosts: list[str] = []
-        for name in [*names, *extra]:
+        # Lower case: host names are case-blind, and the MCP SDK compares
+        # exactly (browsers and HTTP clients send them lower-cased).
+        for name in (n.lower() for n in [*names, *extra]):
             hosts += [name] if _has_port(name) else [name, f"{name}:*"]
         origins = [f"{scheme}://{h}" for h in hosts for scheme in ("http", "https")]
         return cls(hosts, origins)
