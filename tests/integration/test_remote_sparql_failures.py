@@ -12,6 +12,7 @@ import http.server
 import logging
 import socket
 import threading
+import urllib.parse
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import ClassVar
@@ -233,6 +234,22 @@ def test_conflicting_sparql_credentials_are_refused_without_the_secret() -> None
     with pytest.raises(ValueError, match="ACMS_SPARQL_QUERY_URL") as info:
         remote_settings(env)
     assert PASSWORD not in str(info.value) and "pw2" not in str(info.value)
+
+
+@pytest.mark.parametrize("password", ["s3cr#t", "12345/x", "a?b", "p@ss/w"])
+def test_a_password_that_breaks_the_url_is_refused_without_it(password: str) -> None:
+    """A '/', '?' or '#' in the user info ends the host part early: the
+    password became a host, a port or a path, logged at INFO or raised
+    as an 'internal error' echoing it."""
+    env = sparql_env(f"http://admin:{password}@127.0.0.1:7879", "http://127.0.0.1:2")
+    with pytest.raises(ValueError, match="percent-encode") as info:
+        remote_settings(env)
+    assert password not in str(info.value) and "ACMS_SPARQL_QUERY_URL" in str(info.value)
+    encoded = urllib.parse.quote(password, safe="")
+    settings = remote_settings(
+        sparql_env(f"http://admin:{encoded}@127.0.0.1:7879", "http://127.0.0.1:2")
+    )
+    assert settings.sparql_password == password
 
 
 def test_a_remote_write_and_query_log_no_password(

@@ -132,8 +132,28 @@ def remote_settings(environ: Mapping[str, str] | None = None) -> RemoteSettings:
 
 
 def _without_userinfo(url: str, name: str) -> tuple[str, tuple[str, str] | None]:
-    """``url`` without its user info, and the (user, password) it held."""
+    """``url`` without its user info, and the (user, password) it held.
+
+    Raises:
+        ValueError: naming ``name``, never echoing the URL (it may hold a
+            password): a ``/``, ``?`` or ``#`` in the user info ends the host
+            part early, so the password would be read as a host, a port or
+            a path, and sent or logged as such.
+    """
     parts = urllib.parse.urlsplit(url)
+    authority = url.partition("://")[2]
+    for end in "?#":
+        authority = authority.partition(end)[0]
+    encode = (
+        "percent-encode '/', '?', '#' and '@' in its user or password, or use "
+        "ACMS_SPARQL_USER and ACMS_SPARQL_PASSWORD"
+    )
+    if authority.count("@") != parts.netloc.count("@"):
+        raise ValueError(f"{name} has an '@' outside its host part: {encode}")
+    try:
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        raise ValueError(f"{name} has no valid host and port: {encode}") from None
     userinfo, at, host = parts.netloc.rpartition("@")
     if not at:
         return url, None
