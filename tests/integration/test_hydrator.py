@@ -293,6 +293,15 @@ def test_storing_stops_when_the_budget_is_reached(
         (second.resource_id, {"d.txt"}),
     ):
         assert indexed_paths(container, rid) == names
+    # A file that is never stored (binary, secret) does not end storing.
+    three = tmp_path / "three"
+    three.mkdir()
+    (three / "a.txt").write_text("a" * 30)
+    (three / "b.bin.txt").write_bytes(b"\x00" * 20)
+    (three / "c.txt").write_text("c" * 5)
+    tiers = ContextTierService()
+    assert hydrate_tiers_from_project(tiers, "local/demo", RID, str(three), "directory") == 2
+    assert [f.metadata["path"] for f in tiers.fragments()] == ["a.txt", "c.txt"]
     # Alone, the second resource has its own budget.
     tiers = ContextTierService()
     assert hydrate_tiers_from_project(tiers, "local/demo", RID, str(two), "directory") == 1

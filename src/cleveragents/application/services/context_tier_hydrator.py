@@ -219,7 +219,10 @@ def _hydrate_resource(
         for f in listed:  # binary extensions and skip directories never get listed
             if session is None and budget.reached:
                 break  # nothing left to store, and nothing to index
-            want_tier = f.size <= MAX_FILE_BYTES and budget.admits(f.size)
+            # Read while storing goes on; whether it fits is decided once it
+            # is known to be a storable file (a binary or secret one that
+            # would not fit must not end storing).
+            want_tier = f.size <= MAX_FILE_BYTES and not budget.reached
             read: ReadFile | NotRead | None = NOT_READ
             if want_tier or (session is not None and session.needs_read(f)):
                 # One read serves both: up to the larger of the two caps.
@@ -235,9 +238,9 @@ def _hydrate_resource(
             if not isinstance(read, ReadFile):
                 continue
             data = read.data
-            if not want_tier or len(data) > MAX_FILE_BYTES or not budget.admits(len(data)):
+            if not want_tier or len(data) > MAX_FILE_BYTES:
                 continue
-            if is_binary(f.rel_path, data[:8192]):
+            if is_binary(f.rel_path, data[:8192]) or not budget.admits(len(data)):
                 continue
             try:
                 tier_service.store(
