@@ -454,3 +454,27 @@ def test_a_session_whose_finish_failed_refuses_to_finish_again(repo: Path, conta
     with pytest.raises(RuntimeError, match="failed"):  # not a silent success
         session.finish()
     assert ix.index_resource(RID, repo).files_indexed == 1  # its store session ended
+
+
+def test_operations_hydrate_shares_one_budget_and_names_an_unknown_project(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cleveragents.bootstrap import bootstrap
+    from cleveragents.domain.models.acms.errors import NotFoundError
+
+    monkeypatch.setattr(hydrator_module, "MAX_TOTAL_BYTES", 40)
+    ops = bootstrap(tmp_path / "data", embedding_dimension=16)
+    try:
+        ops.add_project("local/demo")
+        for name, size in (("one", 30), ("two", 30)):
+            root = tmp_path / name
+            root.mkdir()
+            (root / f"{name}.txt").write_text("x" * size)
+            ops.add_resource(str(root), "local/demo", "directory")
+        tiers = ContextTierService()
+        assert ops.hydrate(tiers, ["local/demo"]) == 1
+        assert len(tiers.fragments()) == 1
+        with pytest.raises(NotFoundError):
+            ops.hydrate(ContextTierService(), ["local/nope"])
+    finally:
+        ops.close()

@@ -591,27 +591,23 @@ class AcmsOperations:
         return report
 
     def hydrate(self, tier_service: ContextTierService, projects: Iterable[str]) -> int:
-        """Hydrate a tier service (and the indexes) for projects, as a plan does."""
+        """Hydrate a tier service (and the indexes) for projects, as a plan does
+        (``hydrate_tiers_for_plan``: one tier budget for all their resources).
+
+        Raises:
+            NotFoundError: a project the registry does not know.
+        """
         from cleveragents.application.services.context_tier_hydrator import (
-            hydrate_tiers_from_project,
+            hydrate_tiers_for_plan,
         )
 
-        total = 0
+        names = list(projects)
+        for name in names:
+            self.project(name)  # an unknown name is an error here, not a skip
         with self._store().writing():
-            for name in projects:
-                for rid in self.project(name).resource_ids:
-                    resource = self.resources.get(rid)
-                    if resource is not None:
-                        total += hydrate_tiers_from_project(
-                            tier_service,
-                            name,
-                            rid,
-                            resource.location,
-                            resource.resource_type,
-                            indexer=self._indexer(),
-                            secrets=secret_filter_of(resource),
-                        )
-        return total
+            return hydrate_tiers_for_plan(
+                tier_service, names, self.projects, self.resources, indexer=self._indexer()
+            )
 
     # ------------------------------------------------------------ status and verify
 
