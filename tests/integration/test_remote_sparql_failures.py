@@ -368,6 +368,31 @@ def test_status_fails_while_the_sparql_endpoint_is_unreachable(
     assert "Traceback" not in done.stderr
 
 
+def test_status_asks_each_server_once_even_with_nothing_registered(
+    tmp_path: Path, milvus_server: ServerProcess, oxigraph_server: ServerProcess
+) -> None:
+    """A fresh deployment's health check: no resource yet, a server down."""
+    base = {
+        **cli_env(tmp_path / "data"),
+        "ACMS_PROFILE": "remote",
+        "ACMS_MILVUS_TEXT_COLLECTION": unique_name("empty_text"),
+        "ACMS_MILVUS_VECTOR_COLLECTION": unique_name("empty_vectors"),
+        "ACMS_REMOTE_TIMEOUT": "5",
+    }
+    up = {**base, **sparql_env(oxigraph_server.uri, milvus_server.uri, **_no_auth())}
+    done = run_acms(up, "status")
+    assert done.returncode == 0, done.stderr
+    dead = f"http://127.0.0.1:{free_port()}"
+    for env, says in (
+        ({**base, **sparql_env(dead, milvus_server.uri, **_no_auth())}, "SPARQL"),
+        ({**base, **sparql_env(oxigraph_server.uri, dead, **_no_auth())}, "Milvus"),
+    ):
+        done = run_acms(env, "status")
+        assert done.returncode == 1, done.stdout + done.stderr
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and says in lines[0], done.stderr
+
+
 def test_local_status_loads_no_graph(tmp_path: Path) -> None:
     c = build_container("stub", tmp_path)  # registry only
     c.project_repository().add("local/sample")

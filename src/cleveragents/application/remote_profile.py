@@ -199,21 +199,15 @@ def _sparql_graph(s: RemoteSettings) -> GraphIndex:
 
 
 class _RemoteIndexStore(ManagedIndexStore):
-    """The index store over the servers.  ``counts`` (``acms status``, the
-    image's health check) asks Milvus for unit counts but takes the graph's
-    from the local catalog, so it also asks the SPARQL endpoint one trivial
-    question: status fails while either server is unreachable."""
+    """The index store over the servers: :meth:`check_reachable` asks each
+    server one trivial question (``acms status``, the image's health check,
+    calls it once, with or without resources registered)."""
 
-    def counts(self, resource_id: str) -> dict[str, int]:
-        from cleveragents.infrastructure.acms.sparql_endpoint_graph import (
-            SparqlEndpointGraphBackend,
-        )
-
-        counted = super().counts(resource_id)
-        graph = self.graph
-        if isinstance(graph, SparqlEndpointGraphBackend):
-            graph.ping()
-        return counted
+    def check_reachable(self) -> None:
+        for index in (self.text, self.vector, self.graph):
+            ping = getattr(index, "ping", None)
+            if callable(ping):
+                ping()
 
 
 def _remote_store(s: RemoteSettings, data_dir: str, dimension: int) -> ManagedIndexStore:

@@ -618,6 +618,7 @@ class AcmsOperations:
         the secret filter per resource, and the paths of the data directory
         that others may read."""
         store = self._store()
+        store.check_reachable()  # servers of the remote profile: once, resources or not
         rows = [
             {
                 "resource_id": r.resource_id,

@@ -552,6 +552,10 @@ class ManagedIndexStore:
         record = self.catalog.get(rid, [path]).get(path)
         return record is not None and file_uri(rid, path) in record.graph_subjects
 
+    def check_reachable(self) -> None:
+        """Local indexes have no server to reach: an index that cannot be
+        opened is an error of the call that opens it."""
+
     def counts(self, resource_id: str) -> dict[str, int]:
         """Of one resource: its files with units and its graph's file subjects
         as the catalog records them, and the units each index holds.

@@ -333,6 +333,12 @@ class MilvusCollection:
         if rows:
             self.call("upsert", self.name, rows)
 
+    def ping(self) -> None:
+        """One metadata call (the collection's description): raises
+        :class:`IndexUnavailableError` while the server or the collection is
+        unreachable."""
+        self.call("describe_collection", self.name)
+
     def close(self) -> None:
         """Close the client; later calls raise :class:`IndexUnavailableError`."""
         self._closed = True

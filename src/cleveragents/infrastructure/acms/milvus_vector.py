@@ -126,6 +126,11 @@ class MilvusVectorBackend:
         """Embedding dimension of the index."""
         return self._dimension
 
+    def ping(self) -> None:
+        """Raise :class:`IndexUnavailableError` while Milvus or the collection
+        is unreachable (``acms status``, the image's health check)."""
+        self._coll.ping()
+
     def close(self) -> None:
         """Close the client; later calls raise IndexUnavailableError."""
         self._coll.close()

@@ -298,6 +298,11 @@ class MaintainedStore(IndexStore, Protocol):
         """Files and units per index of one resource."""
         ...
 
+    def check_reachable(self) -> None:
+        """Raise :class:`IndexUnavailableError` while an index server this
+        store depends on is unreachable (nothing to check for local files)."""
+        ...
+
     def indexed_file(self, resource_id: str, path: str) -> bool:
         """Whether the store indexed ``path`` of a resource as a text file
         (its file node is in the graph); a file left out, ignored, secret or
