@@ -14,6 +14,8 @@ import sys
 import textwrap
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
 from cleveragents.infrastructure.acms import tree_sitter_code
@@ -83,8 +85,12 @@ def test_a_skipped_file_is_logged_with_its_reason() -> None:
         ),
         ("markdown", "# Title\n\n" + "    code\n" * 10 + " " * 120 + "indented\n"),
         ("kotlin", 'fun f(x: Int) = "${x}"\n' * 400),
+        # Many flat templates (600 ${, nesting 1): an ordinary big class.
+        ("kotlin", 'fun f(x: Int) = "${x} or ${x + 1}"\n' * 300),
+        # A wide diagram in a fenced block: indentation alone opens nothing.
+        ("markdown", "# Diagram\n\n```\n" + " " * 210 + "+--+\n" + "\t" * 51 + "|\n```\n"),
     ],
-    ids=["md-nested-20", "md-indented-code", "kt-400-templates"],
+    ids=["md-nested-20", "md-indented-code", "kt-400-templates", "kt-600-flat", "md-wide-fence"],
 )
 def test_ordinary_nesting_is_still_parsed(language: str, text: str) -> None:
     assert TreeSitterCodeParser().parse(text, language) is not None
@@ -178,3 +184,47 @@ def test_many_kotlin_doc_comments_one_level_deep_are_parsed() -> None:
     text = "".join(f"/** Doc {i}. */\nfun f{i}() {{}}\n" for i in range(2_000))
     facts = TreeSitterCodeParser().parse(text, "kotlin")
     assert facts is not None and len(facts.symbols) == 2_000
+
+
+# Noise the lexer must see through: in code (inside ``${ }``), and inside
+# a plain or a raw string.
+_CODE_NOISE = st.sampled_from(
+    [
+        "",
+        " x ",
+        "{ y }",
+        "'\"'",
+        "'}'",
+        "'\\''",
+        '/* } " /* ${ */ */',
+        '// } " ${\n',
+        '"plain }"',
+        '"""raw "}"""',
+    ]
+)
+_STRING_NOISE = st.sampled_from(["", "text", '\\"', "$name", "}", "{", "'", "\\${"])
+_RAW_NOISE = st.sampled_from(["", "text", '"', "}", "{", "\n", "$name", "''", "\\", '\\"'])
+
+
+@st.composite
+def _kotlin_templates(draw: st.DrawFn, depth: int) -> str:
+    """A Kotlin expression whose string templates nest exactly ``depth``
+    deep (at the innermost)."""
+    if depth == 0:
+        return "1"
+    inner = draw(_kotlin_templates(depth - 1))
+    raw = draw(st.booleans())
+    quote, noise = ('"""', _RAW_NOISE) if raw else ('"', _STRING_NOISE)
+    before, after = draw(_CODE_NOISE), draw(_CODE_NOISE)
+    return f"{quote}a{draw(noise)}${{ {before} {inner} {after} }}b{draw(noise)}{quote}"
+
+
+@given(
+    st.integers(min_value=0, max_value=12).flatmap(
+        lambda d: st.tuples(st.just(d), _kotlin_templates(d))
+    )
+)
+@settings(max_examples=300, deadline=None)
+def test_property_the_kotlin_lexer_measures_template_nesting(case: tuple[int, str]) -> None:
+    depth, expr = case
+    assert tree_sitter_code._kotlin_template_depth(f"val v = {expr}\n") == depth

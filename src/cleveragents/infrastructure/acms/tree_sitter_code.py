@@ -87,8 +87,9 @@ MAX_PARSE_BYTES = 2_000_000
 #: Markdown files whose container nesting estimate passes this are not
 #: parsed: the grammar crashes at 255 open blocks.
 MAX_MARKDOWN_NESTING = 100
-#: Kotlin files with more ``${`` than this are not parsed: the grammar
-#: aborts at about 1,100 nested templates, and each level needs one.
+#: Kotlin files whose string templates nest deeper than this are not
+#: parsed: the grammar aborts at about 1,100 nested templates.  Only a file
+#: with more ``${`` in all is measured (by a lexer; each level needs one).
 MAX_KOTLIN_TEMPLATES = 512
 #: Kotlin files whose block comments nest deeper than this are not parsed:
 #: the grammar's scanner is quadratic in that depth (20,000 unclosed
@@ -884,16 +885,23 @@ def _hostile_nesting(text: str, language: str) -> tuple[str, int, int] | None:
             # Each open container needs one '>' or marker on its line, or
             # (a list item carried on) at least two columns of indentation;
             # digits and the spaces after markers only add to the estimate.
+            # A line with no marker opens no container (indentation alone,
+            # e.g. a diagram in a fenced block, only carries open ones on).
             prefix = match.group()
             spaces = prefix.count(" ") + 4 * prefix.count("\t")
             markers = len(prefix) - prefix.count(" ") - prefix.count("\t")
+            if not markers:
+                continue
             deepest = max(deepest, markers + spaces // 2)
             if deepest > MAX_MARKDOWN_NESTING:
                 return ("markdown container nesting", deepest, MAX_MARKDOWN_NESTING)
     elif language == "kotlin":
-        templates = text.count("${")
-        if templates > MAX_KOTLIN_TEMPLATES:
-            return ("kotlin string templates", templates, MAX_KOTLIN_TEMPLATES)
+        # Fewer ``${`` in all than the bound cannot nest past it; more are
+        # measured (a big file with many flat templates is ordinary).
+        if text.count("${") > MAX_KOTLIN_TEMPLATES:
+            nested = _kotlin_template_depth(text)
+            if nested > MAX_KOTLIN_TEMPLATES:
+                return ("kotlin string templates", nested, MAX_KOTLIN_TEMPLATES)
         if text.count("/*") > MAX_KOTLIN_COMMENT_NESTING:
             depth = deepest = 0
             for match in _BLOCK_COMMENT_MARK.finditer(text):
@@ -902,6 +910,51 @@ def _hostile_nesting(text: str, language: str) -> tuple[str, int, int] | None:
             if deepest > MAX_KOTLIN_COMMENT_NESTING:
                 return ("kotlin nested block comments", deepest, MAX_KOTLIN_COMMENT_NESTING)
     return None
+
+
+_KOTLIN_TOKEN = re.compile(r'\$\{|"""|"|\\.|[{}\n\']|//|/\*|\*/')
+_KOTLIN_CHAR = re.compile(r"'(?:\\.|[^\\'\n])*'")
+
+
+def _kotlin_template_depth(text: str) -> int:
+    """How deep Kotlin string templates (``"${ ... }"``) nest: a lexer of
+    strings, raw strings, templates, braces, comments and character
+    literals, stepping from token to token.  Linear in the text."""
+    stack = ["code"]  # frames: code, brace, template (both code), str, raw
+    templates = deepest = comment = pos = 0
+    while (match := _KOTLIN_TOKEN.search(text, pos)) is not None:
+        token, top, pos = match.group(), stack[-1], match.end()
+        if comment:  # Kotlin block comments nest
+            comment += 1 if token == "/*" else -1 if token == "*/" else 0
+        elif top in ("str", "raw"):
+            if top == "raw" and token[0] == "\\":
+                pos = match.start() + 1  # no escapes in a raw string
+            elif token == "${":
+                stack.append("template")
+                templates += 1
+                deepest = max(deepest, templates)
+            elif (token == '"' and top == "str") or (token == '"""' and top == "raw"):
+                stack.pop()
+            elif token == "\n" and top == "str":
+                stack.pop()  # a plain string ends with its line
+        elif token == "/*":
+            comment = 1
+        elif token == "//":
+            end = text.find("\n", pos)
+            pos = len(text) if end < 0 else end
+        elif token == "'":  # a character literal, in code only
+            char = _KOTLIN_CHAR.match(text, match.start())
+            if char is not None:
+                pos = char.end()
+        elif token in ('"', '"""'):
+            stack.append("str" if token == '"' else "raw")
+        elif token in ("{", "${"):
+            stack.append("brace")
+        elif token == "}" and len(stack) > 1:
+            if top == "template":
+                templates -= 1
+            stack.pop()
+    return deepest
 
 
 def _def_order(d: _Def) -> tuple[int, int]:
