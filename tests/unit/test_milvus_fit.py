@@ -70,3 +70,22 @@ def test_a_unit_that_fits_is_stored_as_given() -> None:
 def test_a_uri_longer_than_a_varchar_is_refused() -> None:
     with pytest.raises(ValueError, match="uko_uri"):
         fit_unit(URI + "x" * 70_000, "x", {})
+
+
+def test_metadata_cuts_what_describes_content_before_what_locates_the_unit() -> None:
+    """Oversize is judged as encoded JSON: 3,000 emoji weigh 6 bytes each
+    there, more than a 4,005-character path, which must stay whole."""
+    meta = {
+        "path": "d/" * 2000 + "x.py",
+        "start_line": "1",
+        "end_line": "9",
+        "language": "python",
+        "resource_id": "01ARZ3NDEKTSV4RRFFQ69G5FAV",
+        "symbols": "\U0001f600" * 3000,
+        "calls": "\U0001f600" * 3000,
+    }
+    out, cut = fit_meta(meta)
+    assert cut and len(json.dumps(out)) <= 65_536
+    assert {k: out[k] for k in ("path", "start_line", "end_line", "language")} == {
+        k: meta[k] for k in ("path", "start_line", "end_line", "language")
+    }

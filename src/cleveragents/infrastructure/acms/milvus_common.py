@@ -404,16 +404,23 @@ def fit_terms(terms: str, limit: int = MAX_VARCHAR_BYTES) -> tuple[str, bool]:
 _MAX_JSON_BYTES = 60_000
 
 
+# Metadata that locates a unit: cut only when nothing else is left to cut.
+_LOCATING = frozenset({"path", "start_line", "end_line", "language", "resource_id"})
+
+
 def fit_meta(meta: Mapping[str, str]) -> tuple[dict[str, str], bool]:
     """``meta`` whose JSON fits a Milvus JSON field, and whether a value was cut.
 
     Values come from file content (defined and called names); while the whole
-    is too long, the longest value is halved (keeping its start).
+    is too long, the value longest as JSON is halved (keeping its start),
+    among those that describe content (``symbols``, ``calls``, ...) before
+    any that locates the unit (``path``, its lines, its language).
     """
     out = dict(meta)
     cut = False
     while len(json.dumps(out)) > _MAX_JSON_BYTES:
-        key = max(out, key=lambda k: len(out[k]))
+        named = [k for k in out if k not in _LOCATING and out[k]] or list(out)
+        key = max(named, key=lambda k: len(json.dumps(out[k])))
         if not out[key]:  # pragma: no cover - only keys left: cannot happen for str -> str
             raise ValueError("unit metadata keys are too long for Milvus")
         out[key] = out[key][: len(out[key]) // 2]
