@@ -512,7 +512,7 @@ class AcmsOperations:
                     )
                     report.missing.append(rid)
                     continue
-                if _is_empty_dir(resource.location) and store.counts(rid)["files"]:
+                if _indexed_but_empty(resource, store):
                     # An unmounted volume leaves its mount point empty: listing
                     # it would delete every unit, to be read again once it is
                     # back.  Kept, as a missing directory is; the CLI says so.
@@ -695,8 +695,8 @@ def _indexed_but_empty(resource: Resource, live: MaintainedStore) -> bool:
     a catalog that cannot be read counts as holding them)."""
     if not _is_empty_dir(resource.location):
         return False
-    try:
-        return bool(live.counts(resource.resource_id)["files"])
+    try:  # the catalog alone: no index (nor, remote, any server) is asked
+        return bool(live.catalog.file_stats(resource.resource_id))
     except AcmsError:
         return True
 
