@@ -14,6 +14,7 @@ Import the fixtures into a test module (``from remote_servers import ...``).
 from __future__ import annotations
 
 import contextlib
+import http.server
 import importlib
 import itertools
 import os
@@ -23,6 +24,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -162,6 +164,25 @@ def running(kind: str) -> Iterator[ServerProcess]:
     finally:
         server.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def http_server(
+    handler: type[http.server.BaseHTTPRequestHandler], **attrs: object
+) -> Iterator[str]:
+    """A threaded HTTP server on 127.0.0.1 (a free port) answering with
+    ``handler``, ``attrs`` set on the server; yields its base URL."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    for name, value in attrs.items():
+        setattr(server, name, value)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def unique_name(prefix: str) -> str:

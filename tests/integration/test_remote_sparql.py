@@ -24,7 +24,7 @@ from cleveragents.domain.models.acms.uko import UKO, file_uri, resource_id_of, r
 from cleveragents.infrastructure.acms.sparql_endpoint_graph import SparqlEndpointGraphBackend
 from cleveragents.testing.backend_contracts import GraphIndexContract
 from listening import accepted, listening_socket
-from remote_servers import ServerProcess, oxigraph_server, running
+from remote_servers import ServerProcess, http_server, oxigraph_server, running
 
 __all__ = ["oxigraph_server"]  # the fixture, re-exported so pytest finds it
 
@@ -217,19 +217,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             pass
 
 
-@contextlib.contextmanager
-def fake_endpoint(mode: str, target: str = "") -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    server.daemon_threads = True
-    server.mode = mode  # type: ignore[attr-defined]
-    server.target = target  # type: ignore[attr-defined]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+def fake_endpoint(mode: str, target: str = "") -> contextlib.AbstractContextManager[str]:
+    return http_server(_Handler, mode=mode, target=target)
 
 
 def _at(base: str, **kwargs: object) -> SparqlEndpointGraphBackend:

@@ -29,6 +29,7 @@ from cli_process import cli_env, run_acms
 from remote_servers import (
     ServerProcess,
     free_port,
+    http_server,
     milvus_server,
     oxigraph_server,
     unique_name,
@@ -145,18 +146,8 @@ class _Redirect(http.server.BaseHTTPRequestHandler):
     do_GET = do_POST = do_PUT = do_DELETE = _redirect
 
 
-@contextlib.contextmanager
-def redirecting_to(target: str) -> Iterator[str]:
-    handler = type("Handler", (_Redirect,), {"target": target})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+def redirecting_to(target: str) -> contextlib.AbstractContextManager[str]:
+    return http_server(type("Handler", (_Redirect,), {"target": target}))
 
 
 def test_a_redirecting_endpoint_is_an_error_for_every_call(
@@ -206,11 +197,8 @@ class _Recorder(http.server.BaseHTTPRequestHandler):
 
 def test_userinfo_in_a_sparql_url_becomes_basic_auth(tmp_path: Path) -> None:
     _Recorder.seen.clear()
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        base = f"http://acms:{PASSWORD}@127.0.0.1:{server.server_address[1]}"
+    with http_server(_Recorder) as url:
+        base = url.replace("http://", f"http://acms:{PASSWORD}@")
         settings = remote_settings(sparql_env(base, "http://127.0.0.1:1"))
         assert settings.sparql_user == "acms" and settings.sparql_password == PASSWORD
         assert PASSWORD not in settings.sparql_query_url + settings.sparql_update_url
@@ -220,9 +208,6 @@ def test_userinfo_in_a_sparql_url_becomes_basic_auth(tmp_path: Path) -> None:
                 graph.sparql_query("ASK { ?s ?p ?o }", scope=frozenset({A}))
             finally:
                 graph.close()
-    finally:
-        server.shutdown()
-        server.server_close()
     ((path, auth),) = _Recorder.seen
     assert path == "/query"
     assert base64.b64decode(auth.removeprefix("Basic ")).decode() == f"acms:{PASSWORD}"
