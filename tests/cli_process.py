@@ -40,3 +40,28 @@ def run_acms(
         preexec_fn=None if umask is None else (lambda: os.umask(umask)),
         check=False,
     )
+
+
+def indexed_projects(
+    base: Path, trees: Mapping[str, Mapping[str, str]]
+) -> tuple[dict[str, str], dict[str, str]]:
+    """Each ``trees`` entry (a name -> {relative path: text}) written under
+    ``base/<name>``, registered as project ``local/<name>`` and indexed in
+    ``base/data``, through the CLI; the environment and the resource ULIDs
+    by name."""
+    env = cli_env(base / "data")
+    ids: dict[str, str] = {}
+    for name, files in trees.items():
+        for rel, text in files.items():
+            (base / name / rel).parent.mkdir(parents=True, exist_ok=True)
+            (base / name / rel).write_text(text)
+        for args in (
+            ("project", "add", f"local/{name}"),
+            ("resource", "add", str(base / name), "--project", f"local/{name}"),
+        ):
+            done = run_acms(env, *args)
+            assert done.returncode == 0, done.stderr
+        ids[name] = done.stdout.strip()
+    done = run_acms(env, "reindex")
+    assert done.returncode == 0, done.stderr
+    return env, ids

@@ -24,6 +24,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from cleveragents.domain.models.acms.uko import file_uri
+from cli_process import indexed_projects
 from remote_servers import free_port
 
 SERVE = [sys.executable, "-m", "cleveragents.cli.serve"]
@@ -45,21 +46,18 @@ def _cli(env: dict[str, str], *args: str) -> str:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     base = tmp_path_factory.mktemp("serve")
-    env = {**os.environ, "ACMS_DATA_DIR": str(base / "data")}
-    env.pop("ACMS_PROFILE", None)
-    ids = {}
-    for name, marker in (("alpha", "aardvark"), ("bravo", "bumblebee")):
-        pkg = base / name / "pkg"
-        pkg.mkdir(parents=True)
-        (pkg / "core.py").write_text(
-            f"class {marker.title()}Engine:\n"
-            f'    """The {marker} engine."""\n\n'
-            f"    def run(self):\n        return {marker}_helper()\n\n\n"
-            f"def {marker}_helper():\n    return '{marker}'\n"
-        )
-        _cli(env, "project", "add", f"local/{name}")
-        ids[name] = _cli(env, "resource", "add", str(base / name), "--project", f"local/{name}")
-    _cli(env, "reindex")
+    env, ids = indexed_projects(
+        base,
+        {
+            name: {
+                "pkg/core.py": f"class {marker.title()}Engine:\n"
+                f'    """The {marker} engine."""\n\n'
+                f"    def run(self):\n        return {marker}_helper()\n\n\n"
+                f"def {marker}_helper():\n    return '{marker}'\n"
+            }
+            for name, marker in (("alpha", "aardvark"), ("bravo", "bumblebee"))
+        },
+    )
     return {"env": env, "ids": ids, "data": base / "data"}
 
 

@@ -10,7 +10,6 @@ client, at ``/mcp``) and over ``/api/<tool>`` and must come out the same.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -27,46 +26,24 @@ from mcp import Client
 from cleveragents.application.services.agent_session import SessionScope, render
 from cleveragents.cli.serve import tool_functions
 from cleveragents.domain.models.acms.uko import file_uri
+from cli_process import indexed_projects, run_acms
 from remote_servers import free_port
 
 SERVE = [sys.executable, "-m", "cleveragents.cli.serve"]
 
 
-def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "cleveragents.acms", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=180,
-        check=False,
-    )
-
-
-def _ok(env: dict[str, str], *args: str) -> str:
-    done = _cli(env, *args)
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
-
-
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    base = tmp_path_factory.mktemp("serve_arguments")
-    env = {**os.environ, "ACMS_DATA_DIR": str(base / "data")}
-    env.pop("ACMS_PROFILE", None)
-    ids = {}
-    for name, marker in (("alpha", "aardvark"), ("bravo", "bumblebee")):
-        (base / name / "pkg").mkdir(parents=True)
-        (base / name / "docs").mkdir()
-        (base / name / "pkg" / "core.py").write_text(
-            f"def {marker}_helper():\n    return '{marker}'\n"
-        )
-        (base / name / "docs" / "notes.md").write_text(
-            f"# {marker} notes\n\nThe {marker} helper returns its name.\n"
-        )
-        _ok(env, "project", "add", f"local/{name}")
-        ids[name] = _ok(env, "resource", "add", str(base / name), "--project", f"local/{name}")
-    _ok(env, "reindex")
+    env, ids = indexed_projects(
+        tmp_path_factory.mktemp("serve_arguments"),
+        {
+            name: {
+                "pkg/core.py": f"def {marker}_helper():\n    return '{marker}'\n",
+                "docs/notes.md": f"# {marker} notes\n\nThe {marker} helper returns its name.\n",
+            }
+            for name, marker in (("alpha", "aardvark"), ("bravo", "bumblebee"))
+        },
+    )
     return {"env": env, "ids": ids}
 
 
@@ -306,22 +283,22 @@ def test_serving_every_project_says_so_once_on_stderr(
 
 
 def test_acms_help_lists_serve_and_watch(world: dict[str, Any]) -> None:
-    done = _cli(world["env"], "--help")
+    done = run_acms(world["env"], "--help")
     assert done.returncode == 0, done.stderr
     listed = [line.split()[0] for line in done.stdout.splitlines() if line.startswith("    ")]
     assert "serve" in listed and "watch" in listed
-    done = _cli(world["env"], "frobnicate")
+    done = run_acms(world["env"], "frobnicate")
     assert done.returncode == 2
     assert "'serve'" in done.stderr and "'watch'" in done.stderr
     # Global options before a service are passed on to it (tests/e2e/
     # test_entry_points.py); one that makes no sense for it is refused.
-    done = _cli(world["env"], "--json", "serve", "--mcp")
+    done = run_acms(world["env"], "--json", "serve", "--mcp")
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.strip().splitlines() == [
         "acms: error: --json does not apply to 'serve': its stdout carries MCP messages, "
         "or nothing with --http"
     ]
-    done = _cli(world["env"], "serve", "--help")
+    done = run_acms(world["env"], "serve", "--help")
     assert done.returncode == 0 and "--mcp" in done.stdout
 
 
