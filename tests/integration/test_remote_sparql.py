@@ -156,6 +156,15 @@ def test_row_cap_is_an_error_not_a_truncation(oxigraph_server: ServerProcess) ->
             b.get_triples(resource_uri(A), scope=frozenset({A}))
         with pytest.raises(QueryLimitError):
             b.traverse(resource_uri(A), scope=frozenset({A}))
+        # Each hop's answer fits; the walk's sum does not: the error names
+        # the depth that stays within the limit, as the local store's does.
+        f = [file_uri(A, f"c{i}.py") for i in range(5)]
+        calls = UKO + "calls"
+        b.upsert(A, [(f[0], calls, f[1]), (f[0], calls, f[2]), (f[1], calls, f[3])])
+        b.upsert(A, [(f[2], calls, f[4])])
+        assert len(b.traverse(f[0], depth=1, scope=frozenset({A})).triples) == 2
+        with pytest.raises(QueryLimitError, match="at hop 2: ask for depth 1 or less"):
+            b.traverse(f[0], depth=2, scope=frozenset({A}))
     finally:
         emptied(b)
 

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cleveragents.domain.models.acms.errors import QueryLimitError
 from cleveragents.domain.models.acms.uko import UKO, file_uri
 from cleveragents.infrastructure.acms.memory_indexes import MemoryGraphIndex
 from cleveragents.infrastructure.acms.rdflib_graph import RdflibGraphBackend
@@ -63,10 +64,10 @@ edges = st.lists(
 
 @pytest.fixture(params=["rdflib", "memory"])
 def make_backend(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
-    def make():  # type: ignore[no-untyped-def]
+    def make(max_rows: int = 10_000):  # type: ignore[no-untyped-def]
         if request.param == "rdflib":
-            return RdflibGraphBackend(tmp_path_factory.mktemp("g"))
-        return MemoryGraphIndex()
+            return RdflibGraphBackend(tmp_path_factory.mktemp("g"), max_rows=max_rows)
+        return MemoryGraphIndex(max_rows=max_rows)
 
     return make
 
@@ -121,3 +122,98 @@ def test_reverse_edges_follow_writes(tmp_path: Path) -> None:
             (a, UKO + "calls", c),
             (b, UKO + "calls", c),
         ]
+
+
+@settings(
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    data=edges,
+    start=st.integers(0, 5),
+    depth=st.integers(1, 5),
+    direction=st.sampled_from(["out", "in", "both"]),
+    predicates=st.none() | st.frozensets(st.sampled_from(PREDICATES), min_size=1),
+    max_rows=st.integers(1, 8),
+)
+def test_a_walk_past_max_rows_stops_at_the_first_hop_over_it(
+    make_backend, data, start, depth, direction, predicates, max_rows
+) -> None:
+    """The oracle's walk, hop by hop: the answer when it stays within
+    ``max_rows`` after its first hop, else a QueryLimitError naming the
+    first hop past it (so the depth before it is the one that answers).  The
+    first hop, the start's own edges, is never stopped (as ``get_triples``)."""
+    triples = {(NODES[rid][s], p, NODES[rid][o]) for rid, s, p, o in data}
+    scope = frozenset({A, B})
+    backend = make_backend(max_rows)
+    try:
+        for rid in (A, B):
+            mine = [t for t in triples if t[0].startswith(f"uko://{rid}/")]
+            if mine:
+                backend.upsert(rid, mine)
+        origin = NODES[A][start]
+        expected = oracle(triples, origin, depth, direction, predicates)
+        if len(expected) <= max_rows:
+            got = backend.traverse(
+                origin, depth=depth, scope=scope, direction=direction, predicates=predicates
+            )
+            assert got.triples == expected
+            return
+        first_over = min(
+            (
+                hop
+                for hop in range(2, depth + 1)
+                if len(oracle(triples, origin, hop, direction, predicates)) > max_rows
+            ),
+            default=None,
+        )
+        if first_over is None:  # only the start's own edges pass it: never stopped
+            got = backend.traverse(
+                origin, depth=depth, scope=scope, direction=direction, predicates=predicates
+            )
+            assert got.triples == expected
+            return
+        with pytest.raises(QueryLimitError, match=f"at hop {first_over}: ") as caught:
+            backend.traverse(
+                origin, depth=depth, scope=scope, direction=direction, predicates=predicates
+            )
+        assert f"ask for depth {first_over - 1} or less" in str(caught.value)
+        assert origin in str(caught.value)
+    finally:
+        if hasattr(backend, "close"):
+            backend.close()
+
+
+def test_a_walk_through_a_hub_stops_at_the_limit_not_at_the_graph(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file -> the resource node -> every file: depth 3 would expand all
+    2,000 files; the walk stops as soon as it holds more than ``max_rows``,
+    having looked up only the nodes before that (its cost follows the limit)."""
+    from cleveragents.infrastructure.acms import rdflib_graph
+
+    hub = f"uko://{A}/"
+    files = [file_uri(A, f"f{i}.py") for i in range(2_000)]
+    triples = [(hub, UKO + "contains", f) for f in files]
+    for f in files:
+        triples.append((f, UKO + "inResource", hub))
+        triples += [(f, UKO + "defines", f"{f}#sym=s{j}") for j in range(5)]
+    looked_up: list[str] = []
+    real_get = rdflib_graph._SubjectIndex.get
+
+    def counting_get(self, subject):  # type: ignore[no-untyped-def]
+        looked_up.append(subject)
+        return real_get(self, subject)
+
+    with RdflibGraphBackend(tmp_path, max_rows=2_500) as g:
+        g.upsert(A, triples)
+        scope = frozenset({A})
+        assert len(g.traverse(files[0], depth=2, scope=scope).triples) == 6 + 2_000
+        monkeypatch.setattr(rdflib_graph._SubjectIndex, "get", counting_get)
+        with pytest.raises(QueryLimitError, match="at hop 3: ask for depth 2 or less"):
+            g.traverse(files[0], depth=3, scope=scope)
+    with RdflibGraphBackend(tmp_path, max_rows=500) as g:
+        # The hub's own edges are one node's, given whole as get_triples does.
+        assert len(g.traverse(hub, depth=1, scope=frozenset({A})).triples) == 2_000
+    # hop 1: the file; hop 2: its 5 symbols and the hub; hop 3: ~83 files
+    # (6 triples each) until more than 2,500 -- not the hub's 1,999 files.
+    assert 50 < len(looked_up) < 200

@@ -42,6 +42,7 @@ from rdflib.plugins.sparql.evaluate import evalQuery
 from rdflib.term import Node
 
 from cleveragents.domain.models.acms.backends import (
+    MAX_WALK_TRIPLES,
     GraphResult,
     IndexUnit,
     Literal,
@@ -53,6 +54,7 @@ from cleveragents.domain.models.acms.backends import (
     validate_non_empty,
     validate_positive_int,
     validate_traversal,
+    walk_limit_error,
 )
 from cleveragents.domain.models.acms.errors import IndexUnavailableError, QueryError
 from cleveragents.domain.models.acms.indexing import FileRecord
@@ -427,11 +429,18 @@ def _in_scope(triple: _Triple, scope: frozenset[str]) -> bool:
 
 
 class MemoryGraphIndex(_Closable):
-    """One rdflib ``Graph`` per resource (see the module doc)."""
+    """One rdflib ``Graph`` per resource (see the module doc).
 
-    def __init__(self) -> None:
+    Args:
+        max_rows: the most triples a walk may gather after its first hop;
+            past it ``traverse`` stops with a :class:`QueryLimitError`, as
+            the store's does.
+    """
+
+    def __init__(self, *, max_rows: int = MAX_WALK_TRIPLES) -> None:
         super().__init__()
         self._graphs: dict[str, Graph] = {}
+        self._max_rows = validate_positive_int(max_rows, "max_rows")
 
     def _check_triple(self, triple: WriteTriple, rid: str) -> tuple[URIRef, URIRef, Node]:
         if not isinstance(triple, tuple) or len(triple) != 3:
@@ -565,9 +574,11 @@ class MemoryGraphIndex(_Closable):
         out: list[_Triple] = []
         seen: set[_Triple] = set()
         visited, frontier = {start}, [start]
-        for _ in range(depth):
+        for hop in range(1, depth + 1):
             reached: list[str] = []
             for node in frontier:
+                if hop > 1 and len(out) > self._max_rows:
+                    raise walk_limit_error(start, self._max_rows, hop)
                 edges: set[tuple[_Triple, str]] = set()
                 for g in graphs:
                     if direction in ("out", "both"):
@@ -586,6 +597,8 @@ class MemoryGraphIndex(_Closable):
                     if nxt and nxt not in visited:
                         visited.add(nxt)
                         reached.append(nxt)
+            if hop > 1 and len(out) > self._max_rows:
+                raise walk_limit_error(start, self._max_rows, hop)
             if not reached:
                 break
             frontier = reached

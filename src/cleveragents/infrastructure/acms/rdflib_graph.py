@@ -58,6 +58,7 @@ from cleveragents.domain.models.acms.backends import (
     validate_non_empty,
     validate_positive_int,
     validate_traversal,
+    walk_limit_error,
 )
 from cleveragents.domain.models.acms.errors import IndexUnavailableError
 from cleveragents.domain.models.acms.uko import UKO, resource_id_of
@@ -166,13 +167,16 @@ def _walk(
     depth: int,
     direction: str,
     predicates: frozenset[str] | None,
+    max_rows: int,
 ) -> list[Triple]:
-    """The general breadth-first walk: any direction, optional predicate set."""
+    """The general breadth-first walk: any direction, optional predicate set;
+    stopped with :func:`walk_limit_error` past ``max_rows`` triples after
+    the first hop."""
     out: list[Triple] = []
     seen: set[Triple] = set()
     visited = {start}
     frontier = [start]
-    for _ in range(depth):
+    for hop in range(1, depth + 1):
         reached: list[str] = []
         for node in frontier:
             edges: set[tuple[Triple, str | None]] = set()
@@ -193,6 +197,8 @@ def _walk(
                 if nxt is not None and nxt not in visited:
                     visited.add(nxt)
                     reached.append(nxt)
+            if hop > 1 and len(out) > max_rows:
+                raise walk_limit_error(start, max_rows, hop)
         if not reached:
             break
         frontier = reached
@@ -234,8 +240,10 @@ class RdflibGraphBackend:
         union_cache_size: how many per-scope SPARQL views to keep.
         query_timeout: seconds a SPARQL query may run (positive, finite); the
             evaluation runs in a forked child process that is killed then.
-        max_rows: the most triples a SPARQL answer may hold; more is a
-            :class:`QueryLimitError`, never a silent truncation.
+        max_rows: the most triples a SPARQL answer or a walk past its first
+            hop may hold; more is a :class:`QueryLimitError`, never a silent
+            truncation (a walk stops as soon as it has more, so its cost
+            follows the limit; the first hop is the start's own edges).
         cache_triples: how many triples of loaded graphs to keep beyond those
             the latest operation used (on disk only; in memory every graph
             is kept).  SPARQL views copy none; the indexes SPARQL and walks
@@ -440,6 +448,9 @@ class RdflibGraphBackend:
             TypeError: no scope, or an argument of the wrong type.
             ValueError: empty start, negative depth, a scope member not a ULID,
                 an unknown direction.
+            QueryLimitError: past its first hop, the walk gathered more than
+                ``max_rows`` triples (counted before out-of-scope ones are
+                dropped); the message names the depth that answers.
             IndexUnavailableError: the store cannot be read.
         """
         validate_non_empty(start, "start")
@@ -450,7 +461,7 @@ class RdflibGraphBackend:
 
             def walk() -> list[Triple]:
                 graphs, index = self._readable_adjacency(canonical)
-                return _walk(graphs, index, start, depth, direction, chosen)
+                return _walk(graphs, index, start, depth, direction, chosen, self._max_rows)
 
             walked = [t for t in self._reading(walk) if _in_scope(t, canonical)]
             return _result(walked, {"rows": str(len(walked))})
@@ -471,9 +482,11 @@ class RdflibGraphBackend:
         seen: set[Triple] | None = None  # needed once a subject is in two graphs
         visited = {start}
         frontier = [start]
-        for _ in range(depth):
+        for hop in range(1, depth + 1):
             reached: list[str] = []
             for current in frontier:
+                if hop > 1 and len(out) > self._max_rows:
+                    raise walk_limit_error(start, self._max_rows, hop)
                 rids = index.get(current)
                 if not rids:
                     continue
@@ -508,6 +521,8 @@ class RdflibGraphBackend:
                     if target not in visited:
                         visited.add(target)
                         reached.append(target)
+            if hop > 1 and len(out) > self._max_rows:
+                raise walk_limit_error(start, self._max_rows, hop)
             if not reached:
                 break
             frontier = reached

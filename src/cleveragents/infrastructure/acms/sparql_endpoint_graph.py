@@ -54,6 +54,7 @@ from cleveragents.domain.models.acms.backends import (
     validate_non_empty,
     validate_positive_int,
     validate_traversal,
+    walk_limit_error,
 )
 from cleveragents.domain.models.acms.errors import (
     IndexUnavailableError,
@@ -318,7 +319,7 @@ class SparqlEndpointGraphBackend:
         seen: set[Triple] = set()
         visited = {start}
         frontier = [start]
-        for _ in range(depth):
+        for hop in range(1, depth + 1):
             by_node: dict[str, set[tuple[Triple, str]]] = {}
             if direction in ("out", "both"):
                 for triple, to_iri in self._edges(frontier, canonical, "s", chosen):
@@ -336,7 +337,7 @@ class SparqlEndpointGraphBackend:
                         visited.add(target)
                         reached.append(target)
             if len(out) > self._max_rows:
-                raise QueryLimitError(f"traverse reached more than {self._max_rows} triples")
+                raise walk_limit_error(start, self._max_rows, hop)
             if not reached:
                 break
             frontier = reached

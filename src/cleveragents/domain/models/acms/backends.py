@@ -24,6 +24,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from cleveragents.domain.models.acms.errors import QueryLimitError
 from cleveragents.domain.models.acms.uko import resource_id_of
 
 if TYPE_CHECKING:
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
 __all__ = [
+    "MAX_WALK_TRIPLES",
     "TRAVERSAL_DIRECTIONS",
     "CountedUnits",
     "GraphBackend",
@@ -55,6 +57,7 @@ __all__ = [
     "validate_non_empty",
     "validate_positive_int",
     "validate_traversal",
+    "walk_limit_error",
 ]
 
 Triple = tuple[str, str, str]
@@ -166,6 +169,28 @@ def validate_depth(value: object) -> int:
 
 
 TRAVERSAL_DIRECTIONS = ("out", "in", "both")
+
+#: The most triples a walk may gather before it is stopped (a backend's
+#: ``max_rows``): past a hub node (a resource's ``contains`` edges) a walk of
+#: depth 4 reaches a whole code base, 911k triples of the standard library.
+#: The first hop, the start's own edges, is one node's edges (as
+#: ``get_triples``) and is not stopped by local backends.
+MAX_WALK_TRIPLES = 10_000
+
+
+def walk_limit_error(start: str, max_rows: int, hop: int) -> QueryLimitError:
+    """The error of a walk stopped at ``hop`` (1-based) with more than
+    ``max_rows`` triples: it names the depth that answers, the one before
+    the hop that passed the limit."""
+    fits = (
+        f"ask for depth {hop - 1} or less"
+        if hop > 1
+        else "the start's own edges are more than that"
+    )
+    return QueryLimitError(
+        f"traverse from {start[:200]!r} passed the limit of {max_rows:,} triples at hop "
+        f"{hop}: {fits}"
+    )
 
 
 def validate_traversal(direction: object, predicates: object) -> frozenset[str] | None:
@@ -352,6 +377,10 @@ class GraphBackend(Protocol):
             TypeError: no scope (real implementations), or a wrong type.
             ValueError: empty start, negative depth, a scope member not a ULID,
                 an unknown direction, an empty predicate set.
+            QueryLimitError: past its first hop, the walk gathered more than
+                the backend's ``max_rows`` triples (``MAX_WALK_TRIPLES`` by
+                default); it stops there, so its cost follows the limit, not
+                the graph.
         """
         ...
 
