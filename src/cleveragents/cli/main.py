@@ -916,7 +916,17 @@ def _resource(ops: Any, args: argparse.Namespace, out: Output) -> int:  # noqa: 
             secret_filter=not args.no_secret_filter,
             secret_allow=args.allow_secret_pattern,
         )
-        out.emit(resource, lambda: resource.resource_id)
+        work_tree = ops.git_ignoring_work_tree(resource)
+        if work_tree is None:
+            out.emit(resource, lambda: resource.resource_id)
+        else:
+            # Registered all the same: a resource git keeps empty may be meant.
+            warning = _git_ignored_warning(resource.location, work_tree)
+            _err(f"{_PROG}: warning: {warning}")
+            out.emit(
+                {**dataclasses.asdict(resource), "warning": warning},
+                lambda: resource.resource_id,
+            )
     elif args.action == "list":
         resources = ops.list_resources(args.project)
         out.emit(
@@ -946,6 +956,15 @@ def _resource(ops: Any, args: argparse.Namespace, out: Output) -> int:  # noqa: 
             {"removed": args.resource_id}, lambda: f"removed resource {printable(args.resource_id)}"
         )
     return EXIT_OK
+
+
+def _git_ignored_warning(location: str, work_tree: str) -> str:
+    """What to tell of a git resource whose work tree ignores all its files."""
+    return (
+        f"git (work tree {printable(work_tree)}) ignores every file under "
+        f"{printable(location)}, so nothing will be indexed; '--type directory' "
+        "indexes it as a plain directory"
+    )
 
 
 def _remove_resource(ops: Any, resource_id: str, timeout: float) -> None:  # noqa: ANN401
@@ -997,7 +1016,7 @@ def report_failures(prog: str, report: Any) -> int:  # noqa: ANN401 - a ReindexR
     """One stderr line per resource that could not be listed, and one per
     resource whose directory is gone or empty (its units are kept: an
     unmounted volume must not empty the index, but the operator must hear
-    of it);
+    of it), or whose git work tree ignores every file of it;
     the exit code (1 when one could not be listed)."""
     failed: dict[str, str] = getattr(report, "failed", {})
     for rid, message in failed.items():
@@ -1012,6 +1031,12 @@ def report_failures(prog: str, report: Any) -> int:  # noqa: ANN401 - a ReindexR
             f"{prog}: warning: resource {rid}: its directory is empty (an unmounted volume?); "
             f"its indexed files are kept and still answer queries; if it was emptied on "
             f"purpose, 'acms resource remove {rid}' deletes them"
+        )
+    for rid, work_tree in getattr(report, "git_ignored", {}).items():
+        _err(
+            f"{prog}: warning: resource {rid}: git (work tree {printable(work_tree)}) ignores "
+            f"every file under its directory, so nothing is indexed; registered again with "
+            f"'--type directory' it is indexed as a plain directory"
         )
     return EXIT_FAILURE if failed else EXIT_OK
 

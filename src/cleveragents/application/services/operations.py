@@ -103,11 +103,16 @@ def detect_resource_type(path: str | os.PathLike[str]) -> str:
 
 @dataclass(slots=True)
 class ReindexReport:
-    """What a reindex did, per resource and in total."""
+    """What a reindex did, per resource and in total.
+
+    ``git_ignored`` maps each git resource that listed no file while its
+    directory holds some to the work tree that ignores them all.
+    """
 
     resources: dict[str, IndexStats] = field(default_factory=dict)
     missing: list[str] = field(default_factory=list)
     empty: list[str] = field(default_factory=list)
+    git_ignored: dict[str, str] = field(default_factory=dict)
     pruned: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
@@ -126,6 +131,7 @@ class ReindexReport:
             "resources": {rid: s.as_dict() for rid, s in self.resources.items()},
             "missing_locations": self.missing,
             "empty_locations": self.empty,
+            "git_ignored": self.git_ignored,
             "pruned": self.pruned,
             "failed": self.failed,
             "total": self.total.as_dict(),
@@ -265,6 +271,21 @@ class AcmsOperations:
         self.projects.link(project, resource.resource_id)
         self._secure()
         return resource
+
+    def git_ignoring_work_tree(self, resource: Resource) -> str | None:
+        """The top level of the git work tree that ignores every file of a
+        git resource whose directory holds files to index: such a resource
+        indexes nothing, and registered as a ``directory`` it would.  None
+        otherwise (and when git cannot list it: listing it says why).
+
+        Cheap: git lists the directory once, and each listing stops at its
+        first file.
+        """
+        from cleveragents.application.services.resource_files import git_ignored_work_tree
+
+        return git_ignored_work_tree(
+            resource.location, resource.resource_type, secrets=secret_filter_of(resource)
+        )
 
     def set_secret_policy(
         self, resource_id: str, *, secret_filter: bool = True, secret_allow: Iterable[str] = ()
@@ -537,6 +558,11 @@ class AcmsOperations:
                     continue
                 report.resources[rid] = stats
                 self.resources.mark_indexed(rid, secrets_skipped=stats.skipped.get("secret", 0))
+                if stats.files_seen == 0:
+                    work_tree = self.git_ignoring_work_tree(resource)
+                    if work_tree is not None:
+                        _log.info("reindex.git_ignores_all", resource_id=rid, work_tree=work_tree)
+                        report.git_ignored[rid] = work_tree
             if everything:
                 report.pruned = store.prune(r.resource_id for r in self.resources.list())
         report.seconds = time.perf_counter() - t0

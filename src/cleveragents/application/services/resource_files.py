@@ -14,7 +14,9 @@ assumes the tree is hostile:
 * non-UTF-8 names survive as surrogate escapes (``os.fsdecode``).
 
 Listing uses ``git ls-files`` for git resources (so ``.gitignore`` applies) and
-``os.walk`` for plain directories.  When git cannot list a git resource
+``os.walk`` for plain directories.  :func:`git_ignored_work_tree` tells when
+the first lists nothing where the second would list files (a directory its
+work tree ignores entirely).  When git cannot list a git resource
 (missing, timed out, or refusing the checkout, e.g. "dubious ownership" when
 the checkout's owner is not the indexer's uid), listing raises
 :class:`ResourceListingError` naming git's reason and the fix: walking the
@@ -29,13 +31,14 @@ for ``reason="secret"``, with the matching ``rule``).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import os
 import shlex
 import stat
 import subprocess
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -57,6 +60,7 @@ __all__ = [
     "Listing",
     "ReadFile",
     "decode_text",
+    "git_ignored_work_tree",
     "is_binary",
     "list_files",
     "list_resource",
@@ -237,6 +241,13 @@ def _git_failed(root: str, reason: str, detail: str, fix: str) -> ResourceListin
     return ResourceListingError(f"git cannot list {root}: {detail} (fix: {fix})")
 
 
+def _git_env() -> dict[str, str]:
+    """This environment without what would point git at another repository."""
+    env = {k: v for k, v in os.environ.items() if k not in _GIT_REDIRECT_VARS}
+    env["GIT_OPTIONAL_LOCKS"] = "0"
+    return env
+
+
 def _git_paths(root: str) -> list[str]:
     """Return the paths ``git ls-files`` lists under ``root``.
 
@@ -244,8 +255,7 @@ def _git_paths(root: str) -> list[str]:
         ResourceListingError: git is missing, timed out or failed; the message
             gives git's reason and the fix.
     """
-    env = {k: v for k, v in os.environ.items() if k not in _GIT_REDIRECT_VARS}
-    env["GIT_OPTIONAL_LOCKS"] = "0"
+    env = _git_env()
     command = [
         "git",
         # A checkout's own config could name an fsmonitor command for git to run.
@@ -308,7 +318,7 @@ def _listed(
     candidates: Iterable[str],
     secrets: SecretFilter,
     secret_skipped: list[tuple[str, str]],
-) -> Iterator[ListedFile]:
+) -> Generator[ListedFile, None, None]:
     """``lstat`` each candidate through an ``O_NOFOLLOW`` chain of directory descriptors.
 
     Candidates are visited in sorted order, so the files of one directory
@@ -467,7 +477,21 @@ def _scan_directory(
 def _walk_listed(
     root: str, secrets: SecretFilter, secret_skipped: list[tuple[str, str]]
 ) -> list[ListedFile]:
-    """The listing of a walked (non-git) resource, sorted by path, in one pass.
+    """The listing of a walked (non-git) resource, sorted by path, in one pass
+    (see :func:`_walk_batches`)."""
+    files: list[ListedFile] = []
+    for batch in _walk_batches(root, secrets, secret_skipped):
+        files += batch
+    files.sort()  # by path: the first field, unique
+    secret_skipped.sort()
+    return files
+
+
+def _walk_batches(
+    root: str, secrets: SecretFilter, secret_skipped: list[tuple[str, str]]
+) -> Generator[list[ListedFile], None, None]:
+    """The files of a walked (non-git) resource, one directory's at a time,
+    unsorted; a caller that stops early does not walk the rest.
 
     Each directory is opened ``O_DIRECTORY | O_NOFOLLOW`` relative to its
     parent's descriptor (a directory swapped for a symlink after it was
@@ -475,18 +499,20 @@ def _walk_listed(
     ``fstatat``-ed relative to it: the guarantees of :func:`_listed`,
     without a second pass that opens every directory again and splits
     every path.  Only the descriptors of the directories
-    on the current path are open (depth first).
+    on the current path are open (depth first), and closed when the caller
+    closes the generator.
     """
-    files: list[ListedFile] = []
     try:
         root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
         _skip(".", "unreadable", error=str(exc))
-        return files
+        return
     stack: list[tuple[int, str, Iterator[str]]] = [(root_fd, "", iter(()))]
     try:
+        files: list[ListedFile] = []
         names = _scan_directory(root_fd, "", secrets, files, secret_skipped)
         stack[-1] = (root_fd, "", iter(names))
+        yield files
         while stack:
             fd, prefix, todo = stack[-1]
             name = next(todo, None)
@@ -502,14 +528,13 @@ def _walk_listed(
                 _skip(path, "unreadable", error=str(exc))
                 continue
             stack.append((sub, path + "/", iter(())))
+            files = []
             names = _scan_directory(sub, path + "/", secrets, files, secret_skipped)
             stack[-1] = (sub, path + "/", iter(names))
+            yield files
     finally:
         for fd, _, _ in stack:
             os.close(fd)
-    files.sort()  # by path: the first field, unique
-    secret_skipped.sort()
-    return files
 
 
 def _open_directory(directory: str, names: list[str], fds: list[int]) -> tuple[int | None, str]:
@@ -578,6 +603,67 @@ def list_resource(
     else:
         files = tuple(_walk_listed(root_str, secrets, secret_skipped))
     return Listing(files, tuple(secret_skipped))
+
+
+def git_ignored_work_tree(
+    root: str | os.PathLike[str],
+    resource_type: str = "git-checkout",
+    *,
+    secrets: SecretFilter = DEFAULT_SECRET_FILTER,
+) -> str | None:
+    """The top level of the git work tree that ignores every file under a git
+    resource's ``root`` while walking it would list one: such a resource
+    indexes nothing, where a ``directory`` resource of ``root`` would not.
+
+    Cheap: git lists ``root`` once, and each listing stops at its first file.
+
+    Args:
+        root: The resource's root directory.
+        resource_type: Its type; only a git type (as for :func:`list_resource`)
+            can be ignored by git.
+        secrets: The resource's secret deny-list, applied to both listings.
+
+    Returns:
+        The work tree's top level (``root`` itself if git does not name it),
+        or None: not a git type, git lists a file, nothing to list either
+        way, or git cannot list ``root`` (:func:`list_resource` says why).
+    """
+    if resource_type not in _GIT_TYPES:
+        return None
+    root_str = os.fspath(root)
+    try:
+        candidates = _git_paths(root_str)
+    except ResourceListingError:
+        return None
+    if _any_item(_listed(root_str, candidates, secrets, [])):
+        return None
+    if not _any_item(_walk_batches(root_str, secrets, [])):
+        return None
+    return _git_toplevel(root_str) or root_str
+
+
+def _any_item(items: Generator[object, None, None]) -> bool:
+    """Whether ``items`` yields a truthy item; the generator (and the
+    descriptors it holds) is closed at the first one."""
+    with contextlib.closing(items):
+        return any(items)
+
+
+def _git_toplevel(root: str) -> str | None:
+    """``git rev-parse --show-toplevel`` in ``root``, or None if git cannot say."""
+    try:
+        completed = subprocess.run(  # fixed argv, no shell
+            ["git", "-c", "core.fsmonitor=false", "-C", root, "rev-parse", "--show-toplevel"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            env=_git_env(),
+            timeout=GIT_TIMEOUT_SECONDS,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    toplevel = os.fsdecode(completed.stdout.removesuffix(b"\n"))
+    return toplevel if completed.returncode == 0 and toplevel else None
 
 
 def list_files(
