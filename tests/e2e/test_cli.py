@@ -152,6 +152,20 @@ def test_a_file_path_stands_for_its_node_in_each_in_scope_resource(
     )
     text = cli.run("triples", "pkg/core.py", *alpha).stdout
     assert cores["alpha"] in text and ids["bravo"] not in text
+    # Backwards along one predicate: who imports pkg/helpers.py, by path.
+    helpers = {name: cores[name].replace("core", "helpers") for name in cores}
+    imports = "https://cleveragents.dev/ns/uko#imports"
+    importers = cli.json(
+        "traverse", "pkg/helpers.py", "--depth", "1", "--direction", "in",
+        "--predicate", "imports", *both,
+    )["triples"]  # fmt: skip
+    assert sorted(map(tuple, importers)) == sorted(
+        (cores[name], imports, helpers[name]) for name in cores
+    )
+    assert cli.json(
+        "traverse", "pkg/helpers.py", "--depth", "1", "--direction", "in",
+        "--predicate", imports, *both,
+    )["triples"] == importers  # fmt: skip
     # read takes the path of the one in-scope file; of two, it names both.
     read = cli.json("read", "pkg/helpers.py#L1-L2", *alpha)
     assert read == cli.json("read", f"uko://{ids['alpha']}/pkg/helpers.py#L1-L2", *alpha)
@@ -270,6 +284,10 @@ def test_human_output_shows_uri_lines_score_and_snippet(world: dict[str, Any]) -
         (("traverse", "urn:x", "--depth", "-1", "--project", "local/alpha"), "negative"),
         # A path no in-scope resource indexes is an error, not "no triples".
         (("traverse", "pkg/absent.py", "--project", "local/alpha"), "neither an IRI nor"),
+        (
+            ("traverse", "pkg/core.py", "--predicate", "importz", "--project", "local/alpha"),
+            "unknown predicate 'importz'",
+        ),
         (("triples", "helpers", "--project", "local/alpha"), "neither an IRI nor"),
         (("symbols", "/abs/pkg/core.py", "--project", "local/alpha"), "neither an IRI nor"),
         (

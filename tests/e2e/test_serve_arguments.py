@@ -125,6 +125,7 @@ BAD = [
     ("context", {"task": "x", "projects": ["Not A Name"]}, "projects", "context takes task"),
     ("search", {"budget": 3000}, "query", "search takes query (required)"),
     ("traverse", {"start": "pkg/core.py", "depth": "two"}, "depth", "traverse takes"),
+    ("traverse", {"start": "pkg/core.py", "predicates": "defines"}, "predicates", "direction"),
     ("search", {"query": "aardvark", "max_results": True}, "max_results", "search takes"),
     ("status", {"verbose": True}, "verbose", "status takes budget"),
 ]
@@ -345,3 +346,34 @@ def test_a_bad_command_line_is_one_escaped_line(
     assert done.stdout == "" and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert "\x1b" not in done.stderr and "\u202e" not in done.stderr
     assert "Traceback" not in done.stderr and "internal error" not in done.stderr
+
+
+def test_traverse_takes_a_direction_and_predicates(server: Server, world: dict[str, Any]) -> None:
+    """The symbol pkg/core.py defines, and back from it to the file: the
+    same answer over MCP and HTTP; a predicate name that is not UKO's is
+    refused, naming the ones there are."""
+    alpha = world["ids"]["alpha"]
+    core = file_uri(alpha, "pkg/core.py")
+    calls = [
+        ("traverse", {"start": "pkg/core.py", "depth": 1, "predicates": ["defines"]}),
+        ("traverse", {"start": "pkg/core.py", "depth": 1, "direction": "in"}),
+        ("traverse", {"start": "pkg/core.py", "predicates": ["definez"]}),
+        ("traverse", {"start": "pkg/core.py", "direction": "sideways"}),
+    ]
+    rows = _both(server, calls)
+    for row in rows[:2]:
+        assert row["status"] == 200 and not row["mcp_error"], row
+        assert row["mcp"] == row["http"], row
+    defines = json.loads(rows[0]["http"])
+    symbols = [t["o"] for t in defines["results"]]
+    assert symbols and all(
+        t["s"] == core and t["p"].endswith("defines") for t in defines["results"]
+    )
+    assert any(s.endswith("aardvark_helper") for s in symbols)
+    into = json.loads(rows[1]["http"])
+    assert into["direction"] == "in"
+    assert {t["o"] for t in into["results"]} == {core}
+    assert any(t["p"].endswith("contains") for t in into["results"])  # the resource node
+    for row, what in zip(rows[2:], ("unknown predicate 'definez'", "direction"), strict=True):
+        assert row["status"] == 400 and row["mcp_error"], row
+        assert what in row["http"] and what in row["mcp"], row

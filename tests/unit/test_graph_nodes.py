@@ -201,3 +201,51 @@ def test_a_query_with_no_letters_or_digits_answers_nothing_in_every_mode(
     assert s.search("quokka wombat", mode="vector")["results"]  # a word: ranked
     assert s.search(query, mode=mode)["results"] == []
     assert s.context(query)["results"] == []
+
+
+def test_traverse_walks_in_a_direction_along_the_predicates_named() -> None:
+    """Who imports pkg/helpers.py (in), what pkg/core.py imports (out, by
+    name or by IRI), and both: each the backend's walk for every node the
+    path stands for, within the scope (C's pkg/core.py imports its own
+    helpers, outside the scope: never an answer)."""
+    s = session()
+    helpers = {rid: file_uri(rid, "pkg/helpers.py") for rid in (A, B)}
+    imports = PREDICATES["imports"]
+    importers = s.traverse(helpers[A], depth=1, direction="in")
+    assert [(t["s"], t["p"], t["o"]) for t in importers["results"]] == [
+        (file_uri(A, "pkg/core.py"), imports, helpers[A]),
+        (file_uri(A, "pkg/only_a.py"), imports, helpers[A]),
+    ]
+    assert importers["direction"] == "in" and "predicates" not in importers
+    out = s.traverse("pkg/core.py", depth=1, predicates=["imports"])
+    assert [(t["s"], t["p"], t["o"]) for t in out["results"]] == [
+        (file_uri(A, "pkg/core.py"), imports, helpers[A]),
+        (file_uri(B, "pkg/core.py"), imports, helpers[B]),
+    ]
+    assert out["predicates"] == [imports] and "direction" not in out
+    assert s.traverse("pkg/core.py", depth=1, predicates=[imports])["results"] == out["results"]
+    both = s.traverse(helpers[B], depth=1, direction="both", predicates=["imports"])
+    assert {(t["s"], t["o"]) for t in both["results"]} == {
+        (file_uri(B, "pkg/core.py"), helpers[B]),
+        (helpers[B], file_uri(B, "pkg/deep.py")),
+    }
+    # Every edge, not only imports: the language literal comes too.
+    assert len(s.traverse("pkg/core.py", depth=1)["results"]) == 4
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"direction": "up"}, ValueError, "direction"),
+        ({"predicates": ["importz"]}, ValueError, "unknown predicate 'importz'.*imports"),
+        ({"predicates": []}, ValueError, "must not be empty"),
+        ({"predicates": "imports"}, TypeError, "a list"),
+        ({"predicates": [3]}, TypeError, "a list"),
+        ({"predicates": ["has space:x y"]}, ValueError, "unknown predicate"),
+    ],
+)
+def test_a_bad_direction_or_predicate_is_refused_naming_it(
+    kwargs: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        session().traverse("pkg/core.py", **kwargs)

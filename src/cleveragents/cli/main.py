@@ -406,6 +406,21 @@ def build_parser() -> argparse.ArgumentParser:
     traverse = commands.add_parser("traverse", help="breadth-first walk from a node")
     traverse.add_argument("start")
     traverse.add_argument("--depth", type=_non_negative, default=2, metavar="N")
+    traverse.add_argument(
+        "--direction",
+        choices=["out", "in", "both"],
+        default="out",
+        help="out: what the node points at (default); in: what points at it "
+        "(who imports, calls or contains it); both",
+    )
+    traverse.add_argument(
+        "--predicate",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="follow only these edges: a UKO name (imports, calls, defines, contains, ...) "
+        "or a full IRI (repeatable)",
+    )
     _scope_options(traverse)
 
     commands.add_parser("status", help="resources, unit counts and sizes on disk")
@@ -789,14 +804,21 @@ def run(args: argparse.Namespace, out: Output) -> int:
             # A file path stands for its node in each in-scope resource that
             # indexes it; anything else that is not an IRI is refused (see
             # AgentSession.graph_nodes), never answered with "no triples".
-            from cleveragents.application.services.agent_session import union_graphs
+            from cleveragents.application.services.agent_session import (
+                predicate_iris,
+                union_graphs,
+            )
 
             given = args.subject if command == "triples" else args.start
+            chosen = None if command == "triples" else predicate_iris(args.predicate)
             nodes = ops.agent_session(args.project, args.resource).graph_nodes(given)
             if command == "triples":
                 graph = union_graphs((view.get_triples(n) for n in nodes), ordered=True)
             else:
-                graph = union_graphs(view.traverse(n, depth=args.depth) for n in nodes)
+                graph = union_graphs(
+                    view.traverse(n, depth=args.depth, direction=args.direction, predicates=chosen)
+                    for n in nodes
+                )
         out.emit(graph, lambda: _graph(graph))
     return EXIT_OK
 

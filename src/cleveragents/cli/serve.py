@@ -193,13 +193,26 @@ def tool_functions(session: AgentSession) -> dict[str, Callable[..., dict[str, A
     def traverse(
         start: str,
         depth: int = 2,
+        direction: str = "out",
+        predicates: list[str] | None = None,
         budget: int = DEFAULT_BUDGET,
         projects: list[ProjectName] | None = None,
         resources: list[ResourceId] | None = None,
     ) -> dict[str, Any]:
-        """Triples within ``depth`` hops of a start URI (breadth first)."""
+        """Triples within ``depth`` hops of a start URI or file path (breadth
+        first).  ``direction``: "out" (default: what it defines, imports,
+        calls), "in" (who imports, calls or contains it) or "both";
+        ``predicates``: only these edges, UKO names such as "imports",
+        "calls", "defines", "contains" (or full IRIs).  A walk past 10,000
+        triples after its first hop is refused, naming the depth that fits."""
         return session.traverse(
-            start, depth=depth, budget=budget, projects=projects, resources=resources
+            start,
+            depth=depth,
+            direction=direction,
+            predicates=predicates,
+            budget=budget,
+            projects=projects,
+            resources=resources,
         )
 
     def read(

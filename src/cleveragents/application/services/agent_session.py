@@ -30,6 +30,7 @@ from cleveragents.domain.models.acms.backends import (
     GraphResult,
     TextBackend,
     VectorBackend,
+    validate_traversal,
 )
 from cleveragents.domain.models.acms.embedding import Embedder
 from cleveragents.domain.models.acms.errors import QueryError, ScopeError
@@ -302,6 +303,37 @@ def union_graphs(results: Iterable[GraphResult], *, ordered: bool = False) -> Gr
     return GraphResult(triples, {"rows": str(len(triples))})
 
 
+def predicate_iris(predicates: Sequence[str] | None) -> frozenset[str] | None:
+    """Predicates as IRIs: a UKO name (``imports``) or a full IRI each;
+    ``None`` (every edge) stays ``None``.
+
+    Raises:
+        TypeError: not a list of strings.  ValueError: an empty list, or a
+            name that is neither a UKO predicate nor an IRI.
+    """
+    if predicates is None:
+        return None
+    if isinstance(predicates, str) or not isinstance(predicates, Sequence | frozenset | set):
+        raise TypeError("predicates must be a list of predicate names or IRIs")
+    chosen: set[str] = set()
+    for name in predicates:
+        if not isinstance(name, str):
+            raise TypeError("predicates must be a list of predicate names or IRIs")
+        name = name.strip()
+        if name in PREDICATES:
+            chosen.add(PREDICATES[name])
+        elif _IRI_START.match(name) and not any(c.isspace() for c in name):
+            chosen.add(name)
+        else:
+            raise ValueError(
+                f"unknown predicate {name[:100]!r}: give a full IRI or one of "
+                + ", ".join(sorted(PREDICATES))
+            )
+    if not chosen:
+        raise ValueError("predicates must not be empty (omit it to follow every edge)")
+    return frozenset(chosen)
+
+
 def _node_envelope(tool: str, key: str, given: str, nodes: list[str]) -> dict[str, Any]:
     """A graph tool's envelope; ``nodes`` too when the name was resolved
     (a file path), so the caller learns the IRIs to use next."""
@@ -512,18 +544,35 @@ class AgentSession:
         start: str,
         *,
         depth: int = 2,
+        direction: str = "out",
+        predicates: Sequence[str] | None = None,
         budget: int | None = None,
         projects: Sequence[str] | None = None,
         resources: Sequence[str] | None = None,
     ) -> dict[str, Any]:
-        """Triples within ``depth`` hops of ``start``, within the scope."""
+        """Triples within ``depth`` hops of ``start``, within the scope.
+
+        ``direction``: ``"out"`` (subject -> object, the default), ``"in"``
+        (object -> subject: who imports a file, who defines a name) or
+        ``"both"``; ``predicates``: the edges to follow, each a UKO name
+        (``imports``, ``calls``, ...) or a full IRI (``None``: every edge).
+        """
         chars = check_budget(budget)
+        chosen = predicate_iris(predicates)
+        validate_traversal(direction, chosen)
         view = self._view(projects, resources)
         nodes = self._graph_nodes(view, start, "start")
-        result = union_graphs(view.traverse(node, depth=depth) for node in nodes)
+        result = union_graphs(
+            view.traverse(node, depth=depth, direction=direction, predicates=chosen)
+            for node in nodes
+        )
         items = [{"s": s, "p": p, "o": o} for s, p, o in result.triples]
         envelope = _node_envelope("traverse", "start", start, nodes)
         envelope["depth"] = depth
+        if direction != "out":
+            envelope["direction"] = direction
+        if chosen is not None:
+            envelope["predicates"] = sorted(chosen)
         return fit(envelope, items, chars)
 
     def graph_nodes(

@@ -189,7 +189,7 @@ def walk_limit_error(start: str, max_rows: int, hop: int) -> QueryLimitError:
     )
     return QueryLimitError(
         f"traverse from {start[:200]!r} passed the limit of {max_rows:,} triples at hop "
-        f"{hop}: {fits}"
+        f"{hop}: {fits}, or narrow the walk by direction or predicates"
     )
 
 
