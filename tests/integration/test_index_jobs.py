@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import hashlib
 import os
 import pickle
 import shutil
@@ -181,7 +182,7 @@ def test_a_second_run_with_workers_writes_only_the_change(tmp_path: Path) -> Non
 
 @pytest.mark.parametrize(
     ("fault", "jobs", "reason"),
-    [("kill", 2, "worker_failed"), ("raise", 2, "parse_failed"), ("raise", 1, "parse_failed")],
+    [("raise", 2, "parse_failed"), ("raise", 1, "parse_failed")],
 )
 def test_a_failing_file_is_skipped_and_the_run_goes_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: str, jobs: int, reason: str
@@ -216,6 +217,50 @@ def test_a_failing_file_is_skipped_and_the_run_goes_on(
     assert contents(ix) == contents(reference)
     store.close()
     reference.store.close()
+
+
+def test_a_file_that_kills_its_worker_is_indexed_without_its_parser_and_quarantined(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file's planning kills every worker it is sent to: it is planned
+    in the writer without the tree-sitter parser (its text and vectors, and
+    the symbols the pure-Python reader finds; no calls), and its content is
+    quarantined, so no later session parses it in the writer; another
+    content of it is parsed again."""
+    tree = make_tree(tmp_path / "tree")
+    bad = tree / "pkg" / "bad.py"
+    bad.write_text("def hostile():\n    return helper_call()\n")
+    ix = indexer_at(tmp_path / "data")
+    monkeypatch.setenv(FAULT_ENV_VAR, "crash:pkg/bad.py")  # a parser crash, in any process
+    with capture_logs() as logs:
+        stats = run(ix, tree, 2, full=True)  # every file through the workers
+    assert stats.files_skipped == 0 and stats.files_indexed == stats.files_seen, stats
+    crashed = [e for e in logs if e["event"] == "indexer.planner_crashed"]
+    assert [e["path"] for e in crashed] == ["pkg/bad.py"]
+    store = ix.store
+    assert isinstance(store, ManagedIndexStore)
+    assert store.verify([RID]) == []
+    hits = store.text.search("hostile", scope=frozenset({RID}))
+    assert [h.uko_uri.split("#")[0] for h in hits] == [f"uko://{RID}/pkg/bad.py"]
+    scope = frozenset({RID})
+
+    def facts(name: str) -> set[str]:
+        symbol = f"uko://{RID}/pkg/bad.py#sym={name}"
+        triples = store.graph.get_triples(symbol, scope=scope).triples
+        return {t[1].rsplit("#", 1)[1] for t in triples}
+
+    assert "name" in facts("hostile") and "calls" not in facts("hostile")  # the fallback's
+    sha = hashlib.sha256(bad.read_bytes()).hexdigest()
+    with store.session(RID) as tx:  # remembered by the catalog, for later sessions
+        assert tx.quarantined("pkg/bad.py", sha)
+        assert not tx.quarantined("pkg/bad.py", "0" * 64)
+        assert not tx.quarantined("pkg/core.py", sha)
+    # A new content of it is parsed again (here without the fault).
+    monkeypatch.delenv(FAULT_ENV_VAR)
+    bad.write_text("def friendly():\n    return helper_call()\n")
+    run(ix, tree, 2)
+    assert "calls" in facts("friendly")
+    store.close()
 
 
 @pytest.mark.parametrize("preparer", [None, prepare_content], ids=["plain", "preparer"])

@@ -33,7 +33,9 @@ transaction in the parent::
   autogroup beside other busy processes may prefer it).
 
 Fault injection for tests: ``ACMS_FAULT_PLAN=kill:<path>`` makes a *worker*
-process SIGKILL itself when it plans ``<path>``; ``raise:<path>`` makes the
+process SIGKILL itself when it plans ``<path>``; ``crash:<path>`` makes any
+process (the writer too) SIGKILL itself when it plans ``<path>`` with the
+code parser, as a parser's native crash would; ``raise:<path>`` makes the
 planning of ``<path>`` raise (in any process).  The parent reads the variable
 once per pool and passes it to its workers.
 """
@@ -95,6 +97,7 @@ __all__ = [
     "PlannerPool",
     "PlannerSpec",
     "default_jobs",
+    "embed_plans",
     "embed_texts",
     "fault_from_env",
     "plan_file",
@@ -187,8 +190,10 @@ def _fault(raw: str | None) -> tuple[str, str] | None:
     if not raw:
         return None
     kind, _, path = raw.partition(":")
-    if kind not in ("kill", "raise") or not path:
-        raise ValueError(f"{FAULT_ENV_VAR}={raw!r}: expected kill:<path> or raise:<path>")
+    if kind not in ("kill", "raise", "crash") or not path:
+        raise ValueError(
+            f"{FAULT_ENV_VAR}={raw!r}: expected kill:<path>, crash:<path> or raise:<path>"
+        )
     return kind, path
 
 
@@ -203,6 +208,8 @@ def plan_file(
     """The units and triples of one text file (no embeddings yet)."""
     if fault is not None and fault[1] == path:
         if fault[0] == "kill" and multiprocessing.parent_process() is not None:
+            os.kill(os.getpid(), signal.SIGKILL)
+        if fault[0] == "crash" and parser is not None:  # as a parser's native crash would
             os.kill(os.getpid(), signal.SIGKILL)
         if fault[0] == "raise":
             raise RuntimeError(f"fault injected while planning {path}")
@@ -361,6 +368,11 @@ def plan_batch(
             plans.append(plan)
         except Exception as exc:  # one hostile file must not stop the run
             plans.append(PlanFailure("parse_failed", f"{type(exc).__name__}: {exc}"[:200]))
+    return embed_plans(embedder, plans)
+
+
+def embed_plans(embedder: Embedder, plans: Sequence[FilePlan | PlanFailure]) -> list[Outcome]:
+    """Each plan with its units' embeddings (one call for all); failures as they are."""
     texts = [u.content for p in plans if isinstance(p, FilePlan) for u in p.units]
     rows = embed_texts(embedder, texts)
     out: list[Outcome] = []

@@ -65,9 +65,9 @@ from cleveragents.application.services.index_workers import (
     PlannerPool,
     PlannerSpec,
     default_jobs,
+    embed_plans,
     embed_texts,
     fault_from_env,
-    plan_batch,
     plan_file,
     worker_nice_from_env,
 )
@@ -578,19 +578,18 @@ class IndexSession:
             )
             self._tx.apply(FileDelta("touch", path, record=record, old=old))
             return
-        if self._pool is not None:
-            self._batch.append(_Work(listed, sha, old, data))
+        work = _Work(listed, sha, old, data)
+        quarantined = self._tx.quarantined(path, sha)
+        if self._pool is not None and not quarantined:
+            self._batch.append(work)
             self._batch_bytes += len(data)
             full = self._batch_bytes >= self._pool.batch_bytes
             if full or len(self._batch) >= _WORKER_BATCH_FILES:
                 self._submit()
             return
-        try:
-            plan = plan_file(
-                self.resource_id, path, data, self._ix.code_parser, self._files, self._fault
-            )
-        except Exception as exc:  # the same rule as in a worker
-            self._failed(path, PlanFailure("parse_failed", f"{type(exc).__name__}: {exc}"))
+        plan = self._plan_here(work, quarantined=quarantined)
+        if isinstance(plan, PlanFailure):
+            self._failed(path, plan)
             return
         self._to_embed.append(
             _Planned(listed, sha, plan.units, plan.triples, plan.subjects, old, len(data))
@@ -598,6 +597,30 @@ class IndexSession:
         self._to_embed_units += len(plan.units)
         if self._to_embed_units >= _EMBED_BATCH:
             self._embed_pending()
+
+    def _plan_here(self, work: _Work, *, quarantined: bool = False) -> FilePlan | PlanFailure:
+        """Plan one file in this process.  With the code parser, under the
+        store's planning mark: if the parser takes this process down, the
+        resource's next session quarantines the file's content, which is
+        then planned here without the parser (text and vector units kept,
+        no code graph) until it changes."""
+        path, parser = work.listed.rel_path, self._ix.code_parser
+        tx = self._tx
+        if quarantined and parser is not None:
+            _log.info("indexer.code_graph_skipped", path=path, reason="quarantined")
+            parser = None
+        try:
+            if parser is None:
+                return plan_file(self.resource_id, path, work.data, None, self._files, self._fault)
+            tx.begin_planning(path, work.sha256)
+            try:
+                return plan_file(
+                    self.resource_id, path, work.data, parser, self._files, self._fault
+                )
+            finally:
+                tx.end_planning()
+        except Exception as exc:  # the same rule as in a worker
+            return PlanFailure("parse_failed", f"{type(exc).__name__}: {exc}"[:200])
 
     def _failed(self, path: str, failure: PlanFailure) -> None:
         # Not seen: the old units go at finish, the catalog forgets the file,
@@ -656,7 +679,20 @@ class IndexSession:
                 item = [(work.listed.rel_path, work.data)]
                 out.extend(pool.submit(self.resource_id, self._listing_file, item).result())
             except Exception as exc:  # this file takes its worker down
-                out.append(PlanFailure("worker_failed", f"{type(exc).__name__}: {exc}"))
+                # Quarantined, so that no later session plans it with the
+                # parser in the writer (a small change is planned there),
+                # and planned here without the parser: indexed all the same.
+                path = work.listed.rel_path
+                _log.warning(
+                    "indexer.planner_crashed",
+                    resource_id=self.resource_id,
+                    path=path,
+                    detail=f"{type(exc).__name__}: {exc}"[:200],
+                    outcome="indexed without its code graph until it changes",
+                )
+                self._tx.quarantine(path, work.sha256)
+                plan = self._plan_here(work, quarantined=True)
+                out.extend(embed_plans(self._ix.embedder, [plan]))
         return out
 
     def _drain(self) -> None:
@@ -665,16 +701,8 @@ class IndexSession:
             # Less than one batch changed (a watch event, a small re-run):
             # planning it here costs less than starting the workers.
             batch, self._batch, self._batch_bytes = self._batch, [], 0
-            items = [(w.listed.rel_path, w.data) for w in batch]
-            outcomes = plan_batch(
-                self.resource_id,
-                items,
-                parser=self._ix.code_parser,
-                embedder=self._ix.embedder,
-                files=self._files,
-                fault=self._fault,
-            )
-            self._apply_outcomes(batch, outcomes)
+            plans = [self._plan_here(w) for w in batch]
+            self._apply_outcomes(batch, embed_plans(self._ix.embedder, plans))
         self._submit()
         while self._in_flight:
             self._complete_oldest()

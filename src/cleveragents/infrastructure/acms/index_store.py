@@ -50,6 +50,8 @@ covered.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shutil
 import sys
@@ -162,6 +164,29 @@ def split_identity(identity: str) -> IdentityParts:
 
 def _stamp_key(rid: str) -> str:
     return f"catalog_written_ns:{rid}"
+
+
+def _quarantine_key(rid: str) -> str:
+    return f"quarantine:{rid}"
+
+
+# The directory of the planning marks, one file per resource being indexed
+# (see StoreTransaction.begin_planning), and how many quarantined contents a
+# resource keeps (the oldest are forgotten: a content that changed is never
+# asked about again).
+PLANNING = "planning"
+_QUARANTINE_KEEP = 1_000
+
+
+def _read_mark(raw: bytes) -> tuple[str, str] | None:
+    """The ``(path, sha256)`` a planning mark names, or None (empty, torn)."""
+    try:
+        sha, path = json.loads(raw.decode("ascii"))
+    except (ValueError, TypeError, UnicodeDecodeError):
+        return None
+    if not isinstance(sha, str) or not isinstance(path, str) or not path:
+        return None
+    return path, sha
 
 
 def _contains(rid: str, path: str) -> list[WriteTriple]:
@@ -444,8 +469,11 @@ class ManagedIndexStore:
             grouped = text.grouped_writes(rid)
         with grouped:
             tx = StoreTransaction(self, rid, identity, staged=isinstance(text, StagedWrites))
-            yield tx
-            tx.commit()
+            try:
+                yield tx
+                tx.commit()
+            finally:
+                tx.close_planning()
         if tx.wrote:
             self._wrote()
 
@@ -472,7 +500,7 @@ class ManagedIndexStore:
         checkpoint("resource.delete")
         self.graph.delete(rid)
         checkpoint("resource.delete")
-        for key in (_identity_key(rid), _stamp_key(rid), _dirty_key(rid)):
+        for key in (_identity_key(rid), _stamp_key(rid), _dirty_key(rid), _quarantine_key(rid)):
             catalog.delete_meta(key)
         self._wrote()
         _log.info("index_store.resource_deleted", resource_id=rid)
@@ -747,6 +775,105 @@ class StoreTransaction:
         self._gone: list[FileRecord] = []
         self.wrote = False
         self._done = False
+        # Planning marks (see begin_planning): the file, its descriptor, and
+        # the quarantined contents (read on first need).
+        self._mark_path = (
+            None if store.data_dir is None else store.data_dir / PLANNING / resource_id
+        )
+        self._mark_fd: int | None = None
+        self._quarantine: dict[tuple[str, str], None] | None = None
+        self._take_planning_mark()
+
+    # ------------------------------------------------------------ planning marks
+
+    def _take_planning_mark(self) -> None:
+        """Quarantine the content an earlier session was planning when its
+        process died (its mark is still there), and remove the mark."""
+        where = self._mark_path
+        if where is None:
+            return
+        try:
+            fd = os.open(where, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            _log.warning("index_store.planning_mark_unreadable", path=str(where), error=str(exc))
+            return
+        try:
+            raw = os.read(fd, 1 << 20)
+        finally:
+            os.close(fd)
+        entry = _read_mark(raw)
+        if entry is not None:
+            path, sha = entry
+            _log.warning(
+                "index_store.planner_crashed",
+                resource_id=self.resource_id,
+                path=path,
+                detail="the indexing process died while planning this file (a parser crash, "
+                "or the process was killed): it is indexed without its code graph until it "
+                "changes",
+            )
+            self.quarantine(path, sha)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(where)
+
+    def begin_planning(self, path: str, sha256: str) -> None:
+        """Mark ``path`` as being planned in this process (one ``pwrite`` and
+        one ``ftruncate`` of a small file; no ``fsync``: what matters is a
+        process that dies, and the kernel keeps its writes)."""
+        where = self._mark_path
+        if where is None:
+            return
+        fd = self._mark_fd
+        if fd is None:
+            file_modes.make_private_dirs(where.parent)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+            fd = self._mark_fd = os.open(where, flags, 0o600)
+        line = json.dumps([sha256, path]).encode("ascii") + b"\n"
+        os.pwrite(fd, line, 0)
+        os.ftruncate(fd, len(line))
+
+    def end_planning(self) -> None:
+        """Clear the mark :meth:`begin_planning` wrote."""
+        if self._mark_fd is not None:
+            os.ftruncate(self._mark_fd, 0)
+
+    def close_planning(self) -> None:
+        """Remove the planning mark (the session ended, normally or not)."""
+        fd, self._mark_fd = self._mark_fd, None
+        if fd is None or self._mark_path is None:
+            return
+        os.close(fd)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._mark_path)
+
+    def _quarantined_set(self) -> dict[tuple[str, str], None]:
+        if self._quarantine is None:
+            raw = self._catalog.get_meta(_quarantine_key(self.resource_id))
+            entries: dict[tuple[str, str], None] = {}
+            if raw:
+                with contextlib.suppress(ValueError, TypeError):
+                    for path, sha in json.loads(raw):
+                        entries[(str(path), str(sha))] = None
+            self._quarantine = entries
+        return self._quarantine
+
+    def quarantined(self, path: str, sha256: str) -> bool:
+        """Whether planning this content of ``path`` killed a planner before."""
+        return (path, sha256) in self._quarantined_set()
+
+    def quarantine(self, path: str, sha256: str) -> None:
+        """Remember this content of ``path`` as one that kills its planner
+        (in the catalog's metadata; the newest :data:`_QUARANTINE_KEEP`)."""
+        entries = self._quarantined_set()
+        entries.pop((path, sha256), None)
+        entries[(path, sha256)] = None
+        while len(entries) > _QUARANTINE_KEEP:
+            del entries[next(iter(entries))]
+        self._catalog.set_meta(
+            _quarantine_key(self.resource_id), json.dumps([list(e) for e in entries])
+        )
 
     # ------------------------------------------------------------ what the planner reads
 

@@ -198,6 +198,35 @@ class IndexTransaction(Protocol):
         """The catalog records of some paths."""
         ...
 
+    # A parser is native code: a hostile file may crash it (SIGSEGV, abort)
+    # and with it the process that plans the file.  A worker's death is
+    # seen by the writer; the writer's own death (planning in process:
+    # ``--jobs 1``, or a change too small to start workers) is seen by the
+    # resource's next session through the planning mark.  Either way the
+    # file's content is quarantined: planned without the tree-sitter parser
+    # (its text and vector units kept, and the symbols and imports of the
+    # pure-Python reader) until it changes, so one hostile file costs at
+    # most one failed run per version of it, never every run.
+
+    def begin_planning(self, path: str, sha256: str) -> None:
+        """Mark ``path`` (content ``sha256``) as being planned in this process,
+        until :meth:`end_planning`: a process that dies in between leaves the
+        mark, and the next session quarantines that content."""
+        ...
+
+    def end_planning(self) -> None:
+        """The file marked by :meth:`begin_planning` was planned (or raised)."""
+        ...
+
+    def quarantined(self, path: str, sha256: str) -> bool:
+        """Whether planning this content of ``path`` killed a planner before."""
+        ...
+
+    def quarantine(self, path: str, sha256: str) -> None:
+        """Remember that planning this content of ``path`` killed a planner
+        (a worker): it is planned without the code parser from now on."""
+        ...
+
     def apply(self, delta: FileDelta) -> None:
         """Queue or write one file's change, in the store's write order.
 
