@@ -90,3 +90,26 @@ def test_one_crashed_run_then_the_file_is_indexed_without_the_parser(
     fixed = run_acms(env, "reindex", "--jobs", jobs)
     assert fixed.returncode == 0, fixed.stderr
     assert _callees(env, "friendly") == ["helper_call"]
+
+
+def test_a_rebuild_keeps_the_quarantine_and_its_marks_outlive_a_killed_rebuild(
+    tmp_path: Path,
+) -> None:
+    env, tree = _world(tmp_path)
+    (tree / "pkg" / "bad.py").write_text("def hostile_v2():\n    return helper_call()\n")
+    crashing = {**env, **CRASH}
+    # A rebuild plans every file in the writer at one job: the parser's
+    # crash kills it, and its mark is in the live data directory, not in
+    # the .rebuild/ the next run removes.
+    killed = run_acms(crashing, "reindex", "--rebuild", "--jobs", "1")
+    assert killed.returncode == -signal.SIGKILL, (killed.returncode, killed.stderr)
+    rebuilt = run_acms(crashing, "reindex", "--rebuild", "--jobs", "1")
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert "planner_crashed" in rebuilt.stderr and "pkg/bad.py" in rebuilt.stderr
+    assert _symbols(env)["pkg/bad.py"] == ["hostile_v2"]
+    # The rebuilt catalog holds the quarantine: the next rebuild does not
+    # parse that content in the writer either.
+    again = run_acms(crashing, "reindex", "--rebuild", "--jobs", "1")
+    assert again.returncode == 0, again.stderr
+    assert _callees(env, "core_entry") == ["helper_call"]
+    assert _callees(env, "hostile_v2") == []

@@ -281,6 +281,9 @@ class ManagedIndexStore:
         self._unsecured = False  # a session wrote since the last secure()
         self._dimension = dimension
         self.data_dir = data_dir
+        # Where sessions keep their planning marks (a rebuild's fresh store
+        # keeps them in the live data directory: see _rebuild).
+        self.planning_dir = None if data_dir is None else data_dir / PLANNING
         self.clock = clock
         self.batches = _Batches(batch_units, batch_bytes, batch_triples)
 
@@ -612,7 +615,7 @@ class ManagedIndexStore:
 
     def _owned(self) -> list[Path]:
         root = self._root()
-        names = [GENERATIONS, STAGING, PREVIOUS, LOCK_FILE]
+        names = [GENERATIONS, STAGING, PREVIOUS, LOCK_FILE, PLANNING]
         names += [REGISTRY_FILE + suffix for suffix in ("", "-wal", "-shm", "-journal")]
         return [root / name for name in names]
 
@@ -687,6 +690,13 @@ class ManagedIndexStore:
             batch_bytes=self.batches.bytes,
             batch_triples=self.batches.triples,
         )
+        # A rebuild plans every file again: it keeps the quarantined contents,
+        # and its marks outlive a rebuild killed by a parser (.rebuild/ goes).
+        fresh.planning_dir = self.planning_dir
+        for rid in sorted(self.catalog.resource_ids()):
+            quarantined = self.catalog.get_meta(_quarantine_key(rid))
+            if quarantined:
+                fresh.catalog.set_meta(_quarantine_key(rid), quarantined)
         try:
             yield fresh
             # An index nothing was written to (no resource, or none with
@@ -777,9 +787,7 @@ class StoreTransaction:
         self._done = False
         # Planning marks (see begin_planning): the file, its descriptor, and
         # the quarantined contents (read on first need).
-        self._mark_path = (
-            None if store.data_dir is None else store.data_dir / PLANNING / resource_id
-        )
+        self._mark_path = None if store.planning_dir is None else store.planning_dir / resource_id
         self._mark_fd: int | None = None
         self._quarantine: dict[tuple[str, str], None] | None = None
         self._take_planning_mark()
