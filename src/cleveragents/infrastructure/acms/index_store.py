@@ -661,6 +661,22 @@ class ManagedIndexStore:
                 if self._unsecured:
                     self.secure()
 
+    def _carry_quarantine(self, fresh: ManagedIndexStore) -> None:
+        """Copy the live catalog's quarantined contents into ``fresh``'s.  A
+        rebuild needs nothing of the live indexes: a catalog that cannot be
+        read (damaged: what a rebuild is for) carries none over."""
+        try:
+            live = self.catalog
+            entries = {
+                rid: live.get_meta(_quarantine_key(rid)) for rid in sorted(live.resource_ids())
+            }
+        except IndexUnavailableError as exc:
+            _log.warning("index_store.quarantine_not_carried", error=str(exc)[:200])
+            return
+        for rid, quarantined in entries.items():
+            if quarantined:
+                fresh.catalog.set_meta(_quarantine_key(rid), quarantined)
+
     def rebuild(self) -> AbstractContextManager[ManagedIndexStore]:
         """Fresh indexes in ``.rebuild/``, swapped in on a normal exit (hold :meth:`writing`).
 
@@ -693,10 +709,7 @@ class ManagedIndexStore:
         # A rebuild plans every file again: it keeps the quarantined contents,
         # and its marks outlive a rebuild killed by a parser (.rebuild/ goes).
         fresh.planning_dir = self.planning_dir
-        for rid in sorted(self.catalog.resource_ids()):
-            quarantined = self.catalog.get_meta(_quarantine_key(rid))
-            if quarantined:
-                fresh.catalog.set_meta(_quarantine_key(rid), quarantined)
+        self._carry_quarantine(fresh)
         try:
             yield fresh
             # An index nothing was written to (no resource, or none with
