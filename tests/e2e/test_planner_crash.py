@@ -13,7 +13,9 @@ with the code parser SIGKILL itself, as such a crash would.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import signal
 from pathlib import Path
 
@@ -113,3 +115,57 @@ def test_a_rebuild_keeps_the_quarantine_and_its_marks_outlive_a_killed_rebuild(
     assert again.returncode == 0, again.stderr
     assert _callees(env, "core_entry") == ["helper_call"]
     assert _callees(env, "hostile_v2") == []
+
+
+def test_rebuilds_settle_with_two_crashing_files(tmp_path: Path) -> None:
+    """Each rebuild learns one crashing file; what it learns outlives it
+    (the quarantine lives beside the live indexes, not in .rebuild/)."""
+    env, tree = _world(tmp_path)
+    (tree / "pkg" / "also_bad.py").write_text("def hostile_too():\n    return helper_call()\n")
+    crashing = {**env, FAULT: "crash:pkg/bad.py,pkg/also_bad.py"}
+    codes = [run_acms(crashing, "reindex", "--rebuild", "--jobs", "1").returncode for _ in range(4)]
+    assert codes == [-signal.SIGKILL, -signal.SIGKILL, 0, 0], codes
+    assert _callees(env, "core_entry") == ["helper_call"]
+
+
+def test_a_mark_left_by_a_process_killed_from_outside_quarantines_nothing(
+    tmp_path: Path,
+) -> None:
+    """A writer killed while planning a harmless file (kill -9, the OOM
+    killer) leaves the same mark a parser crash does: the file is planned
+    again in a child process, which lives, so it keeps its code graph."""
+    env, tree = _world(tmp_path)
+    core = tree / "pkg" / "core.py"
+    core.write_text("def core_entry():\n    return other_call()\n")
+    sha = hashlib.sha256(core.read_bytes()).hexdigest()
+    data = Path(env["ACMS_DATA_DIR"])
+    rid = json.loads(run_acms(env, "--json", "resource", "list").stdout)[0]["resource_id"]
+    (data / "planning").mkdir(exist_ok=True)
+    (data / "planning" / rid).write_text(json.dumps([sha, "pkg/core.py"]) + "\n")
+    done = run_acms(env, "--log-level", "info", "reindex", "--jobs", "1")
+    assert done.returncode == 0, done.stderr
+    assert "planner_died" in done.stderr and "suspect_cleared" in done.stderr
+    assert "planner_crashed" not in done.stderr
+    assert _callees(env, "core_entry") == ["other_call"]
+    assert not (data / "planning" / f"{rid}.quarantine").exists()
+    assert not (data / "planning" / f"{rid}.suspect").exists()
+
+
+@pytest.mark.parametrize("kind", ["symlink", "directory", "fifo"])
+def test_damage_at_the_mark_path_is_removed_not_blamed_on_a_file(tmp_path: Path, kind: str) -> None:
+    env, tree = _world(tmp_path)
+    data = Path(env["ACMS_DATA_DIR"])
+    rid = json.loads(run_acms(env, "--json", "resource", "list").stdout)[0]["resource_id"]
+    mark = data / "planning" / rid
+    mark.parent.mkdir(exist_ok=True)
+    if kind == "symlink":
+        mark.symlink_to(tmp_path / "elsewhere")
+    elif kind == "directory":
+        (mark / "inside").mkdir(parents=True)
+    else:
+        os.mkfifo(mark)
+    (tree / "pkg" / "core.py").write_text("def core_entry():\n    return third_call()\n")
+    done = run_acms(env, "reindex", "--jobs", "1", timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "planning_file_removed" in done.stderr and "file_failed" not in done.stderr
+    assert _callees(env, "core_entry") == ["third_call"]

@@ -165,6 +165,11 @@ def test_row_cap_is_an_error_not_a_truncation(oxigraph_server: ServerProcess) ->
         assert len(b.traverse(f[0], depth=1, scope=frozenset({A})).triples) == 2
         with pytest.raises(QueryLimitError, match="at hop 2: ask for depth 1 or less"):
             b.traverse(f[0], depth=2, scope=frozenset({A}))
+        # One query's answer alone past the limit: the same message.
+        g = [file_uri(A, f"h{i}.py") for i in range(6)]
+        b.upsert(A, [(g[0], calls, g[1])] + [(g[1], calls, x) for x in g[2:]])
+        with pytest.raises(QueryLimitError, match="at hop 2: ask for depth 1 or less"):
+            b.traverse(g[0], depth=2, scope=frozenset({A}))
     finally:
         emptied(b)
 

@@ -26,7 +26,7 @@ from cleveragents.domain.models.acms.backends import (
     TextBackend,
     VectorBackend,
 )
-from cleveragents.domain.models.acms.errors import ScopeError
+from cleveragents.domain.models.acms.errors import QueryLimitError, ScopeError
 from cleveragents.domain.models.acms.uko import PREDICATES, file_uri
 from cleveragents.infrastructure.acms.hashing_embedder import HashingEmbedder
 from cleveragents.infrastructure.acms.memory_indexes import (
@@ -224,6 +224,8 @@ def test_traverse_walks_in_a_direction_along_the_predicates_named() -> None:
     ]
     assert out["predicates"] == [imports] and "direction" not in out
     assert s.traverse("pkg/core.py", depth=1, predicates=[imports])["results"] == out["results"]
+    # The prefixed name the SPARQL examples use means the same predicate.
+    assert s.traverse("pkg/core.py", depth=1, predicates=["uko:imports"]) == out
     both = s.traverse(helpers[B], depth=1, direction="both", predicates=["imports"])
     assert {(t["s"], t["o"]) for t in both["results"]} == {
         (file_uri(B, "pkg/core.py"), helpers[B]),
@@ -242,6 +244,13 @@ def test_traverse_walks_in_a_direction_along_the_predicates_named() -> None:
         ({"predicates": "imports"}, TypeError, "a list"),
         ({"predicates": [3]}, TypeError, "a list"),
         ({"predicates": ["has space:x y"]}, ValueError, "unknown predicate"),
+        ({"predicates": ["rdf:type"]}, ValueError, "unknown predicate 'rdf:type'.*full IRI"),
+        ({"predicates": ["uko:importz"]}, ValueError, "unknown predicate 'uko:importz'"),
+        (
+            {"predicates": ["https://cleveragents.dev/ns/uko#importz"]},
+            ValueError,
+            "UKO's are",
+        ),
     ],
 )
 def test_a_bad_direction_or_predicate_is_refused_naming_it(
@@ -249,3 +258,31 @@ def test_a_bad_direction_or_predicate_is_refused_naming_it(
 ) -> None:
     with pytest.raises(error, match=message):
         session().traverse("pkg/core.py", **kwargs)
+
+
+def test_a_path_in_several_resources_is_told_the_depth_that_answers_for_all() -> None:
+    """pkg/core.py in A (walked first) passes the limit at hop 4; in B at
+    hop 2.  The error names depth 1, the one that answers for both, not the
+    first walk's advice (depth 3, which B cannot answer)."""
+    graph = MemoryGraphIndex(max_rows=3)
+    calls = PREDICATES["calls"]
+    a = [file_uri(A, f"pkg/{n}.py") for n in ("core", "a1", "a2", "a3", "a4", "a5")]
+    chain = [(a[0], calls, a[1]), (a[1], calls, a[2]), (a[2], calls, a[3])]
+    graph.upsert(A, [*chain, (a[3], calls, a[4]), (a[3], calls, a[5])])
+    b = [file_uri(B, f"pkg/{n}.py") for n in ("core", "b1", "b2", "b3", "b4")]
+    graph.upsert(B, [(b[0], calls, b[1])] + [(b[1], calls, x) for x in b[2:]])
+    dim = 16
+    s = AgentSession(
+        text=cast(TextBackend, MemoryTextIndex()),
+        vector=cast(VectorBackend, MemoryVectorIndex(dim)),
+        graph=cast(GraphBackend, graph),
+        embedder=HashingEmbedder(dim),
+        scope=SessionScope(frozenset({A, B}), {"p/a": frozenset({A}), "p/b": frozenset({B})}),
+        read_file=lambda rid, path, size: FileText("x\n"),
+        is_indexed=lambda rid, path: path == "pkg/core.py",
+    )
+    assert len(s.traverse("pkg/core.py", depth=3, projects=["p/a"])["results"]) == 3
+    for depth in (2, 3, 5):
+        with pytest.raises(QueryLimitError, match="at hop 2: ask for depth 1 or less"):
+            s.traverse("pkg/core.py", depth=depth)
+    assert len(s.traverse("pkg/core.py", depth=1)["results"]) == 2

@@ -807,6 +807,7 @@ def run(args: argparse.Namespace, out: Output) -> int:
             from cleveragents.application.services.agent_session import (
                 predicate_iris,
                 union_graphs,
+                walk_nodes,
             )
 
             given = args.subject if command == "triples" else args.start
@@ -815,9 +816,13 @@ def run(args: argparse.Namespace, out: Output) -> int:
             if command == "triples":
                 graph = union_graphs((view.get_triples(n) for n in nodes), ordered=True)
             else:
-                graph = union_graphs(
-                    view.traverse(n, depth=args.depth, direction=args.direction, predicates=chosen)
-                    for n in nodes
+                graph = walk_nodes(
+                    view,
+                    given,
+                    nodes,
+                    depth=args.depth,
+                    direction=args.direction,
+                    predicates=chosen,
                 )
         out.emit(graph, lambda: _graph(graph))
     return EXIT_OK

@@ -31,9 +31,10 @@ from cleveragents.domain.models.acms.backends import (
     TextBackend,
     VectorBackend,
     validate_traversal,
+    walk_limit_error,
 )
 from cleveragents.domain.models.acms.embedding import Embedder
-from cleveragents.domain.models.acms.errors import QueryError, ScopeError
+from cleveragents.domain.models.acms.errors import QueryError, ScopeError, WalkLimitError
 from cleveragents.domain.models.acms.scope import ScopedView
 from cleveragents.domain.models.acms.text_query import text_options
 from cleveragents.domain.models.acms.uko import (
@@ -287,6 +288,8 @@ def fit(
 
 # A scheme, as RFC 3986 spells it: what makes a node name an absolute IRI.
 _IRI_START = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
+# A predicate IRI, not a prefixed name such as ``uko:imports`` or ``rdf:type``.
+_FULL_IRI = re.compile(r"(?:[A-Za-z][A-Za-z0-9+.-]*://|urn:)\S")
 
 
 def union_graphs(results: Iterable[GraphResult], *, ordered: bool = False) -> GraphResult:
@@ -301,6 +304,38 @@ def union_graphs(results: Iterable[GraphResult], *, ordered: bool = False) -> Gr
         seen.update(dict.fromkeys(result.triples))
     triples = sorted(seen) if ordered else list(seen)
     return GraphResult(triples, {"rows": str(len(triples))})
+
+
+def walk_nodes(
+    view: ScopedView,
+    given: str,
+    nodes: Sequence[str],
+    *,
+    depth: int,
+    direction: str = "out",
+    predicates: frozenset[str] | None = None,
+) -> GraphResult:
+    """The union of the walks from each node ``given`` stands for (a path in
+    several resources: one node each).  When walks pass their limit, the
+    error names the smallest depth that answers for every node (each walk
+    runs, so that the advice holds for all of them).
+
+    Raises:
+        WalkLimitError: a walk passed its limit.
+    """
+    results: list[GraphResult] = []
+    over: list[WalkLimitError] = []
+    for node in nodes:
+        try:
+            results.append(
+                view.traverse(node, depth=depth, direction=direction, predicates=predicates)
+            )
+        except WalkLimitError as exc:
+            over.append(exc)
+    if over:
+        first = min(over, key=lambda e: e.hop)
+        raise walk_limit_error(given, first.max_rows, first.hop) from first
+    return union_graphs(results)
 
 
 def predicate_iris(predicates: Sequence[str] | None) -> frozenset[str] | None:
@@ -320,14 +355,20 @@ def predicate_iris(predicates: Sequence[str] | None) -> frozenset[str] | None:
         if not isinstance(name, str):
             raise TypeError("predicates must be a list of predicate names or IRIs")
         name = name.strip()
-        if name in PREDICATES:
-            chosen.add(PREDICATES[name])
-        elif _IRI_START.match(name) and not any(c.isspace() for c in name):
+        local = name[4:] if name.startswith("uko:") else name  # the SPARQL prefix
+        if local in PREDICATES:
+            chosen.add(PREDICATES[local])
+        elif _FULL_IRI.match(name) and not any(c.isspace() for c in name):
+            if name.startswith(UKO) and name[len(UKO) :] not in PREDICATES:
+                # our namespace holds no other predicate
+                raise ValueError(
+                    f"unknown predicate {name[:100]!r}: UKO's are " + ", ".join(sorted(PREDICATES))
+                )
             chosen.add(name)
         else:
             raise ValueError(
-                f"unknown predicate {name[:100]!r}: give a full IRI or one of "
-                + ", ".join(sorted(PREDICATES))
+                f"unknown predicate {name[:100]!r}: give a full IRI (scheme://... or urn:...) "
+                "or one of " + ", ".join(sorted(PREDICATES))
             )
     if not chosen:
         raise ValueError("predicates must not be empty (omit it to follow every edge)")
@@ -562,10 +603,7 @@ class AgentSession:
         validate_traversal(direction, chosen)
         view = self._view(projects, resources)
         nodes = self._graph_nodes(view, start, "start")
-        result = union_graphs(
-            view.traverse(node, depth=depth, direction=direction, predicates=chosen)
-            for node in nodes
-        )
+        result = walk_nodes(view, start, nodes, depth=depth, direction=direction, predicates=chosen)
         items = [{"s": s, "p": p, "o": o} for s, p, o in result.triples]
         envelope = _node_envelope("traverse", "start", start, nodes)
         envelope["depth"] = depth

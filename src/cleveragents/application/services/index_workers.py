@@ -36,7 +36,8 @@ Fault injection for tests: ``ACMS_FAULT_PLAN=kill:<path>`` makes a *worker*
 process SIGKILL itself when it plans ``<path>``; ``crash:<path>`` makes any
 process (the writer too) SIGKILL itself when it plans ``<path>`` with the
 code parser, as a parser's native crash would; ``raise:<path>`` makes the
-planning of ``<path>`` raise (in any process).  The parent reads the variable
+planning of ``<path>`` raise (in any process).  ``<path>`` may be several,
+separated by commas.  The parent reads the variable
 once per pool and passes it to its workers.
 """
 
@@ -206,7 +207,7 @@ def plan_file(
     fault: tuple[str, str] | None = None,
 ) -> FilePlan:
     """The units and triples of one text file (no embeddings yet)."""
-    if fault is not None and fault[1] == path:
+    if fault is not None and path in fault[1].split(","):
         if fault[0] == "kill" and multiprocessing.parent_process() is not None:
             os.kill(os.getpid(), signal.SIGKILL)
         if fault[0] == "crash" and parser is not None:  # as a parser's native crash would

@@ -47,6 +47,7 @@ import hashlib
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -139,6 +140,17 @@ class _Planned:
     old: FileRecord | None
     size: int
     prepared: tuple[object, ...] | None = None
+
+
+def _pool_runs(pool: PlannerPool, resource_id: str, listing: str) -> bool:
+    """Whether a worker of ``pool`` can plan an empty batch: when none can
+    (a worker killed as it starts, a broken environment), a dead worker says
+    nothing about the file it was given."""
+    try:
+        pool.submit(resource_id, listing, []).result()
+    except Exception:
+        return False
+    return True
 
 
 @dataclass(slots=True)
@@ -386,6 +398,8 @@ class IndexSession:
         # Fixed when the transaction starts (from the dirty marker): read once,
         # not once per file of a re-run.
         self._suspects = self._tx.suspects
+        # Contents a dead planner was planning (see _settle_suspect).
+        self._suspects_left = set(self._tx.suspects_left())
         self._max_file_bytes = indexer.max_file_bytes
         self._path_lookup: PathLookup | None = None
         self._seen: set[str] = set()
@@ -579,6 +593,16 @@ class IndexSession:
             self._tx.apply(FileDelta("touch", path, record=record, old=old))
             return
         work = _Work(listed, sha, old, data)
+        if self._suspects_left:
+            for stale in [e for e in self._suspects_left if e[0] == path and e[1] != sha]:
+                self._suspects_left.discard(stale)  # another content: it is parsed anew
+                self._tx.resolve_suspect(*stale, crashed=False)
+            if (path, sha) in self._suspects_left:
+                self._suspects_left.discard((path, sha))
+                settled = self._settle_suspect(work)
+                if settled is not None:
+                    self._apply_outcomes([work], [settled])
+                    return
         quarantined = self._tx.quarantined(path, sha)
         if self._pool is not None and not quarantined:
             self._batch.append(work)
@@ -601,26 +625,62 @@ class IndexSession:
     def _plan_here(self, work: _Work, *, quarantined: bool = False) -> FilePlan | PlanFailure:
         """Plan one file in this process.  With the code parser, under the
         store's planning mark: if the parser takes this process down, the
-        resource's next session quarantines the file's content, which is
-        then planned here without the parser (text and vector units kept,
-        no code graph) until it changes."""
+        resource's next session finds the file a suspect (see
+        :meth:`_settle_suspect`).  Quarantined content is planned without
+        the parser (text and vector units, the pure-Python reader's symbols
+        and imports; no calls) until it changes.
+
+        Raises:
+            IndexUnavailableError: the mark cannot be written (the store's
+                fault, never the file's).
+        """
         path, parser = work.listed.rel_path, self._ix.code_parser
         tx = self._tx
         if quarantined and parser is not None:
             _log.info("indexer.code_graph_skipped", path=path, reason="quarantined")
             parser = None
-        try:
-            if parser is None:
-                return plan_file(self.resource_id, path, work.data, None, self._files, self._fault)
+        if parser is not None:
             tx.begin_planning(path, work.sha256)
-            try:
-                return plan_file(
-                    self.resource_id, path, work.data, parser, self._files, self._fault
-                )
-            finally:
-                tx.end_planning()
+        try:
+            return plan_file(self.resource_id, path, work.data, parser, self._files, self._fault)
         except Exception as exc:  # the same rule as in a worker
             return PlanFailure("parse_failed", f"{type(exc).__name__}: {exc}"[:200])
+        finally:
+            if parser is not None:
+                tx.end_planning()
+
+    def _settle_suspect(self, work: _Work) -> Outcome | None:
+        """A dead planner was planning this very content: plan it again in a
+        child process.  Its answer is used when the child lives; its
+        content is quarantined only when the child dies while a child can
+        otherwise run (a writer killed from outside, or the OOM killer,
+        leaves a mark too).  None: plan it here as usual (no child can be
+        started, so it stays a suspect, or it was quarantined)."""
+        path, sha = work.listed.rel_path, work.sha256
+        spec = self._ix.spec
+        if spec is None:  # nothing to ask: the mark alone decides
+            self._tx.resolve_suspect(path, sha, crashed=True)
+            _log.warning("indexer.planner_crashed", resource_id=self.resource_id, path=path)
+            return None
+        with PlannerPool(spec, 2) as pool:
+            listing = pool.listing(self._listed_paths)
+            try:
+                outcome = pool.submit(self.resource_id, listing, [(path, work.data)]).result()[0]
+            except BrokenProcessPool:
+                if not _pool_runs(pool, self.resource_id, listing):
+                    _log.warning("indexer.suspect_unsettled", path=path, reason="no worker runs")
+                    return PlanFailure("worker_failed", "no planning worker could start")
+                self._tx.resolve_suspect(path, sha, crashed=True)
+                _log.warning(
+                    "indexer.planner_crashed",
+                    resource_id=self.resource_id,
+                    path=path,
+                    outcome="indexed without tree-sitter until it changes",
+                )
+                return None
+        self._tx.resolve_suspect(path, sha, crashed=False)
+        _log.info("indexer.suspect_cleared", resource_id=self.resource_id, path=path)
+        return outcome
 
     def _failed(self, path: str, failure: PlanFailure) -> None:
         # Not seen: the old units go at finish, the catalog forgets the file,
@@ -674,11 +734,20 @@ class IndexSession:
         assert pool is not None and self._listing_file is not None
         _log.warning("indexer.worker_failed", resource_id=self.resource_id, files=len(batch))
         out: list[Outcome] = []
+        runs: bool | None = None  # whether a worker can plan anything at all
         for work in batch:
             try:
                 item = [(work.listed.rel_path, work.data)]
                 out.extend(pool.submit(self.resource_id, self._listing_file, item).result())
-            except Exception as exc:  # this file takes its worker down
+            except Exception as exc:
+                if runs is None and isinstance(exc, BrokenProcessPool):
+                    runs = _pool_runs(pool, self.resource_id, self._listing_file)
+                if not (runs and isinstance(exc, BrokenProcessPool)):
+                    # Not this file's doing (no worker starts, or another
+                    # error): skipped this time, planned again next run.
+                    out.append(PlanFailure("worker_failed", f"{type(exc).__name__}: {exc}"))
+                    continue
+                # This file takes its worker down.
                 # Quarantined, so that no later session plans it with the
                 # parser in the writer (a small change is planned there),
                 # and planned here without the parser: indexed all the same.
@@ -688,7 +757,7 @@ class IndexSession:
                     resource_id=self.resource_id,
                     path=path,
                     detail=f"{type(exc).__name__}: {exc}"[:200],
-                    outcome="indexed without its code graph until it changes",
+                    outcome="indexed without tree-sitter until it changes",
                 )
                 self._tx.quarantine(path, work.sha256)
                 plan = self._plan_here(work, quarantined=True)
@@ -770,6 +839,11 @@ class IndexSession:
         try:
             self._drain()
             self._embed_pending()
+            if self._suspects_left:  # of files no longer listed: nothing to settle
+                listed = set(self._listed_paths)
+                for path, sha in sorted(self._suspects_left):
+                    if path not in listed:
+                        self._tx.resolve_suspect(path, sha, crashed=False)
             gone_paths = [path for path in self._catalog_stats if path not in self._seen]
             if gone_paths:
                 for path, rec in sorted(self._tx.records(gone_paths).items()):

@@ -278,8 +278,8 @@ class AcmsOperations:
         indexes nothing, and registered as a ``directory`` it would.  None
         otherwise (and when git cannot list it: listing it says why).
 
-        Cheap: git lists the directory once, and each listing stops at its
-        first file.
+        Its cost: one ``git ls-files`` of the directory (see
+        :func:`git_ignored_work_tree`).
         """
         from cleveragents.application.services.resource_files import git_ignored_work_tree
 

@@ -615,7 +615,9 @@ def git_ignored_work_tree(
     resource's ``root`` while walking it would list one: such a resource
     indexes nothing, where a ``directory`` resource of ``root`` would not.
 
-    Cheap: git lists ``root`` once, and each listing stops at its first file.
+    Its cost: one ``git ls-files`` of ``root`` (the whole listing, as a
+    reindex reads it), whose entries are checked in order until one would
+    be indexed; the walk stops at the first directory holding such a file.
 
     Args:
         root: The resource's root directory.

@@ -54,6 +54,7 @@ import contextlib
 import json
 import os
 import shutil
+import stat
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -166,16 +167,88 @@ def _stamp_key(rid: str) -> str:
     return f"catalog_written_ns:{rid}"
 
 
-def _quarantine_key(rid: str) -> str:
-    return f"quarantine:{rid}"
-
-
 # The directory of the planning marks, one file per resource being indexed
 # (see StoreTransaction.begin_planning), and how many quarantined contents a
 # resource keeps (the oldest are forgotten: a content that changed is never
 # asked about again).
 PLANNING = "planning"
 _QUARANTINE_KEEP = 1_000
+
+
+def _read_planning_file(where: Path) -> bytes | None:
+    """A planning file's bytes (None: absent).  Anything there that is not a
+    regular file is damage, removed (a FIFO would block, a directory or a
+    symlink would fail every session)."""
+    try:
+        fd = os.open(where, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:  # a symlink (ELOOP), a directory opened oddly, ...
+        _log.warning("index_store.planning_file_removed", path=str(where), error=str(exc))
+        _remove_planning_file(where)
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            _log.warning("index_store.planning_file_removed", path=str(where), error="not a file")
+            _remove_planning_file(where)
+            return None
+        return os.read(fd, 16 << 20)
+    finally:
+        os.close(fd)
+
+
+def _remove_planning_file(where: Path) -> None:
+    try:
+        if where.is_dir() and not where.is_symlink():
+            shutil.rmtree(where)
+        else:
+            where.unlink()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise IndexUnavailableError(f"cannot remove the planning file {where}: {exc}") from exc
+
+
+def _write_planning_file(where: Path, entries: list[tuple[str, str]]) -> None:
+    """Replace a list of ``(path, sha256)`` atomically (removed when empty)."""
+    if not entries:
+        _remove_planning_file(where)
+        return
+    tmp = where.with_name(where.name + ".tmp")
+    try:
+        file_modes.make_private_dirs(where.parent)
+        fd = os.open(
+            tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600
+        )
+        try:
+            os.write(fd, json.dumps([[sha, path] for path, sha in entries]).encode("ascii"))
+        finally:
+            os.close(fd)
+        os.replace(tmp, where)
+    except OSError as exc:
+        raise IndexUnavailableError(f"cannot write the planning file {where}: {exc}") from exc
+
+
+def _read_entries(raw: bytes | None) -> list[tuple[str, str]]:
+    """The ``(path, sha256)`` list of a suspects or quarantine file."""
+    if not raw:
+        return []
+    try:
+        items = json.loads(raw.decode("ascii"))
+    except (ValueError, UnicodeDecodeError):
+        return []
+    out: list[tuple[str, str]] = []
+    for item in items if isinstance(items, list) else ():
+        if (
+            isinstance(item, list)
+            and len(item) == 2
+            and all(isinstance(x, str) for x in item)
+            and item[1]
+        ):
+            entry = (item[1], item[0])
+            if entry not in out:
+                out.append(entry)
+    return out
 
 
 def _read_mark(raw: bytes) -> tuple[str, str] | None:
@@ -503,8 +576,11 @@ class ManagedIndexStore:
         checkpoint("resource.delete")
         self.graph.delete(rid)
         checkpoint("resource.delete")
-        for key in (_identity_key(rid), _stamp_key(rid), _dirty_key(rid), _quarantine_key(rid)):
+        for key in (_identity_key(rid), _stamp_key(rid), _dirty_key(rid)):
             catalog.delete_meta(key)
+        if self.planning_dir is not None:
+            for suffix in ("", ".suspect", ".quarantine"):
+                _remove_planning_file(self.planning_dir / (rid + suffix))
         self._wrote()
         _log.info("index_store.resource_deleted", resource_id=rid)
 
@@ -661,22 +737,6 @@ class ManagedIndexStore:
                 if self._unsecured:
                     self.secure()
 
-    def _carry_quarantine(self, fresh: ManagedIndexStore) -> None:
-        """Copy the live catalog's quarantined contents into ``fresh``'s.  A
-        rebuild needs nothing of the live indexes: a catalog that cannot be
-        read (damaged: what a rebuild is for) carries none over."""
-        try:
-            live = self.catalog
-            entries = {
-                rid: live.get_meta(_quarantine_key(rid)) for rid in sorted(live.resource_ids())
-            }
-        except IndexUnavailableError as exc:
-            _log.warning("index_store.quarantine_not_carried", error=str(exc)[:200])
-            return
-        for rid, quarantined in entries.items():
-            if quarantined:
-                fresh.catalog.set_meta(_quarantine_key(rid), quarantined)
-
     def rebuild(self) -> AbstractContextManager[ManagedIndexStore]:
         """Fresh indexes in ``.rebuild/``, swapped in on a normal exit (hold :meth:`writing`).
 
@@ -706,10 +766,10 @@ class ManagedIndexStore:
             batch_bytes=self.batches.bytes,
             batch_triples=self.batches.triples,
         )
-        # A rebuild plans every file again: it keeps the quarantined contents,
-        # and its marks outlive a rebuild killed by a parser (.rebuild/ goes).
+        # A rebuild plans every file again: its marks, suspects and quarantine
+        # are the live ones (they outlive a rebuild killed by a parser, whose
+        # .rebuild/ the next run removes).
         fresh.planning_dir = self.planning_dir
-        self._carry_quarantine(fresh)
         try:
             yield fresh
             # An index nothing was written to (no resource, or none with
@@ -803,62 +863,86 @@ class StoreTransaction:
         self._mark_path = None if store.planning_dir is None else store.planning_dir / resource_id
         self._mark_fd: int | None = None
         self._quarantine: dict[tuple[str, str], None] | None = None
+        self._suspects_left: list[tuple[str, str]] = []
         self._take_planning_mark()
 
     # ------------------------------------------------------------ planning marks
 
-    def _take_planning_mark(self) -> None:
-        """Quarantine the content an earlier session was planning when its
-        process died (its mark is still there), and remove the mark."""
+    def _planning_file(self, suffix: str) -> Path | None:
         where = self._mark_path
-        if where is None:
+        return None if where is None else where.with_name(where.name + suffix)
+
+    def _take_planning_mark(self) -> None:
+        """Move the mark an earlier session left (its process died while
+        planning that file) to the resource's suspects, which stay until the
+        planner resolves them (:meth:`resolve_suspect`)."""
+        where, suspects = self._mark_path, self._planning_file(".suspect")
+        if where is None or suspects is None:
             return
-        try:
-            fd = os.open(where, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            _log.warning("index_store.planning_mark_unreadable", path=str(where), error=str(exc))
-            return
-        try:
-            raw = os.read(fd, 1 << 20)
-        finally:
-            os.close(fd)
-        entry = _read_mark(raw)
-        if entry is not None:
-            path, sha = entry
+        raw = _read_planning_file(where)
+        entries = _read_entries(_read_planning_file(suspects))
+        left = _read_mark(raw) if raw else None
+        if left is not None and left not in entries:
             _log.warning(
-                "index_store.planner_crashed",
+                "index_store.planner_died",
                 resource_id=self.resource_id,
-                path=path,
-                detail="the indexing process died while planning this file (a parser crash, "
-                "or the process was killed): it is indexed without its code graph until it "
-                "changes",
+                path=left[0],
+                detail="the indexing process died while planning this file: it is planned "
+                "again in a worker process first, and quarantined if it kills that too",
             )
-            self.quarantine(path, sha)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(where)
+            entries.append(left)
+            _write_planning_file(suspects, entries)
+        if raw is not None:
+            _remove_planning_file(where)
+        self._suspects_left = entries
+
+    def suspects_left(self) -> list[tuple[str, str]]:
+        """``(path, sha256)`` of the contents a dead planner was planning."""
+        return list(self._suspects_left)
+
+    def resolve_suspect(self, path: str, sha256: str, *, crashed: bool) -> None:
+        """A suspect was planned again in a child process: ``crashed`` quarantines it."""
+        if crashed:
+            self.quarantine(path, sha256)
+        entries = [e for e in self._suspects_left if e != (path, sha256)]
+        if entries != self._suspects_left:
+            self._suspects_left = entries
+            suspects = self._planning_file(".suspect")
+            if suspects is not None:
+                _write_planning_file(suspects, entries)
 
     def begin_planning(self, path: str, sha256: str) -> None:
         """Mark ``path`` as being planned in this process (one ``pwrite`` and
         one ``ftruncate`` of a small file; no ``fsync``: what matters is a
-        process that dies, and the kernel keeps its writes)."""
+        process that dies, and the kernel keeps its writes).
+
+        Raises:
+            IndexUnavailableError: the mark cannot be written.
+        """
         where = self._mark_path
         if where is None:
             return
-        fd = self._mark_fd
-        if fd is None:
-            file_modes.make_private_dirs(where.parent)
-            flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
-            fd = self._mark_fd = os.open(where, flags, 0o600)
         line = json.dumps([sha256, path]).encode("ascii") + b"\n"
-        os.pwrite(fd, line, 0)
-        os.ftruncate(fd, len(line))
+        try:
+            fd = self._mark_fd
+            if fd is None:
+                file_modes.make_private_dirs(where.parent)
+                flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+                fd = self._mark_fd = os.open(where, flags, 0o600)
+            os.pwrite(fd, line, 0)
+            os.ftruncate(fd, len(line))
+        except OSError as exc:
+            raise IndexUnavailableError(f"cannot write the planning mark {where}: {exc}") from exc
 
     def end_planning(self) -> None:
         """Clear the mark :meth:`begin_planning` wrote."""
         if self._mark_fd is not None:
-            os.ftruncate(self._mark_fd, 0)
+            try:
+                os.ftruncate(self._mark_fd, 0)
+            except OSError as exc:
+                raise IndexUnavailableError(
+                    f"cannot clear the planning mark {self._mark_path}: {exc}"
+                ) from exc
 
     def close_planning(self) -> None:
         """Remove the planning mark (the session ended, normally or not)."""
@@ -871,13 +955,9 @@ class StoreTransaction:
 
     def _quarantined_set(self) -> dict[tuple[str, str], None]:
         if self._quarantine is None:
-            raw = self._catalog.get_meta(_quarantine_key(self.resource_id))
-            entries: dict[tuple[str, str], None] = {}
-            if raw:
-                with contextlib.suppress(ValueError, TypeError):
-                    for path, sha in json.loads(raw):
-                        entries[(str(path), str(sha))] = None
-            self._quarantine = entries
+            where = self._planning_file(".quarantine")
+            raw = None if where is None else _read_planning_file(where)
+            self._quarantine = dict.fromkeys(_read_entries(raw))
         return self._quarantine
 
     def quarantined(self, path: str, sha256: str) -> bool:
@@ -885,16 +965,17 @@ class StoreTransaction:
         return (path, sha256) in self._quarantined_set()
 
     def quarantine(self, path: str, sha256: str) -> None:
-        """Remember this content of ``path`` as one that kills its planner
-        (in the catalog's metadata; the newest :data:`_QUARANTINE_KEEP`)."""
+        """Remember this content of ``path`` as one that kills its planner (a
+        file beside the marks, in the live data directory, so a rebuild keeps
+        it; the newest :data:`_QUARANTINE_KEEP`)."""
         entries = self._quarantined_set()
         entries.pop((path, sha256), None)
         entries[(path, sha256)] = None
         while len(entries) > _QUARANTINE_KEEP:
             del entries[next(iter(entries))]
-        self._catalog.set_meta(
-            _quarantine_key(self.resource_id), json.dumps([list(e) for e in entries])
-        )
+        where = self._planning_file(".quarantine")
+        if where is not None:
+            _write_planning_file(where, list(entries))
 
     # ------------------------------------------------------------ what the planner reads
 

@@ -41,7 +41,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from cleveragents._logging import get_logger
@@ -60,6 +60,7 @@ from cleveragents.domain.models.acms.errors import (
     IndexUnavailableError,
     QueryError,
     QueryLimitError,
+    WalkLimitError,
 )
 from cleveragents.domain.models.acms.uko import UKO, resource_id_of, resource_uri
 from cleveragents.domain.models.acms.ulids import canonical_ulid, validate_scope
@@ -321,12 +322,28 @@ class SparqlEndpointGraphBackend:
         frontier = [start]
         for hop in range(1, depth + 1):
             by_node: dict[str, set[tuple[Triple, str]]] = {}
-            if direction in ("out", "both"):
-                for triple, to_iri in self._edges(frontier, canonical, "s", chosen):
-                    by_node.setdefault(triple[0], set()).add((triple, triple[2] if to_iri else ""))
-            if direction in ("in", "both"):
-                for triple, _ in self._edges(frontier, canonical, "o", chosen):
-                    by_node.setdefault(triple[2], set()).add((triple, triple[0]))
+            fresh: set[Triple] = set()
+
+            def count(
+                rows: list[tuple[Triple, bool]], hop: int = hop, fresh: set[Triple] = fresh
+            ) -> None:
+                # Stop as the hop's answers come, not after all of them.
+                fresh.update(t for t, _ in rows if t not in seen)
+                if len(out) + len(fresh) > self._max_rows:
+                    raise walk_limit_error(start, self._max_rows, hop)
+
+            try:
+                if direction in ("out", "both"):
+                    for triple, to_iri in self._edges(frontier, canonical, "s", chosen, count):
+                        target = triple[2] if to_iri else ""
+                        by_node.setdefault(triple[0], set()).add((triple, target))
+                if direction in ("in", "both"):
+                    for triple, _ in self._edges(frontier, canonical, "o", chosen, count):
+                        by_node.setdefault(triple[2], set()).add((triple, triple[0]))
+            except WalkLimitError:
+                raise
+            except QueryLimitError as exc:  # one query's answer alone passed it
+                raise walk_limit_error(start, self._max_rows, hop) from exc
             reached: list[str] = []
             for node in frontier:
                 for triple, target in sorted(by_node.get(node, ())):
@@ -460,11 +477,14 @@ class SparqlEndpointGraphBackend:
         scope: frozenset[str] | None,
         position: str = "s",
         predicates: frozenset[str] | None = None,
+        on_batch: Callable[[list[tuple[Triple, bool]]], None] | None = None,
     ) -> list[tuple[Triple, bool]]:
         """Triples whose subject (``position`` ``"s"``) or object (``"o"``)
         is one of ``nodes`` (IRIs), in the scope's graphs, with a predicate
         of ``predicates`` when given (IRIs, checked by the caller); each with
-        whether its object is an IRI (a node a traversal may follow)."""
+        whether its object is an IRI (a node a traversal may follow).
+        ``on_batch`` sees the triples of each query as it comes (a walk
+        stops there once it holds too many)."""
         out: list[tuple[Triple, bool]] = []
         iris = [s for s in nodes if _IRI_RE.fullmatch(s)]
         only = (
@@ -484,14 +504,18 @@ class SparqlEndpointGraphBackend:
                 graphs = sorted(_graph_of(r) for r in scope)
             body = f"SELECT DISTINCT ?s ?p ?o WHERE {{ {pattern} }} LIMIT {limit}"
             rows = self._select(body, graphs=graphs, max_bytes=self._max_bytes)
-            if len(rows) > self._max_rows:
-                raise QueryLimitError(f"more than {self._max_rows} triples")
+            got: list[tuple[Triple, bool]] = []
             for row in rows:
                 try:
                     triple = (_json_term(row["s"]), _json_term(row["p"]), _json_term(row["o"]))
                 except KeyError:
                     continue
-                out.append((triple, row["o"].get("type") == "uri"))
+                got.append((triple, row["o"].get("type") == "uri"))
+            if on_batch is not None:
+                on_batch(got)
+            if len(rows) > self._max_rows:
+                raise QueryLimitError(f"more than {self._max_rows} triples")
+            out += got
         return out
 
     def _select(

@@ -24,7 +24,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from cleveragents.domain.models.acms.errors import QueryLimitError
+from cleveragents.domain.models.acms.errors import WalkLimitError
 from cleveragents.domain.models.acms.uko import resource_id_of
 
 if TYPE_CHECKING:
@@ -178,7 +178,7 @@ TRAVERSAL_DIRECTIONS = ("out", "in", "both")
 MAX_WALK_TRIPLES = 10_000
 
 
-def walk_limit_error(start: str, max_rows: int, hop: int) -> QueryLimitError:
+def walk_limit_error(start: str, max_rows: int, hop: int) -> WalkLimitError:
     """The error of a walk stopped at ``hop`` (1-based) with more than
     ``max_rows`` triples: it names the depth that answers, the one before
     the hop that passed the limit."""
@@ -187,9 +187,12 @@ def walk_limit_error(start: str, max_rows: int, hop: int) -> QueryLimitError:
         if hop > 1
         else "the start's own edges are more than that"
     )
-    return QueryLimitError(
+    return WalkLimitError(
         f"traverse from {start[:200]!r} passed the limit of {max_rows:,} triples at hop "
-        f"{hop}: {fits}, or narrow the walk by direction or predicates"
+        f"{hop}: {fits}, or narrow the walk by direction or predicates",
+        start=start,
+        max_rows=max_rows,
+        hop=hop,
     )
 
 

@@ -39,6 +39,7 @@ __all__ = [
     "ResourceListingError",
     "ScopeError",
     "ScopeViolationError",
+    "WalkLimitError",
 ]
 
 
@@ -52,6 +53,17 @@ class QueryError(AcmsError, ValueError):
 
 class QueryLimitError(QueryError):
     """The query ran into its time limit or row cap and was stopped."""
+
+
+class WalkLimitError(QueryLimitError):
+    """A walk passed its triple limit at ``hop`` (1-based): the depth before
+    it answers.  ``max_rows`` is the limit, ``start`` the walk's start."""
+
+    def __init__(self, message: str, *, start: str, max_rows: int, hop: int) -> None:
+        super().__init__(message)
+        self.start = start
+        self.max_rows = max_rows
+        self.hop = hop
 
 
 class IndexUnavailableError(AcmsError):

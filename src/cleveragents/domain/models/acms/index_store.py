@@ -202,11 +202,23 @@ class IndexTransaction(Protocol):
     # and with it the process that plans the file.  A worker's death is
     # seen by the writer; the writer's own death (planning in process:
     # ``--jobs 1``, or a change too small to start workers) is seen by the
-    # resource's next session through the planning mark.  Either way the
-    # file's content is quarantined: planned without the tree-sitter parser
-    # (its text and vector units kept, and the symbols and imports of the
+    # resource's next session through the planning mark, which makes the
+    # file a *suspect*: planned again in a child process first (a process
+    # killed from outside leaves a mark too).  A content that kills its
+    # planner is quarantined: planned without the tree-sitter parser (its
+    # text and vector units kept, and the symbols and imports of the
     # pure-Python reader) until it changes, so one hostile file costs at
     # most one failed run per version of it, never every run.
+
+    def suspects_left(self) -> list[tuple[str, str]]:
+        """``(path, sha256)`` of the contents a dead planner was planning,
+        until :meth:`resolve_suspect` settles each."""
+        ...
+
+    def resolve_suspect(self, path: str, sha256: str, *, crashed: bool) -> None:
+        """A suspect was planned again in a child process: ``crashed``
+        quarantines its content; either way it is no longer a suspect."""
+        ...
 
     def begin_planning(self, path: str, sha256: str) -> None:
         """Mark ``path`` (content ``sha256``) as being planned in this process,
