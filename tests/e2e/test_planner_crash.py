@@ -80,6 +80,10 @@ def test_one_crashed_run_then_the_file_is_indexed_without_the_parser(
     assert _callees(env, "hostile_v2") == []
     assert _callees(env, "core_entry") == ["helper_call"]
 
+    status = run_acms(env, "--json", "status")
+    assert json.loads(status.stdout)["resources"][0]["quarantined"] == 1
+    assert "quarantined=1 (planned without tree-sitter" in run_acms(env, "status").stdout
+
     # The quarantine lasts: a full re-read does not parse it in the writer.
     again = run_acms(crashing, "reindex", "--full", "--jobs", jobs)
     assert again.returncode == 0, again.stderr
@@ -92,6 +96,8 @@ def test_one_crashed_run_then_the_file_is_indexed_without_the_parser(
     fixed = run_acms(env, "reindex", "--jobs", jobs)
     assert fixed.returncode == 0, fixed.stderr
     assert _callees(env, "friendly") == ["helper_call"]
+    status = run_acms(env, "--json", "status")
+    assert json.loads(status.stdout)["resources"][0]["quarantined"] == 0
 
 
 def test_a_rebuild_keeps_the_quarantine_and_its_marks_outlive_a_killed_rebuild(

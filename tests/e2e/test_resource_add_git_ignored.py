@@ -168,3 +168,8 @@ def test_reindex_names_a_git_resource_whose_git_ignores_every_file(
     assert "--type directory" in line
     as_json = run_acms(env, "--json", "reindex", "--jobs", "1")
     assert json.loads(as_json.stdout)["git_ignored"] == {rid: str(checkout.resolve())}
+    rebuilt = run_acms(env, "--json", "reindex", "--rebuild", "--jobs", "1")
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert json.loads(rebuilt.stdout)["git_ignored"] == {rid: str(checkout.resolve())}
+    (line,) = _warning_lines(rebuilt.stderr)
+    assert line.startswith(f"acms: warning: resource {rid}: ")

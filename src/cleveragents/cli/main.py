@@ -1082,6 +1082,12 @@ def _status(status: dict[str, Any]) -> str:
             f"vector={r['vector_units']} graph={r['graph_subjects']}  "
             f"indexed: {r['last_indexed_at'] or 'never'}  {printable(r['location'])}"
             + _secret_status(r)
+            + (
+                f"  quarantined={r['quarantined']} "
+                "(planned without tree-sitter: their parse crashed it)"
+                if r.get("quarantined")
+                else ""
+            )
         )
     sizes = "  ".join(f"{k}={v}" for k, v in status["bytes_on_disk"].items())
     lines.append(f"bytes on disk: {sizes}")

@@ -287,6 +287,22 @@ class AcmsOperations:
             resource.location, resource.resource_type, secrets=secret_filter_of(resource)
         )
 
+    def _note_git_ignored(self, report: ReindexReport) -> None:
+        """Name in ``report`` each git resource that listed no file while its
+        directory holds some (checked only for resources that listed none)."""
+        for resource in self.resources.list():
+            stats = report.resources.get(resource.resource_id)
+            if stats is None or stats.files_seen:
+                continue
+            work_tree = self.git_ignoring_work_tree(resource)
+            if work_tree is not None:
+                _log.info(
+                    "reindex.git_ignores_all",
+                    resource_id=resource.resource_id,
+                    work_tree=work_tree,
+                )
+                report.git_ignored[resource.resource_id] = work_tree
+
     def set_secret_policy(
         self, resource_id: str, *, secret_filter: bool = True, secret_allow: Iterable[str] = ()
     ) -> Resource:
@@ -558,13 +574,9 @@ class AcmsOperations:
                     continue
                 report.resources[rid] = stats
                 self.resources.mark_indexed(rid, secrets_skipped=stats.skipped.get("secret", 0))
-                if stats.files_seen == 0:
-                    work_tree = self.git_ignoring_work_tree(resource)
-                    if work_tree is not None:
-                        _log.info("reindex.git_ignores_all", resource_id=rid, work_tree=work_tree)
-                        report.git_ignored[rid] = work_tree
             if everything:
                 report.pruned = store.prune(r.resource_id for r in self.resources.list())
+        self._note_git_ignored(report)
         report.seconds = time.perf_counter() - t0
         return report
 
@@ -612,6 +624,7 @@ class AcmsOperations:
                         ) from exc
             for rid, stats in report.resources.items():
                 self.resources.mark_indexed(rid, secrets_skipped=stats.skipped.get("secret", 0))
+        self._note_git_ignored(report)
         report.seconds = time.perf_counter() - t0
         _log.info("reindex.rebuilt", resources=len(report.resources), seconds=report.seconds)
         return report

@@ -665,7 +665,8 @@ class ManagedIndexStore:
 
     def counts(self, resource_id: str) -> dict[str, int]:
         """Of one resource: its files with units and its graph's file subjects
-        as the catalog records them, and the units each index holds.
+        as the catalog records them, the units each index holds, and its
+        files indexed without tree-sitter because their content crashed it.
 
         It costs the resource's metadata, not its data: an index that can
         (:class:`CountedUnits`) counts from its own commit records, and the
@@ -680,7 +681,18 @@ class ManagedIndexStore:
             "vector_units": _unit_count(self.vector, rid),
             # Each file's subjects are URIs under the file (the planner's rule).
             "graph_subjects": len({s for rec in records.values() for s in rec.graph_subjects}),
+            # Files indexed without tree-sitter: their content crashed it.
+            "quarantined": sum(
+                1
+                for path, sha in self._quarantine_of(rid)
+                if (rec := records.get(path)) is not None and rec.sha256 == sha
+            ),
         }
+
+    def _quarantine_of(self, rid: str) -> list[tuple[str, str]]:
+        if self.planning_dir is None:
+            return []
+        return _read_entries(_read_planning_file(self.planning_dir / (rid + ".quarantine")))
 
     # ------------------------------------------------------------ the data directory
 
