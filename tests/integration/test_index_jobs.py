@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import gc
 import hashlib
+import json
 import os
 import pickle
 import shutil
@@ -504,3 +505,38 @@ def test_a_worker_collects_once_per_collect_every_batches(
     for _ in range(2 * COLLECT_EVERY + 1):
         index_workers._plan_in_worker(RID, str(listing), [("a.txt", b"hello\n")])
     assert len(calls) == 2
+
+
+def test_a_suspect_no_worker_can_settle_is_indexed_without_the_parser_and_kept(
+    tmp_path: Path,
+) -> None:
+    """A mark left by a dead writer, and no worker to ask (an indexer without
+    a spec, as when shared memory or the workers cannot start): the file is
+    indexed without tree-sitter this time, not dropped, and stays a suspect
+    (never quarantined on the mark's word alone)."""
+    tree = make_tree(tmp_path / "tree")
+    ix = indexer_at(tmp_path / "data")
+    run(ix, tree, 1)
+    core = tree / "pkg" / "core.py"
+    core.write_text("def suspected():\n    return helper_call()\n")
+    sha = hashlib.sha256(core.read_bytes()).hexdigest()
+    planning = tmp_path / "data" / "planning"
+    planning.mkdir(exist_ok=True)
+    (planning / RID).write_text(json.dumps([sha, "pkg/core.py"]) + "\n")
+    alone = Indexer(ix.store, HashingEmbedder(DIM), code_parser=TreeSitterCodeParser())
+    with capture_logs() as logs:
+        stats = run(alone, tree, 1)
+    assert stats.files_skipped == 0 and stats.files_indexed == 1, stats
+    assert [e["path"] for e in logs if e["event"] == "indexer.suspect_unsettled"] == ["pkg/core.py"]
+    assert alone.store.text.search("suspected", scope=frozenset({RID}))
+    assert (planning / f"{RID}.suspect").exists()
+    assert not (planning / f"{RID}.quarantine").exists()
+    ix.store.close()
+
+
+def test_a_walk_limit_error_survives_pickle() -> None:
+    from cleveragents.domain.models.acms.backends import walk_limit_error
+
+    err = walk_limit_error("urn:x", 10, 3)
+    back = pickle.loads(pickle.dumps(err))
+    assert (str(back), back.start, back.max_rows, back.hop) == (str(err), "urn:x", 10, 3)

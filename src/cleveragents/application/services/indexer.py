@@ -654,33 +654,55 @@ class IndexSession:
         child process.  Its answer is used when the child lives; its
         content is quarantined only when the child dies while a child can
         otherwise run (a writer killed from outside, or the OOM killer,
-        leaves a mark too).  None: plan it here as usual (no child can be
-        started, so it stays a suspect, or it was quarantined)."""
+        leaves a mark too).  When no child can run at all (no spec, no
+        shared memory, workers killed as they start), it is planned here
+        without tree-sitter this time and stays a suspect.  None: it was
+        quarantined; plan it here as usual."""
         path, sha = work.listed.rel_path, work.sha256
-        spec = self._ix.spec
-        if spec is None:  # nothing to ask: the mark alone decides
-            self._tx.resolve_suspect(path, sha, crashed=True)
-            _log.warning("indexer.planner_crashed", resource_id=self.resource_id, path=path)
+        try:
+            crashed, outcome = self._ask_child(work)
+        except Exception as exc:  # no child to ask: safe for now, decided later
+            _log.warning(
+                "indexer.suspect_unsettled",
+                resource_id=self.resource_id,
+                path=path,
+                reason=f"{type(exc).__name__}: {exc}"[:200],
+                outcome="indexed without tree-sitter this time; still a suspect",
+            )
+            plan = self._plan_here(work, quarantined=True)
+            return embed_plans(self._ix.embedder, [plan])[0]
+        self._tx.resolve_suspect(path, sha, crashed=crashed)
+        if crashed:
+            _log.warning(
+                "indexer.planner_crashed",
+                resource_id=self.resource_id,
+                path=path,
+                outcome="indexed without tree-sitter until it changes",
+            )
             return None
-        with PlannerPool(spec, 2) as pool:
-            listing = pool.listing(self._listed_paths)
-            try:
-                outcome = pool.submit(self.resource_id, listing, [(path, work.data)]).result()[0]
-            except BrokenProcessPool:
-                if not _pool_runs(pool, self.resource_id, listing):
-                    _log.warning("indexer.suspect_unsettled", path=path, reason="no worker runs")
-                    return PlanFailure("worker_failed", "no planning worker could start")
-                self._tx.resolve_suspect(path, sha, crashed=True)
-                _log.warning(
-                    "indexer.planner_crashed",
-                    resource_id=self.resource_id,
-                    path=path,
-                    outcome="indexed without tree-sitter until it changes",
-                )
-                return None
-        self._tx.resolve_suspect(path, sha, crashed=False)
         _log.info("indexer.suspect_cleared", resource_id=self.resource_id, path=path)
         return outcome
+
+    def _ask_child(self, work: _Work) -> tuple[bool, Outcome | None]:
+        """Plan ``work`` in a one-off worker: (True, None) when it dies while
+        a worker can otherwise run, else (False, its outcome).
+
+        Raises:
+            RuntimeError / OSError: no worker can run (no spec, no shared
+                memory, workers killed as they start).
+        """
+        spec = self._ix.spec
+        if spec is None:
+            raise RuntimeError("this indexer has no planner spec for a worker")
+        with PlannerPool(spec, 2) as pool:
+            listing = pool.listing(self._listed_paths)
+            item = [(work.listed.rel_path, work.data)]
+            try:
+                return False, pool.submit(self.resource_id, listing, item).result()[0]
+            except BrokenProcessPool:
+                if not _pool_runs(pool, self.resource_id, listing):
+                    raise RuntimeError("no planning worker could start") from None
+                return True, None
 
     def _failed(self, path: str, failure: PlanFailure) -> None:
         # Not seen: the old units go at finish, the catalog forgets the file,

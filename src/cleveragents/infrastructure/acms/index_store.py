@@ -51,6 +51,7 @@ covered.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -183,7 +184,11 @@ def _read_planning_file(where: Path) -> bytes | None:
         fd = os.open(where, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         return None
-    except OSError as exc:  # a symlink (ELOOP), a directory opened oddly, ...
+    except OSError as exc:
+        if exc.errno not in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
+            # Not damage at the path (no descriptor left, a parent that is
+            # not a directory): kept, and the error said.
+            raise IndexUnavailableError(f"cannot read the planning file {where}: {exc}") from exc
         _log.warning("index_store.planning_file_removed", path=str(where), error=str(exc))
         _remove_planning_file(where)
         return None
@@ -692,7 +697,14 @@ class ManagedIndexStore:
     def _quarantine_of(self, rid: str) -> list[tuple[str, str]]:
         if self.planning_dir is None:
             return []
-        return _read_entries(_read_planning_file(self.planning_dir / (rid + ".quarantine")))
+        where = self.planning_dir / (rid + ".quarantine")
+        try:  # status reports; it repairs nothing
+            if not where.is_file() or where.is_symlink():
+                return []
+            return _read_entries(where.read_bytes())
+        except OSError as exc:
+            _log.warning("index_store.quarantine_unreadable", path=str(where), error=str(exc))
+            return []
 
     # ------------------------------------------------------------ the data directory
 

@@ -60,7 +60,6 @@ from cleveragents.domain.models.acms.errors import (
     IndexUnavailableError,
     QueryError,
     QueryLimitError,
-    WalkLimitError,
 )
 from cleveragents.domain.models.acms.uko import UKO, resource_id_of, resource_uri
 from cleveragents.domain.models.acms.ulids import canonical_ulid, validate_scope
@@ -133,6 +132,11 @@ def _in_scope(triple: Triple, scope: frozenset[str]) -> bool:
         if rid is not None and rid not in scope:
             return False
     return True
+
+
+class _RowCapError(QueryLimitError):
+    """One query's answer held more than ``max_rows`` triples (not the byte
+    cap, not the time limit): a walk reports it as its own limit."""
 
 
 def _graph_of(rid: str) -> str:
@@ -340,9 +344,7 @@ class SparqlEndpointGraphBackend:
                 if direction in ("in", "both"):
                     for triple, _ in self._edges(frontier, canonical, "o", chosen, count):
                         by_node.setdefault(triple[2], set()).add((triple, triple[0]))
-            except WalkLimitError:
-                raise
-            except QueryLimitError as exc:  # one query's answer alone passed it
+            except _RowCapError as exc:  # one query's answer alone passed it
                 raise walk_limit_error(start, self._max_rows, hop) from exc
             reached: list[str] = []
             for node in frontier:
@@ -514,7 +516,7 @@ class SparqlEndpointGraphBackend:
             if on_batch is not None:
                 on_batch(got)
             if len(rows) > self._max_rows:
-                raise QueryLimitError(f"more than {self._max_rows} triples")
+                raise _RowCapError(f"more than {self._max_rows} triples")
             out += got
         return out
 

@@ -59,7 +59,8 @@ class WalkLimitError(QueryLimitError):
     """A walk passed its triple limit at ``hop`` (1-based): the depth before
     it answers.  ``max_rows`` is the limit, ``start`` the walk's start."""
 
-    def __init__(self, message: str, *, start: str, max_rows: int, hop: int) -> None:
+    # Defaults, so that pickle and copy (message only, then __dict__) work.
+    def __init__(self, message: str, *, start: str = "", max_rows: int = 0, hop: int = 0) -> None:
         super().__init__(message)
         self.start = start
         self.max_rows = max_rows
