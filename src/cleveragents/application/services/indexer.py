@@ -142,6 +142,16 @@ class _Planned:
     prepared: tuple[object, ...] | None = None
 
 
+def _log_crash(resource_id: str, path: str, detail: str) -> None:
+    _log.warning(
+        "indexer.planner_crashed",
+        resource_id=resource_id,
+        path=path,
+        detail=detail[:200],
+        outcome="indexed without tree-sitter until it changes",
+    )
+
+
 def _pool_runs(pool: PlannerPool, resource_id: str, listing: str) -> bool:
     """Whether a worker of ``pool`` can plan an empty batch: when none can
     (a worker killed as it starts, a broken environment), a dead worker says
@@ -599,10 +609,8 @@ class IndexSession:
                 self._tx.resolve_suspect(*stale, crashed=False)
             if (path, sha) in self._suspects_left:
                 self._suspects_left.discard((path, sha))
-                settled = self._settle_suspect(work)
-                if settled is not None:
-                    self._apply_outcomes([work], [settled])
-                    return
+                self._apply_outcomes([work], [self._settle_suspect(work)])
+                return
         quarantined = self._tx.quarantined(path, sha)
         if self._pool is not None and not quarantined:
             self._batch.append(work)
@@ -649,18 +657,17 @@ class IndexSession:
             if parser is not None:
                 tx.end_planning()
 
-    def _settle_suspect(self, work: _Work) -> Outcome | None:
+    def _settle_suspect(self, work: _Work) -> Outcome:
         """A dead planner was planning this very content: plan it again in a
         child process.  Its answer is used when the child lives; its
         content is quarantined only when the child dies while a child can
         otherwise run (a writer killed from outside, or the OOM killer,
         leaves a mark too).  When no child can run at all (no spec, no
         shared memory, workers killed as they start), it is planned here
-        without tree-sitter this time and stays a suspect.  None: it was
-        quarantined; plan it here as usual."""
+        without tree-sitter this time and stays a suspect."""
         path, sha = work.listed.rel_path, work.sha256
         try:
-            crashed, outcome = self._ask_child(work)
+            outcome = self._ask_child(work)
         except Exception as exc:  # no child to ask: safe for now, decided later
             _log.warning(
                 "indexer.suspect_unsettled",
@@ -669,23 +676,21 @@ class IndexSession:
                 reason=f"{type(exc).__name__}: {exc}"[:200],
                 outcome="indexed without tree-sitter this time; still a suspect",
             )
-            plan = self._plan_here(work, quarantined=True)
-            return embed_plans(self._ix.embedder, [plan])[0]
-        self._tx.resolve_suspect(path, sha, crashed=crashed)
-        if crashed:
-            _log.warning(
-                "indexer.planner_crashed",
-                resource_id=self.resource_id,
-                path=path,
-                outcome="indexed without tree-sitter until it changes",
-            )
-            return None
+            return self._without_parser(work)
+        self._tx.resolve_suspect(path, sha, crashed=outcome is None)
+        if outcome is None:
+            _log_crash(self.resource_id, path, "a one-off worker died planning it")
+            return self._without_parser(work)
         _log.info("indexer.suspect_cleared", resource_id=self.resource_id, path=path)
         return outcome
 
-    def _ask_child(self, work: _Work) -> tuple[bool, Outcome | None]:
-        """Plan ``work`` in a one-off worker: (True, None) when it dies while
-        a worker can otherwise run, else (False, its outcome).
+    def _without_parser(self, work: _Work) -> Outcome:
+        """``work`` planned here without tree-sitter, with its embeddings."""
+        return embed_plans(self._ix.embedder, [self._plan_here(work, quarantined=True)])[0]
+
+    def _ask_child(self, work: _Work) -> Outcome | None:
+        """Plan ``work`` in a one-off worker: its outcome, or None when it
+        dies while a worker can otherwise run.
 
         Raises:
             RuntimeError / OSError: no worker can run (no spec, no shared
@@ -698,11 +703,11 @@ class IndexSession:
             listing = pool.listing(self._listed_paths)
             item = [(work.listed.rel_path, work.data)]
             try:
-                return False, pool.submit(self.resource_id, listing, item).result()[0]
+                return pool.submit(self.resource_id, listing, item).result()[0]
             except BrokenProcessPool:
                 if not _pool_runs(pool, self.resource_id, listing):
                     raise RuntimeError("no planning worker could start") from None
-                return True, None
+                return None
 
     def _failed(self, path: str, failure: PlanFailure) -> None:
         # Not seen: the old units go at finish, the catalog forgets the file,
@@ -774,16 +779,9 @@ class IndexSession:
                 # parser in the writer (a small change is planned there),
                 # and planned here without the parser: indexed all the same.
                 path = work.listed.rel_path
-                _log.warning(
-                    "indexer.planner_crashed",
-                    resource_id=self.resource_id,
-                    path=path,
-                    detail=f"{type(exc).__name__}: {exc}"[:200],
-                    outcome="indexed without tree-sitter until it changes",
-                )
+                _log_crash(self.resource_id, path, f"{type(exc).__name__}: {exc}")
                 self._tx.quarantine(path, work.sha256)
-                plan = self._plan_here(work, quarantined=True)
-                out.extend(embed_plans(self._ix.embedder, [plan]))
+                out.append(self._without_parser(work))
         return out
 
     def _drain(self) -> None:
