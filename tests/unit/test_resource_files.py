@@ -23,6 +23,7 @@ from cleveragents.application.services.resource_files import (
     list_files,
     read_file,
 )
+from cleveragents.domain.models.acms.errors import ResourceListingError
 from gitrepo import git
 
 
@@ -289,3 +290,60 @@ def test_a_walked_listing_is_sorted_by_whole_path(tmp_path: Path) -> None:
         (tmp_path / rel).write_text("x = 1\n")
     listed = [f.rel_path for f in resource_files.list_resource(tmp_path, "directory").files]
     assert listed == ["a-b/y.py", "a.py", "a/a.py", "a/b/z.py", "a/x.py", "b.py"]
+
+
+# --- the data directory inside a resource -------------------------------------
+
+
+@pytest.mark.parametrize("resource_type", ["directory", "git-checkout"])
+def test_an_excluded_directory_inside_the_root_is_not_listed(
+    project: Path, resource_type: str
+) -> None:
+    data = project / "data"
+    write(data, "catalog", "sqlite\n")
+    write(data, ".gen/01ABC/text/meta.json", "{}\n")
+    write(project, "database/schema.sql", "create table t (x int);\n")  # a sibling prefix
+    before = paths(project, resource_type)
+
+    listed = [
+        f.rel_path
+        for f in resource_files.list_resource(project, resource_type, exclude=[data]).files
+    ]
+
+    assert "data/catalog" in before  # listed without the exclusion: the test can fail
+    assert listed == [p for p in before if not p.startswith("data/")]
+    assert "database/schema.sql" in listed
+
+
+def test_exclusions_are_compared_by_real_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "proj"
+    write(root, "a.py")
+    write(root, "data/catalog")
+    link = tmp_path / "link-to-proj"
+    link.symlink_to(root)
+    monkeypatch.chdir(root)
+
+    by_link = resource_files.list_resource(link, "directory", exclude=["data"])
+    nested = resource_files.list_resource(root, "directory", exclude=[link / "data"])
+
+    assert [f.rel_path for f in by_link.files] == ["a.py"]
+    assert [f.rel_path for f in nested.files] == ["a.py"]
+
+
+def test_an_exclusion_outside_or_above_the_root_changes_nothing(tmp_path: Path) -> None:
+    root = tmp_path / "home" / "proj"
+    write(root, "a.py")
+    write(root, "data/b.py")
+
+    for elsewhere in (tmp_path / "other", tmp_path / "home", tmp_path):
+        listed = resource_files.list_resource(root, "directory", exclude=[elsewhere])
+        assert [f.rel_path for f in listed.files] == ["a.py", "data/b.py"]
+
+
+def test_the_root_that_is_an_excluded_directory_is_refused(tmp_path: Path) -> None:
+    write(tmp_path, "a.py")
+
+    with pytest.raises(ResourceListingError, match="is the data directory"):
+        resource_files.list_resource(tmp_path, "directory", exclude=[tmp_path / "."])

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
@@ -308,18 +309,20 @@ class Indexer:
         progress: Callable[[int, int], None] | None = None,
         secrets: SecretFilter = DEFAULT_SECRET_FILTER,
         reembed_progress: Callable[[str, int, int], None] | None = None,
+        exclude: Iterable[str | os.PathLike[str]] = (),
     ) -> IndexStats:
         """List and index one resource on its own (the ``reindex`` path).
 
         ``progress(done, total)`` is called after each file;
         ``reembed_progress`` as for :meth:`session`.  Files the
-        ``secrets`` deny-list leaves out count as ``skipped["secret"]``.
+        ``secrets`` deny-list leaves out count as ``skipped["secret"]``;
+        directories in ``exclude`` (the data directory) are never listed.
 
         Raises:
             ResourceListingError: git cannot list a git resource (nothing is
                 written: its units stay as they were).
         """
-        listing = list_resource(root, resource_type, secrets=secrets)
+        listing = list_resource(root, resource_type, secrets=secrets, exclude=exclude)
         listed = listing.files
         paths = [f.rel_path for f in listed]
         # Planned files arrive by the thousand and leave no reference cycles:

@@ -249,8 +249,9 @@ class AcmsOperations:
         for it; ``secret_allow`` globs let matching files through it.
 
         Raises:
-            NotFoundError: unknown project.  ValueError: bad path, type or
-            allow-pattern.  ResourceListingError: git refuses the checkout.
+            NotFoundError: unknown project.  ValueError: bad path (the data
+            directory among them), type or allow-pattern.
+            ResourceListingError: git refuses the checkout.
             ConflictError: the path overlaps a resource of the project.
         """
         linked = set(self.project(project).resource_ids)
@@ -260,6 +261,12 @@ class AcmsOperations:
             # Before the overlap check: a file inside a resource is first of
             # all not a directory.
             raise ValueError(f"not a directory: {os.path.realpath(os.path.expanduser(path))}")
+        from cleveragents.application.services.resource_files import excluded_below
+
+        try:  # the data directory itself cannot be a resource (inside one, it is left out)
+            excluded_below(os.path.expanduser(path), (self.data_dir,))
+        except ResourceListingError as exc:
+            raise ValueError(str(exc)) from exc
         if not force:
             self._refuse_overlap(path, project, linked)
         resource = self.resources.register(
@@ -567,6 +574,7 @@ class AcmsOperations:
                         progress=_per_resource(progress, rid),
                         secrets=secret_filter_of(resource),
                         reembed_progress=_reembed_of(reembed_progress, rid),
+                        exclude=(self.data_dir,),
                     )
                 except ResourceListingError as exc:
                     _log.info("reindex.resource_failed", resource_id=rid, error=str(exc))
@@ -614,6 +622,7 @@ class AcmsOperations:
                             full=True,
                             progress=_per_resource(progress, resource.resource_id),
                             secrets=secret_filter_of(resource),
+                            exclude=(self.data_dir,),
                         )
                     except ResourceListingError as exc:
                         # Swapping in indexes without this resource would drop its

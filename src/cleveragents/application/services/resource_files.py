@@ -22,6 +22,10 @@ the checkout's owner is not the indexer's uid), listing raises
 :class:`ResourceListingError` naming git's reason and the fix: walking the
 tree instead would read what ``.gitignore`` keeps out.
 
+A directory passed in ``exclude`` (the data directory, when it sits inside
+the resource it indexes, as ``./data`` does in a checkout) is never listed:
+indexing the indexes' own files would find them changed at every run.
+
 Before anything is looked at, each path goes through the secret deny-list
 (:mod:`cleveragents.domain.models.acms.secret_filter`): a secret file is never
 ``lstat``-ed, read, stored or indexed.  Every file that is left out is logged as
@@ -60,6 +64,7 @@ __all__ = [
     "Listing",
     "ReadFile",
     "decode_text",
+    "excluded_below",
     "git_ignored_work_tree",
     "is_binary",
     "list_files",
@@ -475,12 +480,15 @@ def _scan_directory(
 
 
 def _walk_listed(
-    root: str, secrets: SecretFilter, secret_skipped: list[tuple[str, str]]
+    root: str,
+    secrets: SecretFilter,
+    secret_skipped: list[tuple[str, str]],
+    exclude: frozenset[str] = frozenset(),
 ) -> list[ListedFile]:
     """The listing of a walked (non-git) resource, sorted by path, in one pass
     (see :func:`_walk_batches`)."""
     files: list[ListedFile] = []
-    for batch in _walk_batches(root, secrets, secret_skipped):
+    for batch in _walk_batches(root, secrets, secret_skipped, exclude):
         files += batch
     files.sort()  # by path: the first field, unique
     secret_skipped.sort()
@@ -488,7 +496,10 @@ def _walk_listed(
 
 
 def _walk_batches(
-    root: str, secrets: SecretFilter, secret_skipped: list[tuple[str, str]]
+    root: str,
+    secrets: SecretFilter,
+    secret_skipped: list[tuple[str, str]],
+    exclude: frozenset[str] = frozenset(),
 ) -> Generator[list[ListedFile], None, None]:
     """The files of a walked (non-git) resource, one directory's at a time,
     unsorted; a caller that stops early does not walk the rest.
@@ -500,7 +511,8 @@ def _walk_batches(
     without a second pass that opens every directory again and splits
     every path.  Only the descriptors of the directories
     on the current path are open (depth first), and closed when the caller
-    closes the generator.
+    closes the generator.  Directories whose relative path is in
+    ``exclude`` are not entered.
     """
     try:
         root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -521,6 +533,9 @@ def _walk_batches(
                 os.close(fd)
                 continue
             path = prefix + name
+            if exclude and path in exclude:
+                _skip(path, "data_dir")
+                continue
             try:
                 sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
             except OSError as exc:
@@ -573,6 +588,7 @@ def list_resource(
     resource_type: str = "git-checkout",
     *,
     secrets: SecretFilter = DEFAULT_SECRET_FILTER,
+    exclude: Iterable[str | os.PathLike[str]] = (),
 ) -> Listing:
     """List the regular files of a resource, sorted by path, each once.
 
@@ -583,6 +599,9 @@ def list_resource(
             files are left out); any other type walks the tree.
         secrets: The secret deny-list to apply (the resource's own, from the
             registry; the default list otherwise).
+        exclude: Directories never listed, wherever they are (the data
+            directory): one inside ``root`` is left out with everything
+            under it; others change nothing.
 
     Returns:
         One ``ListedFile`` per regular file (per ``lstat``) that is not under a
@@ -593,16 +612,56 @@ def list_resource(
 
     Raises:
         ResourceListingError: a git resource that git cannot list (never
-            answered by a walk, which would list what ``.gitignore`` excludes).
+            answered by a walk, which would list what ``.gitignore`` excludes);
+            ``root`` is one of the ``exclude`` directories or inside one.
     """
     root_str = os.fspath(root)
+    inside = excluded_below(root_str, exclude)
     secret_skipped: list[tuple[str, str]] = []
     if resource_type in _GIT_TYPES:
-        candidates = _git_paths(root_str)
+        candidates: Iterable[str] = _git_paths(root_str)
+        if inside:
+            candidates = [p for p in candidates if not _under_any(p, inside)]
         files = tuple(_listed(root_str, candidates, secrets, secret_skipped))
     else:
-        files = tuple(_walk_listed(root_str, secrets, secret_skipped))
+        files = tuple(_walk_listed(root_str, secrets, secret_skipped, inside))
     return Listing(files, tuple(secret_skipped))
+
+
+def excluded_below(
+    root: str | os.PathLike[str], exclude: Iterable[str | os.PathLike[str]]
+) -> frozenset[str]:
+    """The ``exclude`` directories that lie inside ``root``, as paths relative
+    to it (``/``-separated; both sides resolved with ``realpath``, as the
+    listing never follows a link).
+
+    Raises:
+        ResourceListingError: ``root`` is one of them or lies inside one
+            (its own files would be among the resource's).
+    """
+    real_root = os.path.realpath(root)
+    inside: set[str] = set()
+    for directory in exclude:
+        real = os.path.realpath(directory)
+        if real_root == real or real_root.startswith(os.path.join(real, "")):
+            # Below the data directory is fine unless it is the data directory
+            # itself: a resource under $HOME with the data directory there.
+            if real_root == real:
+                raise ResourceListingError(
+                    f"{real_root} is the data directory: its index files would be "
+                    "indexed; keep the data directory outside the resource or in a "
+                    "directory of its own inside it (such as ./data)"
+                )
+            continue
+        rel = os.path.relpath(real, real_root)
+        if rel != os.pardir and not rel.startswith(os.pardir + os.sep):
+            inside.add(rel.replace(os.sep, "/"))
+    return frozenset(inside)
+
+
+def _under_any(rel_path: str, directories: frozenset[str]) -> bool:
+    """Whether ``rel_path`` lies below one of ``directories`` (relative paths)."""
+    return any(rel_path.startswith(d + "/") for d in directories)
 
 
 def git_ignored_work_tree(
