@@ -156,3 +156,61 @@ def test_an_unknown_language_filter_is_an_error_not_an_empty_answer(world, lang,
         with pytest.raises(QueryError, match=f"did you mean {meant!r}"):
             session.search("quokka", mode=mode, lang=lang)
     assert session.search("quokka", mode="text", lang="PYTHON")["results"]
+
+
+def test_every_file_the_indexer_takes_can_be_read(tmp_path: Path) -> None:
+    """A generated module of 900 KB is indexed (the indexer takes up to 1 MB):
+    a hit in it, or a symbol of it, must be readable, not refused as 'moved'."""
+    from cleveragents.application.services.agent_session import READ_FILE_BYTES
+    from cleveragents.application.services.indexer import DEFAULT_INDEX_FILE_BYTES
+
+    root = tmp_path / "repo"
+    root.mkdir()
+    body = "".join(f"def generated_{i}(x):\n    return x + {i}\n\n" for i in range(20_000))
+    (root / "big.py").write_text(body)
+    assert 800_000 < len(body) < DEFAULT_INDEX_FILE_BYTES
+    ops = bootstrap(tmp_path / "data", embedding_dimension=16)
+    try:
+        ops.add_project("local/r")
+        ops.add_resource(str(root), "local/r")
+        ops.reindex()
+        session = ops.agent_session(projects=["local/r"])
+
+        answer = session.read("big.py#L59998-L59999")
+
+        assert READ_FILE_BYTES >= DEFAULT_INDEX_FILE_BYTES
+        assert lines_of(answer) == [
+            (59998, "def generated_19999(x):"),
+            (59999, "    return x + 19999"),
+        ]
+        assert answer["total_lines"] == 60_000
+    finally:
+        ops._store().close()
+
+
+def test_a_long_query_is_echoed_cut_and_leaves_the_budget_to_the_hits(world) -> None:  # type: ignore[no-untyped-def]
+    """An agent pastes a traceback of 7,900 characters: the answer repeats
+    200 of them and says how many it left out, instead of failing because
+    the query alone filled the budget."""
+    from cleveragents.application.services.agent_session import ECHO_CHARS
+
+    _, session, _, _ = world
+    query = "helper quokka " + "x" * 7_886
+
+    for answer in (
+        session.search(query, mode="hybrid", budget=8_000),
+        session.search(query, mode="text", budget=8_000),
+        session.context(query, budget=8_000),
+    ):
+        assert len(render(answer)) <= 8_000
+        assert answer["query"] == query[:ECHO_CHARS]
+        assert answer["query_cut"] == len(query) - ECHO_CHARS
+        assert any(r["path"] == "pkg/core.py" for r in answer["results"]), answer
+    short = session.search("helper", mode="text")
+    assert short["query"] == "helper" and "query_cut" not in short
+
+
+def test_context_names_its_own_argument_when_it_is_empty(world) -> None:  # type: ignore[no-untyped-def]
+    _, session, _, _ = world
+    with pytest.raises(ValueError, match=r"^task must be a non-empty string$"):
+        session.context("   ")

@@ -49,8 +49,10 @@ from cleveragents.domain.models.acms.ulids import canonical_ulid
 
 __all__ = [
     "DEFAULT_BUDGET",
+    "ECHO_CHARS",
     "MAX_BUDGET",
     "MIN_BUDGET",
+    "READ_FILE_BYTES",
     "AgentSession",
     "FileReader",
     "FileText",
@@ -64,6 +66,10 @@ __all__ = [
 DEFAULT_BUDGET = 8_000
 MIN_BUDGET = 256
 MAX_BUDGET = 200_000
+ECHO_CHARS = 200
+"""An answer repeats at most this many characters of its query."""
+READ_FILE_BYTES = 1024 * 1024
+"""``read`` serves files up to this size: the indexer's (every indexed file)."""
 _MAX_LINE_CHARS = 200
 _MAX_LINES_PER_HIT = 8
 _MAX_READ_LINES = 2_000
@@ -491,7 +497,7 @@ class AgentSession:
             # ranking of the scope against the embedding of punctuation is
             # noise ("context('???')" answered five hits).  Any plain text is
             # a valid query, so the answer is empty, not an error.
-            return fit({"tool": "search", "mode": mode, "query": query}, [], chars)
+            return fit({"tool": "search", "mode": mode, **_echo(query)}, [], chars)
         if mode == "hybrid":
             for hit in hybrid_search(
                 view,
@@ -518,7 +524,7 @@ class AgentSession:
             embedding = self._embedder.embed([query])[0].tolist()
             for v in view.similarity_search(embedding, top_k=limit):
                 items.append(_hit(v.uko_uri, v.content, v.metadata, v.score, terms))
-        return fit({"tool": "search", "mode": mode, "query": query}, items, chars)
+        return fit({"tool": "search", "mode": mode, **_echo(query)}, items, chars)
 
     # ------------------------------------------------------------ graph
 
@@ -848,7 +854,7 @@ class AgentSession:
         last = _count(end_line, "end_line", 10**9) if end_line is not None else None
         if last is not None and last < first:
             raise ValueError("end_line must not be before start_line")
-        got = self._read_file(rid, path, 4 * MAX_BUDGET)
+        got = self._read_file(rid, path, READ_FILE_BYTES)
         if got is None:
             raise ValueError(f"{own} cannot be read now (moved, too large or not a regular file)")
         # Numbered as the indexer numbers them (\r\n, \r and \n end a line;
@@ -917,6 +923,8 @@ class AgentSession:
         """A ranked bundle of snippets for a task description within the budget:
         the hybrid hits, each with its matching lines, best first, one per
         chunk, as many as fit."""
+        if not isinstance(task, str) or not task.strip():
+            raise ValueError("task must be a non-empty string")
         chars = check_budget(budget)
         response = self.search(
             task,
@@ -936,6 +944,16 @@ class AgentSession:
             # The hits the search already left out are left out of the context too.
             left_out=dropped["more"] if isinstance(dropped, dict) else 0,
         )
+
+
+def _echo(query: str) -> dict[str, Any]:
+    """The query as an answer repeats it: whole up to ``ECHO_CHARS``, else
+    its start and ``query_cut``, the characters left out.  The caller sent
+    it; a pasted traceback repeated whole would take the budget's room from
+    the hits (and past the budget, fail the call)."""
+    if len(query) <= ECHO_CHARS:
+        return {"query": query}
+    return {"query": query[:ECHO_CHARS], "query_cut": len(query) - ECHO_CHARS}
 
 
 def _hit(
