@@ -180,8 +180,11 @@ MAX_SLOPPY_PHRASE_TERMS = 8
 MAX_PHRASE_REPEATS = 4  # occurrences of one term in one sloppy phrase
 MAX_SLOPPY_PHRASES = 4  # sloppy phrases in one query
 # Fuzzy matching is not enabled in the parser (``word~N`` is read as text);
-# the cap keeps the syntax bounded should it ever be.  Each prefix term
-# (``pars*``, ``"parse js"*``) expands to at most 50 terms in Tantivy.
+# the cap keeps the syntax bounded should it ever be.  A prefix of several
+# words (``"parse js"*``) expands to at most 50 terms in Tantivy; a prefix of
+# one (``pars*``) is a range of terms, read from the term dictionary at
+# once: 16 one-letter prefixes over the stdlib (2,238 files) took 0.26 s in a
+# new process, against 0.17 s for one plain term.
 MAX_FUZZY_DISTANCE = 2
 MAX_WILDCARD_TERMS = 16
 _QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"')
@@ -288,6 +291,46 @@ def reraise_fatal(exc: BaseException) -> None:
 # ---------------------------------------------------------------- query building
 
 # An escape (skipped) or a phrase with its optional ``~slop``.
+# A quoted phrase (left alone unless a one-term prefix), or a prefix term
+# with its field: ``sel*``, ``symbol:creat*``, ``parseJs*``, ``os.pa*``.
+_PREFIX = re.compile(
+    r'(?<![\w\\*.:])(?:(?P<pfield>[A-Za-z_]\w*):)?(?P<phrase>"(?:[^"\\]|\\.)*")\*(?![\w*])'
+    r'|"(?:[^"\\]|\\.)*"'
+    r"|(?<![\w\\*.:])(?:(?P<field>[A-Za-z_]\w*):)?(?P<word>\w+(?:\.\w+)*)\*(?![\w*])"
+)
+
+
+def _prefix_end(term: str) -> str | None:
+    """The smallest analysed term above every term that starts with ``term``
+    (an exclusive upper bound the analyzer keeps whole), or None when
+    there is none (``zz``: the range is open).  A term is a run of
+    letters or a run of digits: trailing ``z`` (letters) or ``9`` (digits)
+    carry, and non-ASCII letters carry too (so ``café*`` reaches ``cag``:
+    a non-ASCII letter after the prefix may match beyond it)."""
+    chars = list(term)
+    digits = term.isdigit()
+    while chars:
+        last = chars.pop()
+        if digits and last != "9":
+            return "".join(chars) + chr(ord(last) + 1)
+        if not digits and "a" <= last < "z":
+            return "".join(chars) + chr(ord(last) + 1)
+    return "a" if digits else None
+
+
+def _prefix_clause(field: str | None, terms: list[str]) -> str:
+    """The parser's clause for a prefix of ``terms`` (analysed) on ``field``
+    (None: the default fields)."""
+    fields = [field] if field else SEARCH_FIELDS
+    if len(terms) > 1:
+        phrase = '"' + " ".join(terms) + '"*'
+        return phrase if field is None else f"{field}:{phrase}"
+    term = terms[0]
+    end = _prefix_end(term)
+    ranges = [f"{f}:[{term} TO {end}}}" if end else f"{f}:>={term}" for f in fields]
+    return ranges[0] if len(ranges) == 1 else "(" + " OR ".join(ranges) + ")"
+
+
 _PHRASE_OR_ESCAPE = re.compile(r'\\.|"((?:[^"\\]|\\.)*)"(?:~(\d+))?', re.DOTALL)
 
 
@@ -310,7 +353,38 @@ class QueryBuilder:
                 parser rejects the query.
         """
         self.check(query)
-        return self._parse(parser, query)
+        return self._parse(parser, self.prefixes(query))
+
+    def prefixes(self, query: str) -> str:
+        """``query`` with each prefix term written as the parser matches it.
+
+        Tantivy's parser reads ``sel*`` as the term ``sel`` and refuses a
+        one-term phrase prefix (``"sel"*``), so a prefix of one analysed
+        term becomes a range of terms (``content:[sel TO sem}``, on the
+        default fields or the one named), which matches every term that
+        starts with it, each document scored 1 by the range; a prefix
+        that analyses to several terms (``parseJs*``) becomes the phrase
+        prefix ``"parse js"*``, which the parser expands to at most 50 terms.
+        """
+        if "*" not in query:
+            return query
+
+        def rewrite(match: re.Match[str]) -> str:
+            if match.group("phrase") is not None:
+                phrase = match.group("phrase")
+                terms = self._terms(phrase[1:-1])
+                if len(terms) != 1:
+                    return match.group(0)
+                return _prefix_clause(match.group("pfield"), terms)
+            field, word = match.group("field"), match.group("word")
+            if word is None:  # a phrase: its words are not prefixes
+                return match.group(0)
+            terms = self._terms(word)
+            if not terms:
+                return match.group(0)
+            return _prefix_clause(field, terms)
+
+        return _PREFIX.sub(rewrite, query)
 
     def check(self, query: str) -> None:
         if len(query) > MAX_QUERY_CHARS:
@@ -336,7 +410,7 @@ class QueryBuilder:
         if _REGEX.search(unquoted):
             # Tantivy's parser refuses them too; a regex's automaton is unbounded.
             raise QueryError("regular-expression queries (/.../) are not supported")
-        if _BARE_STAR.search(unquoted):
+        if _BARE_STAR.search(_QUOTED.sub("q", query)):  # a phrase prefix ("a b"*) is not bare
             # Tantivy scores a match-all clause 0 or 1 depending on its segment
             # layout, so scores would no longer depend on the documents alone.
             raise QueryError("a bare '*' (match everything) is not supported; search for terms")
