@@ -25,6 +25,7 @@ from ulid import ULID
 from cleveragents.domain.models.acms.backends import IndexUnit
 from cleveragents.domain.models.acms.errors import IndexUnavailableError, QueryError
 from cleveragents.domain.models.acms.uko import unit_uri
+from cleveragents.infrastructure.acms import tantivy_query
 from cleveragents.infrastructure.acms.memory_indexes import MemoryTextIndex
 from cleveragents.infrastructure.acms.tantivy_query import ANALYZER_NAME, code_analyzer
 from cleveragents.infrastructure.acms.tantivy_text import TantivyTextBackend
@@ -270,3 +271,17 @@ def test_the_ascii_line_tokenizer_agrees_with_the_analyzer(line: str) -> None:
     backend = TantivyTextBackend()
     engine = [t for t in code_analyzer().analyze(analysable(line)) if len(t) < 100]
     assert list(backend._line_terms(line)) == engine
+
+
+def test_a_qualified_name_asks_for_the_definition_of_its_last_part() -> None:
+    """``Graph.parse`` (how symbols, callers and read#sym= print a method) is
+    one identifier, ``parse``, whose definition it asks for; not a list of
+    two names (which asks where they meet and boosts no definition)."""
+    analyzer = tantivy_query.code_analyzer()
+
+    assert tantivy_query.identifiers(analyzer, "Graph.parse") == [("parse", ["parse"])]
+    assert tantivy_query.identifiers(analyzer, " os.path.join ") == [("join", ["join"])]
+    assert tantivy_query.identifiers(analyzer, "Loader.run_all") == [("run_all", ["run", "all"])]
+    # Within a longer query each word next to the dot stays an identifier.
+    found = tantivy_query.identifiers(analyzer, "call Graph.parse(x)")
+    assert [word for word, _ in found] == ["Graph", "parse"]

@@ -41,7 +41,10 @@ Two syntaxes (``syntax=`` of the search):
 
   An identifier is a word with two or more parts (``create_connection``),
   one starting or ending with ``_``, one next to code punctuation
-  (``obj.name``, ``name(``), or the whole query (``Manager``).
+  (``obj.name``, ``name(``), or the whole query (``Manager``).  A query
+  that is a qualified name (``Graph.parse``, as ``symbols`` and ``callers``
+  print a method) is one identifier, its last part, whose definition it asks
+  for; its qualifiers' words score in ``content`` at :data:`W_QUALIFIER`.
   ``symbol_exact`` holds each defined name whole and lower-cased, so a
   query that is (or contains) an identifier ranks the unit that *defines*
   it above units that only use it; ``symbol_case`` adds a smaller bonus for
@@ -158,6 +161,10 @@ MAX_PLAIN_IDENTIFIERS = 16
 # CALLS_MAX_WORDS identifier-like words (a list of names: who calls these?).
 W_CALLS = 2.0
 CALLS_MAX_WORDS = 6
+# ``content`` weight of the terms of a qualified name's qualifiers (``graph``
+# of ``Graph.parse``): they tell its class or module, and at 1.0 chunks that
+# only mention the class outranked the method's definition.
+W_QUALIFIER = 0.25
 _IDENTIFIER = re.compile(r"[^\W\d]\w*")
 
 # Query caps.  Tantivy's parser recurses once per nesting level (parentheses,
@@ -582,6 +589,7 @@ def _informative(term: str) -> bool:
 # ``obj.name`` (not a sentence's ". Name"), ``name(`` and ``name.attr``
 # (not a sentence's last word and its full stop).
 _ATTRIBUTE_BEFORE = re.compile(r"[\w)\]]\.")
+_QUALIFIED_NAME = re.compile(r"[^\W\d]\w*(?:\.[^\W\d]\w*)+")
 _CALL_OR_ATTRIBUTE_AFTER = re.compile(r"\(|\.[^\W\d]")
 
 
@@ -591,12 +599,22 @@ def identifiers(analyzer: tantivy.TextAnalyzer, query: str) -> list[tuple[str, l
     A word is taken for an identifier when it has two or more parts
     (``create_connection``, ``HTTPServer``), starts or ends with ``_``, sits
     next to code punctuation (``.name``, ``name(``, ``name.``), or is the
-    whole query (``Manager``).  Other one-part words of a sentence
+    whole query (``Manager``; of a query that is a qualified name,
+    ``Graph.parse``, only the last part).  Other one-part words of a sentence
     (``running the loop``) are left to the term clauses: a definition named
     ``running`` is not what a sentence using the word asks for.  At most
     :data:`MAX_PLAIN_IDENTIFIERS`, each once.
     """
     found: dict[str, list[str]] = {}
+    qualified = _QUALIFIED_NAME.fullmatch(query.strip())
+    if qualified is not None:
+        # The whole query is a qualified name (``Graph.parse``, as symbols,
+        # callers and read#sym= print names): it asks for the definition of
+        # its last part, the qualifiers being its class or module, whose
+        # words rank among the term clauses.
+        last = qualified.group().rsplit(".", 1)[1]
+        parts = analyzer.analyze(analysable(last))
+        return [(last, parts)] if parts and len(last) <= MAX_TOKEN_CHARS else []
     matches = list(_IDENTIFIER.finditer(query))
     alone = len(matches) == 1
     for match in matches:
@@ -648,6 +666,14 @@ class PlainQueryBuilder:
     def terms(self, query: str) -> list[str]:
         return query_terms(self._analyzer, query, syntax="plain")
 
+    def _qualifier_terms(self, query: str, multi: list[tuple[str, list[str]]]) -> frozenset[str]:
+        """The terms only the qualifiers of a qualified-name query hold
+        (``graph`` of ``Graph.parse``); none for any other query."""
+        if len(multi) != 1 or _QUALIFIED_NAME.fullmatch(query.strip()) is None:
+            return frozenset()
+        qualifier = query.strip().rsplit(".", 1)[0]
+        return frozenset(self._analyzer.analyze(analysable(qualifier))) - set(multi[0][1])
+
     def build(self, schema: tantivy.Schema, query: str) -> tantivy.Query | None:
         """The scoring query of ``query``; ``None`` when it has no analysable term.
 
@@ -666,8 +692,12 @@ class PlainQueryBuilder:
         # and the parts of a multi-part name adjacent in content.
         multi = identifiers(self._analyzer, query[:MAX_QUERY_CHARS])
         names = W_NAMES_LIST if len(multi) >= EXACT_LIST_MIN else W_NAMES
+        qualifiers = self._qualifier_terms(query, multi)
         for t in terms:
-            clauses.append((should, term(schema, "content", t)))
+            if t in qualifiers:
+                clauses.append((should, boost(term(schema, "content", t), W_QUALIFIER)))
+            else:
+                clauses.append((should, term(schema, "content", t)))
             if names > 0:
                 clauses.append((should, boost(term(schema, "names", t), names)))
         # The definition boost is shared: a query about one name favours its
