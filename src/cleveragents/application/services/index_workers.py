@@ -311,8 +311,13 @@ def _exit_with(writer_pid: int) -> None:
 def _init_worker(
     spec: PlannerSpec, fault: tuple[str, str] | None, writer_pid: int, nice: int
 ) -> None:
-    # The parent handles Ctrl-C; a worker dies with the pool.
+    # The parent handles Ctrl-C and SIGTERM and stops the pool; a worker
+    # dies with the pool, or with the writer (_exit_with).  A SIGTERM sent
+    # to the whole process group (systemd, `timeout`, `kill -- -PGID`)
+    # must not kill the workers under the pool's feet: a pool feeding a
+    # dead worker could hang the writer for good, holding the reindex lock.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     # The writer first (see the module doc); a sandbox that refuses it
     # leaves the workers at the writer's priority.
     if nice:
@@ -443,6 +448,8 @@ class _WorkerContext(mp_context.ForkServerContext):
     Process = _WorkerProcess
 
 
+# The fork server's first preload: it makes the fork server ignore SIGTERM.
+FORK_SERVER_MODULE = "cleveragents.application.services.fork_server"
 _PLAN_DIR_PREFIX = "acms-plan-"
 _MP_DIR_PREFIX = "acms-mp-"
 # What the two kinds of directory hold: a pool's listing files, and the
@@ -620,7 +627,8 @@ class PlannerPool:
             )
             # Imported once in the fork server, not once per worker.
             preparer = self.spec.text_preparer
-            modules = [__name__] + ([preparer.__module__] if preparer is not None else [])
+            modules = [FORK_SERVER_MODULE, __name__]
+            modules += [preparer.__module__] if preparer is not None else []
             context.set_forkserver_preload(modules)
             self._pool = ProcessPoolExecutor(
                 self.jobs,
