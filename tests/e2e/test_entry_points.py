@@ -386,3 +386,60 @@ def test_sigterm_stops_serve_over_http_and_stdio(world: dict[str, Any], tmp_path
     lines = err.decode().strip().splitlines()
     assert lines[-1] == "acms serve: terminated"
     assert all(json.loads(line) for line in lines[:-1])
+
+
+def test_ctrl_c_stops_serve_over_stdio_while_the_client_keeps_stdin_open(
+    world: dict[str, Any],
+) -> None:
+    """It was ignored until the client closed stdin (and a second one printed
+    a traceback): a host's Ctrl-C must end the service at once."""
+    proc = subprocess.Popen(
+        [*ACMS, "serve", "--mcp", "--project", "local/e", "--log-level", "info"],
+        stdin=subprocess.PIPE,  # kept open
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=world["env"],
+    )
+    try:
+        assert proc.stderr is not None
+        while b"acms.serve.scope" not in proc.stderr.readline():
+            assert proc.poll() is None
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 130  # before stdin is closed
+        _, errors = proc.communicate(timeout=10)
+        err = errors.decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert err.strip().splitlines()[-1] == "acms serve: interrupted"
+    assert "Traceback" not in err
+
+
+def test_serve_refuses_a_data_directory_that_holds_nothing_to_serve(tmp_path: Path) -> None:
+    """A mistyped --data-dir (or ./data of another working directory) used to
+    give a service that answered every call with nothing."""
+    missing = tmp_path / "typo" / "data"
+    done = run_acms(cli_env(missing), "serve", "--mcp")
+    assert done.returncode == 2
+    assert one_line(done) == (
+        f"acms serve: no data directory at {missing} "
+        "(is --data-dir or ACMS_DATA_DIR the one you indexed?)"
+    )
+    assert not missing.exists()
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    done = run_acms(cli_env(empty), "serve", "--mcp")
+    assert done.returncode == 2
+    assert "no project to serve: none is registered in" in one_line(done)
+
+
+def test_an_empty_data_dir_option_is_refused_not_taken_for_the_working_directory(
+    tmp_path: Path,
+) -> None:
+    done = run_acms(cli_env(tmp_path / "data"), "--data-dir", "", "project", "add", "local/x")
+    assert done.returncode == 2
+    assert "the data directory must not be empty" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "data").exists()

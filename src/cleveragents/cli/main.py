@@ -166,7 +166,7 @@ def add_global_options(parser: argparse.ArgumentParser, *, suppress: bool = Fals
 
     parser.add_argument(
         "--data-dir",
-        type=Path,
+        type=_data_dir_argument,
         default=default(None),
         help="data directory (default: $ACMS_DATA_DIR, else ./data)",
     )
@@ -179,6 +179,14 @@ def add_global_options(parser: argparse.ArgumentParser, *, suppress: bool = Fals
         choices=LOG_LEVELS,
         help="log level for the structured log on stderr (default: warning)",
     )
+
+
+def _data_dir_argument(value: str) -> Path:
+    """``--data-dir``'s value: an empty one (a variable that expanded to
+    nothing) would be the working directory, a source tree perhaps."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("the data directory must not be empty")
+    return Path(value)
 
 
 def add_reindex_options(parser: argparse.ArgumentParser) -> None:

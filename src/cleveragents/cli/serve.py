@@ -763,6 +763,13 @@ def _serve(args: argparse.Namespace) -> int:
     from cleveragents.cli.main import one_line
 
     data_dir = Path(args.data_dir or os.environ.get("ACMS_DATA_DIR") or "data")
+    where = one_line(os.path.abspath(data_dir))
+    where += " (is --data-dir or ACMS_DATA_DIR the one you indexed?)"
+    if not data_dir.is_dir():
+        # A mistyped path, or ./data of another working directory: serving
+        # a store made here would answer every call with nothing.
+        print(f"acms serve: no data directory at {where}", file=sys.stderr)
+        return 2
     try:
         from cleveragents.acms import open_data_dir
 
@@ -770,12 +777,17 @@ def _serve(args: argparse.Namespace) -> int:
     except (AcmsError, ValueError) as exc:
         print(f"acms serve: {one_line(exc)}", file=sys.stderr)
         return 2
+    chosen = bool(args.project or args.resource)
+    if not chosen and not session.scope.projects:
+        session.close()
+        print(f"acms serve: no project to serve: none is registered in {where}", file=sys.stderr)
+        return 2
     tools = service_tools(session)
     server = make_mcp_server(session, tools)
-    chosen = bool(args.project or args.resource)
     if args.mcp:
         _log_scope(session.scope, chosen=chosen)
         signal.signal(signal.SIGTERM, _end_stdio)
+        signal.signal(signal.SIGINT, _end_stdio)
         server.run("stdio")
         return 0
     host, _, port = str(args.http).rpartition(":")
@@ -804,19 +816,23 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _end_stdio(signum: int, frame: object) -> None:
-    """SIGTERM over stdio: end now, with one line on stderr and exit 143.
+    """SIGTERM or Ctrl-C over stdio: end now, with one line on stderr and
+    exit 143 or 130.
 
     Unwinding would wait for the MCP SDK's stdin reader, a thread blocked
-    reading a line that may never come; the service writes nothing but its
-    answers (flushed here), so there is nothing else to finish.
+    reading a line that may never come (Ctrl-C was ignored until the client
+    closed stdin, and a second one printed a traceback); the service writes
+    nothing but its answers (flushed here), so there is nothing else to finish.
     """
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     with contextlib.suppress(OSError, ValueError):
         sys.stdout.flush()
+    word = "terminated" if signum == signal.SIGTERM else "interrupted"
     with contextlib.suppress(OSError, ValueError):
-        print(f"{_PROG}: terminated", file=sys.stderr, flush=True)
+        print(f"{_PROG}: {word}", file=sys.stderr, flush=True)
     logging.shutdown()
-    os._exit(128 + signal.SIGTERM)
+    os._exit(128 + signum)
 
 
 def _log_scope(scope: SessionScope, *, chosen: bool) -> None:
