@@ -117,3 +117,21 @@ def test_a_phrase_prefix_of_two_words_and_camel_case_prefixes(tmp_path: Path) ->
         assert found("xyz*") == set()
     finally:
         text.close()
+
+
+def _holding(word: str) -> set[str]:
+    return {p for p, words in DOCS.items() if word in _terms(p, words)}
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(x=st.sampled_from(WORDS), y=st.sampled_from(WORDS), z=st.sampled_from(WORDS))
+def test_and_not_excludes_what_it_names(
+    backend: TantivyTextBackend, x: str, y: str, z: str
+) -> None:
+    """``a AND NOT b`` answered nothing: Tantivy's parser made ``NOT b`` a
+    clause of its own, which no document matches."""
+    assert _found(backend, f"{x} AND NOT {y}") == _holding(x) - _holding(y)
+    assert _found(backend, f"{x} AND NOT ({y} OR {z})") == _holding(x) - _holding(y) - _holding(z)
+    assert _found(backend, f"{x} AND NOT {y} AND {z}") == (_holding(x) & _holding(z)) - _holding(y)

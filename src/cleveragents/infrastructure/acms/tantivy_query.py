@@ -307,6 +307,18 @@ _PREFIX = re.compile(
 )
 
 
+_AND_NOT = re.compile(r'"(?:[^"\\]|\\.)*"|\bAND\s+NOT\s+(?=\S)')
+
+
+def and_not(query: str) -> str:
+    """``a AND NOT b`` as ``a AND -b``: Tantivy's parser makes ``NOT b`` a
+    clause of its own that matches nothing (no document is only 'not b'),
+    so ``a AND NOT b`` answered nothing at all.  Phrases are left alone."""
+    if "NOT" not in query:
+        return query
+    return _AND_NOT.sub(lambda m: m.group() if m.group().startswith('"') else "AND -", query)
+
+
 def _prefix_end(term: str) -> str | None:
     """The smallest analysed term above every term that starts with ``term``
     (an exclusive upper bound the analyzer keeps whole), or None when
@@ -360,7 +372,7 @@ class QueryBuilder:
                 parser rejects the query.
         """
         self.check(query)
-        return self._parse(parser, self.prefixes(query))
+        return self._parse(parser, and_not(self.prefixes(query)))
 
     def prefixes(self, query: str) -> str:
         """``query`` with each prefix term written as the parser matches it.
