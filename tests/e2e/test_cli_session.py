@@ -74,3 +74,31 @@ def test_search_shows_the_matching_lines(world: tuple[dict[str, str], str]) -> N
     env, _ = world
     out = acms(env, "search", "text", "aardvark_helper", "--project", "local/a").stdout
     assert "       5          return aardvark_helper()" in out
+
+
+def test_a_path_of_two_resources_names_each_lines_resource(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``symbols m.py`` over two resources that both have ``m.py`` listed
+    both files' definitions as if they were one file."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "m.py").write_text("def main():\n    helper()\n")
+    (tmp_path / "b" / "m.py").write_text("class Other:\n    def run(self):\n        helper()\n")
+    env = cli_env(tmp_path / "data")
+    assert acms(env, "project", "add", "local/t").returncode == 0
+    first = acms(env, "resource", "add", str(tmp_path / "a"), "--project", "local/t").stdout.strip()
+    second = acms(
+        env, "resource", "add", str(tmp_path / "b"), "--project", "local/t"
+    ).stdout.strip()
+    assert acms(env, "reindex").returncode == 0
+
+    symbols = acms(env, "symbols", "m.py", "--project", "local/t").stdout.splitlines()
+    callers = acms(env, "callers", "helper", "--project", "local/t").stdout.splitlines()
+    alone = acms(env, "symbols", "m.py", "--resource", first).stdout.splitlines()
+
+    assert symbols == [
+        f"        1-2  function     def main()  [{first}]",
+        f"        1-3  class        class Other  [{second}]",
+        f"        2-3  method       def run(self)  [{second}]",
+    ]
+    assert callers == [f"m.py:2  main  [{first}]", f"m.py:3  Other.run  [{second}]"]
+    assert alone == ["        1-2  function     def main()"]  # one resource: as before

@@ -881,9 +881,15 @@ def _session_command(ops: Any, args: argparse.Namespace, out: Output) -> int:  #
 
 
 def _session_text(answer: dict[str, Any]) -> str:
+    from cleveragents.domain.models.acms.uko import resource_id_of
+
     tool, rows = answer["tool"], answer["results"]
     lines: list[str] = []
+    # Rows of several resources (one path in each): each line names its
+    # resource, or the same path of two resources reads as one file.
+    several = tool in ("symbols", "callers") and len({resource_id_of(r["uri"]) for r in rows}) > 1
     for r in rows:
+        before = len(lines)
         if tool in ("search", "context"):
             where = f"{r['path']}:{r['start_line']}-{r['end_line']}"
             lines.append(f"{r['score']:.3f}  {printable(where)}  {printable(r['uri'])}")
@@ -901,6 +907,8 @@ def _session_text(answer: dict[str, Any]) -> str:
         else:
             defs = ", ".join(printable(d) for d in r["definitions"]) or "(not defined in scope)"
             lines.append(f"{printable(r['name'])}  ->  {defs}")
+        if several and len(lines) > before:
+            lines[-1] += f"  [{resource_id_of(r['uri'])}]"
     if answer.get("truncated"):
         lines.append(f"… {answer['truncated']['more']} more (raise --budget)")
     return "\n".join(lines) if lines else "no results"
