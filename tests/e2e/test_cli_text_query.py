@@ -248,3 +248,26 @@ def test_a_normal_reindex_upgrades_shards_of_the_previous_schema(
         }
     hits = cli.json("search", "text", "create_connection", *SCOPE, "--lang", "python")
     assert hits[0]["metadata"]["path"] == "net/base.py"
+
+
+def test_every_search_takes_max_results_and_hybrid_offers_no_query_language(cli: Cli) -> None:
+    vector = json.loads(
+        cli.ok(
+            "--json",
+            "search",
+            "vector",
+            "open a socket",
+            "--max-results",
+            "1",
+            "--project",
+            "local/net",
+        )
+    )
+    assert len(vector) == 1
+    usage = subprocess.run(
+        [sys.executable, "-m", "cleveragents.acms", "search", "hybrid", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "--syntax" not in usage and "--max-results" in usage

@@ -268,13 +268,20 @@ def _scope_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--resource", action="append", default=[], metavar="ULID")
 
 
-def _text_options(parser: argparse.ArgumentParser) -> None:
+def _text_options(parser: argparse.ArgumentParser, *, query_language: bool = True) -> None:
+    """``--syntax``, ``--path``, ``--lang``; without ``query_language`` (hybrid
+    search, plain only) ``--syntax`` is not offered in the help, and
+    ``tantivy`` is refused with the reason."""
     parser.add_argument(
         "--syntax",
         choices=("plain", "tantivy"),
         default="plain",
-        help="plain (default): any text, read as words; tantivy: the query language "
-        "(fields content:, path:, symbol:, lang:, phrases, AND/OR/NOT)",
+        help=(
+            "plain (default): any text, read as words; tantivy: the query language "
+            "(fields content:, path:, symbol:, lang:, phrases, AND/OR/NOT, prefixes)"
+        )
+        if query_language
+        else argparse.SUPPRESS,
     )
     parser.add_argument(
         "--path",
@@ -367,12 +374,13 @@ def build_parser() -> argparse.ArgumentParser:
     _scope_options(text)
     vector = search.add_parser("vector", help="similarity search (embeds TEXT)")
     vector.add_argument("text")
-    vector.add_argument("--top-k", type=_positive, default=20, metavar="N")
+    # --max-results as text and hybrid search name it; --top-k as the Protocol does.
+    vector.add_argument("--top-k", "--max-results", type=_positive, default=20, metavar="N")
     _scope_options(vector)
     hybrid = search.add_parser("hybrid", help="text and vector rankings fused (RRF)")
     hybrid.add_argument("query")
     hybrid.add_argument("--max-results", type=_positive, default=10, metavar="N")
-    _text_options(hybrid)
+    _text_options(hybrid, query_language=False)
     _budget_option(hybrid)
     _scope_options(hybrid)
 
