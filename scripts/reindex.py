@@ -150,7 +150,19 @@ def main(argv: list[str] | None = None) -> int:
                 ),
             )
             if problems:
-                print(f"{PROG}: verify failed: {len(problems)} disagreement(s)", file=sys.stderr)
+                lost = sorted(
+                    {p.resource_id for p in problems if not getattr(p, "interrupted", False)}
+                )
+                fix = (
+                    "; 'reindex --full"
+                    + "".join(f" --resource {rid}" for rid in lost[:5])
+                    + "' writes their units again (or --rebuild, every resource)"
+                    if lost
+                    else ""
+                )
+                print(
+                    f"{PROG}: verify failed: {len(problems)} disagreement(s){fix}", file=sys.stderr
+                )
                 return EXIT_FAILURE
             return EXIT_OK
         announce_lock_wait(PROG, ops.data_dir, args.lock_timeout)

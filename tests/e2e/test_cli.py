@@ -356,8 +356,19 @@ def test_verify_passes_then_fails_after_tampering(tmp_path: Path) -> None:
     report = json.loads(bad.stdout)
     assert report["ok"] is False and report["problems"][0]["index"] == "vector"
     assert "verify failed" in bad.stderr
-    # The next reindex does not notice (the catalog says nothing changed), but a
-    # rebuild repairs it, and verify passes again.
+    # The next reindex does not notice (the catalog says nothing changed);
+    # the message names what repairs it, and it does.
+    rid = report["problems"][0]["resource_id"]
+    assert f"'reindex --full --resource {rid}' writes their units again" in bad.stderr
+    assert cli.reindex("--full", "--resource", rid).returncode == 0
+    assert cli.reindex("--verify").returncode == 0
+    # So does a rebuild.
+    db = sqlite3.connect(tmp_path / "data" / "vectors" / "vectors.sqlite3")
+    with db:
+        db.execute("DELETE FROM units WHERE id = (SELECT min(id) FROM units)")
+        db.execute("UPDATE meta SET value = value + 1 WHERE key = 'generation'")
+    db.close()
+    assert cli.reindex("--verify").returncode == 1
     assert cli.reindex("--rebuild").returncode == 0
     assert cli.reindex("--verify").returncode == 0
 
