@@ -785,9 +785,10 @@ def _serve(args: argparse.Namespace) -> int:
     tools = service_tools(session)
     server = make_mcp_server(session, tools)
     if args.mcp:
-        _log_scope(session.scope, chosen=chosen)
+        # Before the scope line, which tells a host the service is up.
         signal.signal(signal.SIGTERM, _end_stdio)
         signal.signal(signal.SIGINT, _end_stdio)
+        _log_scope(session.scope, chosen=chosen)
         server.run("stdio")
         return 0
     host, _, port = str(args.http).rpartition(":")

@@ -311,13 +311,19 @@ def _exit_with(writer_pid: int) -> None:
 def _init_worker(
     spec: PlannerSpec, fault: tuple[str, str] | None, writer_pid: int, nice: int
 ) -> None:
-    # The parent handles Ctrl-C and SIGTERM and stops the pool; a worker
-    # dies with the pool, or with the writer (_exit_with).  A SIGTERM sent
-    # to the whole process group (systemd, `timeout`, `kill -- -PGID`)
-    # must not kill the workers under the pool's feet: a pool feeding a
-    # dead worker could hang the writer for good, holding the reindex lock.
+    # The parent handles Ctrl-C and stops the pool; a worker dies with the
+    # pool, or with the writer (_exit_with).  A signal sent to the writer's
+    # whole process group (`timeout`, `kill -- -PGID`, a terminal's
+    # Ctrl-C) must not reach the workers: killed under the pool's feet,
+    # a pool feeding a dead worker could hang the writer for good, holding
+    # the reindex lock.  So a worker leads a process group of its own.  It
+    # still takes SIGTERM (the fork server ignores it, see fork_server.py,
+    # and its children inherit that): the pool terminates its workers with
+    # it when one of them died.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    with contextlib.suppress(OSError):
+        os.setpgid(0, 0)
     # The writer first (see the module doc); a sandbox that refuses it
     # leaves the workers at the writer's priority.
     if nice:
