@@ -443,3 +443,23 @@ def test_an_empty_data_dir_option_is_refused_not_taken_for_the_working_directory
     assert "the data directory must not be empty" in done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "data").exists()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("status",),
+        ("search", "text", "x", "--project", "local/x"),
+        ("symbols", "a.py", "--project", "local/x"),
+    ],
+)
+def test_a_reading_command_refuses_a_missing_data_directory_and_makes_none(
+    tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    """It used to make an empty one there and answer 'no project' or an
+    empty status, as if the indexed data were gone."""
+    missing = tmp_path / "typo"
+    done = run_acms(cli_env(missing), *args)
+    assert done.returncode == 2
+    assert one_line(done).startswith(f"acms: error: no data directory at {missing} ")
+    assert not missing.exists()

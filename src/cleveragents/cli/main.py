@@ -745,6 +745,14 @@ def run(args: argparse.Namespace, out: Output) -> int:
             f"sparql --results needs the local profile (ACMS_PROFILE is {profile}): the "
             "SPARQL endpoint adapter answers triples only (SELECT ?s ?p ?o, without --results)"
         )
+    if command in _READING_COMMANDS and not data_dir_of(args).is_dir():
+        # A mistyped --data-dir, or ./data of another working directory:
+        # made here, it would answer "no project" or an empty status.
+        raise UsageError(
+            f"no data directory at {printable(os.path.abspath(data_dir_of(args)))} "
+            "(is --data-dir or ACMS_DATA_DIR the one you indexed? "
+            "'acms project add NAME' makes one)"
+        )
     ops = operations_for(args, profile)
     if command == "project":
         return _project(ops, args, out)
@@ -845,6 +853,10 @@ def run(args: argparse.Namespace, out: Output) -> int:
 
 
 _SESSION_COMMANDS = ("read", "context", "symbols", "callers", "callees")
+# Commands that only read a data directory: refused where there is none.
+_READING_COMMANDS = frozenset(
+    {"search", "sparql", "triples", "traverse", "status", *_SESSION_COMMANDS}
+)
 
 
 def _session_command(ops: Any, args: argparse.Namespace, out: Output) -> int:  # noqa: ANN401
