@@ -177,8 +177,12 @@ def test_a_file_path_stands_for_its_node_in_each_in_scope_resource(
 def test_removing_a_project_names_the_resources_it_leaves_registered(tmp_path: Path) -> None:
     cli = Cli(tmp_path / "data")
     missing = cli.run("search", "text", "x", "--project", "local/gone", ok=False)
-    assert missing.returncode == 2 and "holds no projects" in missing.stderr
+    assert missing.returncode == 2 and "no data directory at" in missing.stderr
     assert str(tmp_path / "data") in missing.stderr
+    (tmp_path / "data").mkdir()
+    empty = cli.run("search", "text", "x", "--project", "local/gone", ok=False)
+    assert empty.returncode == 2 and "holds no projects" in empty.stderr
+    assert str(tmp_path / "data") in empty.stderr
     src = write_project(tmp_path / "gone", "gecko")
     cli.run("project", "add", "local/gone")
     cli.run("project", "add", "local/stays")

@@ -448,7 +448,7 @@ def test_an_empty_data_dir_option_is_refused_not_taken_for_the_working_directory
 @pytest.mark.parametrize(
     "args",
     [
-        ("status",),
+        ("traverse", "a.py", "--project", "local/x"),
         ("search", "text", "x", "--project", "local/x"),
         ("symbols", "a.py", "--project", "local/x"),
     ],
@@ -456,8 +456,8 @@ def test_an_empty_data_dir_option_is_refused_not_taken_for_the_working_directory
 def test_a_reading_command_refuses_a_missing_data_directory_and_makes_none(
     tmp_path: Path, args: tuple[str, ...]
 ) -> None:
-    """It used to make an empty one there and answer 'no project' or an
-    empty status, as if the indexed data were gone."""
+    """It used to make an empty one there and answer 'no project', as if
+    the indexed data were gone."""
     missing = tmp_path / "typo"
     done = run_acms(cli_env(missing), *args)
     assert done.returncode == 2

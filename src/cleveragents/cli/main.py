@@ -747,7 +747,7 @@ def run(args: argparse.Namespace, out: Output) -> int:
         )
     if command in _READING_COMMANDS and not data_dir_of(args).is_dir():
         # A mistyped --data-dir, or ./data of another working directory:
-        # made here, it would answer "no project" or an empty status.
+        # made here, it would answer "no project" as if the data were gone.
         raise UsageError(
             f"no data directory at {printable(os.path.abspath(data_dir_of(args)))} "
             "(is --data-dir or ACMS_DATA_DIR the one you indexed? "
@@ -853,10 +853,10 @@ def run(args: argparse.Namespace, out: Output) -> int:
 
 
 _SESSION_COMMANDS = ("read", "context", "symbols", "callers", "callees")
-# Commands that only read a data directory: refused where there is none.
-_READING_COMMANDS = frozenset(
-    {"search", "sparql", "triples", "traverse", "status", *_SESSION_COMMANDS}
-)
+# Queries: refused where there is no data directory.  (``status`` is not:
+# on a new deployment it shows the empty data directory and, with the
+# remote profile, whether the servers answer.)
+_READING_COMMANDS = frozenset({"search", "sparql", "triples", "traverse", *_SESSION_COMMANDS})
 
 
 def _session_command(ops: Any, args: argparse.Namespace, out: Output) -> int:  # noqa: ANN401
