@@ -153,10 +153,10 @@ def main(argv: list[str] | None = None) -> int:
                 lost = sorted(
                     {p.resource_id for p in problems if not getattr(p, "interrupted", False)}
                 )
+                named = "".join(f" --resource {rid}" for rid in lost) if len(lost) <= 5 else ""
                 fix = (
-                    "; 'reindex --full"
-                    + "".join(f" --resource {rid}" for rid in lost[:5])
-                    + "' writes their units again (or --rebuild, every resource)"
+                    f"; 'reindex --full{named}' writes their units again "
+                    "(or --rebuild, every resource)"
                     if lost
                     else ""
                 )

@@ -613,7 +613,7 @@ def list_resource(
     Raises:
         ResourceListingError: a git resource that git cannot list (never
             answered by a walk, which would list what ``.gitignore`` excludes);
-            ``root`` is one of the ``exclude`` directories or inside one.
+            ``root`` is one of the ``exclude`` directories.
     """
     root_str = os.fspath(root)
     inside = excluded_below(root_str, exclude)
@@ -633,26 +633,23 @@ def excluded_below(
 ) -> frozenset[str]:
     """The ``exclude`` directories that lie inside ``root``, as paths relative
     to it (``/``-separated; both sides resolved with ``realpath``, as the
-    listing never follows a link).
+    listing never follows a link).  One that holds ``root`` (a resource under
+    ``$HOME`` with the data directory there) or lies elsewhere changes nothing.
 
     Raises:
-        ResourceListingError: ``root`` is one of them or lies inside one
-            (its own files would be among the resource's).
+        ResourceListingError: ``root`` is one of them (its own index files
+            would be among the resource's).
     """
     real_root = os.path.realpath(root)
     inside: set[str] = set()
     for directory in exclude:
         real = os.path.realpath(directory)
-        if real_root == real or real_root.startswith(os.path.join(real, "")):
-            # Below the data directory is fine unless it is the data directory
-            # itself: a resource under $HOME with the data directory there.
-            if real_root == real:
-                raise ResourceListingError(
-                    f"{real_root} is the data directory: its index files would be "
-                    "indexed; keep the data directory outside the resource or in a "
-                    "directory of its own inside it (such as ./data)"
-                )
-            continue
+        if real == real_root:
+            raise ResourceListingError(
+                f"{real_root} is the data directory: its index files would be "
+                "indexed; keep the data directory outside the resource or in a "
+                "directory of its own inside it (such as ./data)"
+            )
         rel = os.path.relpath(real, real_root)
         if rel != os.pardir and not rel.startswith(os.pardir + os.sep):
             inside.add(rel.replace(os.sep, "/"))

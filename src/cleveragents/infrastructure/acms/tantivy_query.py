@@ -297,7 +297,6 @@ def reraise_fatal(exc: BaseException) -> None:
 
 # ---------------------------------------------------------------- query building
 
-# An escape (skipped) or a phrase with its optional ``~slop``.
 # A quoted phrase (left alone unless a one-term prefix), or a prefix term
 # with its field: ``sel*``, ``symbol:creat*``, ``parseJs*``, ``os.pa*``.
 _PREFIX = re.compile(
@@ -350,6 +349,7 @@ def _prefix_clause(field: str | None, terms: list[str]) -> str:
     return ranges[0] if len(ranges) == 1 else "(" + " OR ".join(ranges) + ")"
 
 
+# An escape (skipped) or a phrase with its optional ``~slop``.
 _PHRASE_OR_ESCAPE = re.compile(r'\\.|"((?:[^"\\]|\\.)*)"(?:~(\d+))?', re.DOTALL)
 
 
@@ -605,6 +605,16 @@ _QUALIFIED_NAME = re.compile(r"[^\W\d]\w*(?:\.[^\W\d]\w*)+")
 _CALL_OR_ATTRIBUTE_AFTER = re.compile(r"\(|\.[^\W\d]")
 
 
+def qualified_name(query: str) -> tuple[str, str] | None:
+    """``(qualifiers, last part)`` of a query that is a qualified name
+    (``Graph.parse`` -> ``("Graph", "parse")``), else None."""
+    found = _QUALIFIED_NAME.fullmatch(query.strip())
+    if found is None:
+        return None
+    qualifiers, _, last = found.group().rpartition(".")
+    return qualifiers, last
+
+
 def identifiers(analyzer: tantivy.TextAnalyzer, query: str) -> list[tuple[str, list[str]]]:
     """The words of a plain query that name code, as typed, with their parts.
 
@@ -618,13 +628,13 @@ def identifiers(analyzer: tantivy.TextAnalyzer, query: str) -> list[tuple[str, l
     :data:`MAX_PLAIN_IDENTIFIERS`, each once.
     """
     found: dict[str, list[str]] = {}
-    qualified = _QUALIFIED_NAME.fullmatch(query.strip())
+    qualified = qualified_name(query)
     if qualified is not None:
         # The whole query is a qualified name (``Graph.parse``, as symbols,
         # callers and read#sym= print names): it asks for the definition of
         # its last part, the qualifiers being its class or module, whose
         # words rank among the term clauses.
-        last = qualified.group().rsplit(".", 1)[1]
+        last = qualified[1]
         parts = analyzer.analyze(analysable(last))
         return [(last, parts)] if parts and len(last) <= MAX_TOKEN_CHARS else []
     matches = list(_IDENTIFIER.finditer(query))
@@ -681,10 +691,10 @@ class PlainQueryBuilder:
     def _qualifier_terms(self, query: str, multi: list[tuple[str, list[str]]]) -> frozenset[str]:
         """The terms only the qualifiers of a qualified-name query hold
         (``graph`` of ``Graph.parse``); none for any other query."""
-        if len(multi) != 1 or _QUALIFIED_NAME.fullmatch(query.strip()) is None:
+        qualified = qualified_name(query)
+        if qualified is None or len(multi) != 1:
             return frozenset()
-        qualifier = query.strip().rsplit(".", 1)[0]
-        return frozenset(self._analyzer.analyze(analysable(qualifier))) - set(multi[0][1])
+        return frozenset(self._analyzer.analyze(analysable(qualified[0]))) - set(multi[0][1])
 
     def build(self, schema: tantivy.Schema, query: str) -> tantivy.Query | None:
         """The scoring query of ``query``; ``None`` when it has no analysable term.
@@ -704,7 +714,7 @@ class PlainQueryBuilder:
         # and the parts of a multi-part name adjacent in content.
         multi = identifiers(self._analyzer, query[:MAX_QUERY_CHARS])
         names = W_NAMES_LIST if len(multi) >= EXACT_LIST_MIN else W_NAMES
-        qualifiers = self._qualifier_terms(query, multi)
+        qualifiers = self._qualifier_terms(query[:MAX_QUERY_CHARS], multi)
         for t in terms:
             if t in qualifiers:
                 clauses.append((should, boost(term(schema, "content", t), W_QUALIFIER)))
