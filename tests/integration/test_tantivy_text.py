@@ -164,10 +164,10 @@ def test_out_of_scope_documents_do_not_change_scores(backend: TantivyTextBackend
 def test_full_scope_with_replaced_units_matches_per_resource_indexes(
     backend: TantivyTextBackend,
 ) -> None:
-    # Each resource is scored by its own statistics.  Replaced and deleted
-    # units linger as deleted documents of that resource's index (as in every
-    # Lucene-family index) until a merge drops them: the oracle replays the
-    # same writes on per-resource indexes, so it holds the same ones.
+    # Replaced and deleted units linger as deleted documents of that
+    # resource's index (as in every Lucene-family index) until a merge drops
+    # them, and count in its statistics and the scope's: the oracle replays
+    # the same writes on per-resource indexes, so it holds the same ones.
     oracle = ShardOracle()
     a, b = new_ulid(), new_ulid()
     for target in (backend, oracle):
@@ -183,18 +183,59 @@ def test_full_scope_with_replaced_units_matches_per_resource_indexes(
         )
 
 
-def test_each_resource_is_scored_by_its_own_statistics(backend: TantivyTextBackend) -> None:
-    # "rare" is rare in a and common in b: merged, a's hit keeps its own IDF.
-    a, b = new_ulid(), new_ulid()
-    a_units = [unit(a, "a/1.py", "rare common"), unit(a, "a/2.py", "common common")]
-    b_units = [unit(b, f"b/{i}.py", "rare filler words") for i in range(30)]
-    backend.upsert(a, a_units)
-    backend.upsert(b, b_units)
+def test_a_scope_of_several_resources_scores_as_one_index_of_them(
+    backend: TantivyTextBackend,
+) -> None:
+    # "rare" is rare in a and common in b.  Over both, a's hit has the IDF of
+    # the scope (rare among 32 documents), as in one resource c holding the
+    # same 32 texts; each resource alone has its own.  (All contents have two
+    # tokens, so the average field lengths agree too; scores are float32.)
+    a, b, c, far = new_ulid(), new_ulid(), new_ulid(), new_ulid()
+    a_texts = ["rare common", "common common"]
+    b_texts = ["rare filler"] * 30
+    backend.upsert(a, [unit(a, f"a/{i}.py", t) for i, t in enumerate(a_texts)])
+    backend.upsert(b, [unit(b, f"b/{i}.py", t) for i, t in enumerate(b_texts)])
+    backend.upsert(c, [unit(c, f"c/{i}.py", t) for i, t in enumerate(a_texts + b_texts)])
+    # Out of the scope, a resource full of "rare" changes nothing.
+    backend.upsert(far, [unit(far, f"f/{i}.py", "rare rare") for i in range(50)])
+
     both = backend.search("rare", scope=frozenset({a, b}), max_results=50)
-    alone = {r.uko_uri: r.score for r in backend.search("rare", scope=frozenset({a}))}
-    (a_hit,) = [r for r in both if r.uko_uri in alone]
-    assert a_hit.score == alone[a_hit.uko_uri]
-    assert both[0].uko_uri == a_hit.uko_uri  # rarer in its own resource: ranked first
+    union = backend.search("rare", scope=frozenset({c}), max_results=50)
+    alone = backend.search("rare", scope=frozenset({a}))
+    assert len(both) == len(union) == 31
+    assert [r.score for r in both] == pytest.approx([r.score for r in union], rel=1e-5)
+    a_hit = next(r for r in both if resource_id_of(r.uko_uri) == a)
+    c_hit = next(r for r in union if r.content == "rare common")
+    assert a_hit.score == pytest.approx(c_hit.score, rel=1e-5)
+    assert a_hit.score < alone[0].score  # rare in a alone, common in the scope
+
+
+def test_a_small_resource_s_definition_outranks_loose_matches_of_a_large_one(
+    backend: TantivyTextBackend,
+) -> None:
+    # An agent's scope: a one-file project beside a large library.  The
+    # library mentions "load" and "settings" here and there; the project
+    # defines load_settings.  Scored by each resource's own statistics, every
+    # term of a one-document resource looked common (IDF 0.29) and the
+    # library's loose matches came first.
+    small, large = new_ulid(), new_ulid()
+    definition = unit(
+        small,
+        "app.py",
+        "def load_settings(path):\n    return parse(open(path).read())",
+        symbols="load_settings",
+    )
+    backend.upsert(small, [definition])
+    filler = [
+        unit(large, f"lib/m{i}.py", f"def helper_{i}(x):\n    return x + {i}") for i in range(60)
+    ]
+    loose = [
+        unit(large, "lib/config.py", "settings = load(file)  # load the settings, then load more"),
+        unit(large, "lib/io.py", "def load(stream):\n    settings.load(stream)  # load settings"),
+    ]
+    backend.upsert(large, filler + loose)
+    hits = backend.search("load_settings", scope=frozenset({small, large}), max_results=5)
+    assert hits[0].uko_uri == definition.uko_uri, [h.uko_uri for h in hits]
 
 
 def test_ties_are_ordered_by_uri_and_cut_exactly(backend: TantivyTextBackend) -> None:

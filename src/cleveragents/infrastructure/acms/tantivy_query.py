@@ -85,8 +85,10 @@ so they restrict the matches without changing a score.
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from collections import Counter
+from collections.abc import Sequence
 
 import tantivy
 
@@ -117,15 +119,22 @@ __all__ = [
     "W_EXACT",
     "W_NAMES",
     "W_PHRASE",
+    "Clause",
     "PlainQueryBuilder",
     "QueryBuilder",
+    "bm25_idf",
     "code_analyzer",
     "filter_query",
+    "filtered",
+    "filters",
     "identifiers",
     "keyword_analyzer",
     "pairs_analyzer",
     "query_terms",
     "reraise_fatal",
+    "scope_idf_factors",
+    "scope_queries",
+    "scoring_query",
     "terms_analyzer",
     "token_analyzer",
 ]
@@ -701,13 +710,16 @@ class PlainQueryBuilder:
 
         Never raises :class:`QueryError` for the text: every string is valid.
         """
+        clauses = self.clauses(query)
+        return None if clauses is None else scoring_query(schema, clauses)
+
+    def clauses(self, query: str) -> tuple[Clause, ...] | None:
+        """The weighted term clauses of ``query`` (summed: OR); ``None`` when
+        it has no analysable term.  Every string is valid."""
         terms = self.terms(query)
         if not terms:
             return None
-        should = tantivy.Occur.Should
-        clauses: list[tuple[tantivy.Occur, tantivy.Query]] = []
-        term = tantivy.Query.term_query
-        boost = tantivy.Query.boost_query
+        clauses: list[Clause] = []
         # Identifiers (see :func:`identifiers`): the whole name among the
         # unit's definitions (case-folded, plus a bonus when the case is the
         # query's too: ``Manager`` the class over ``manager`` the property),
@@ -716,12 +728,9 @@ class PlainQueryBuilder:
         names = W_NAMES_LIST if len(multi) >= EXACT_LIST_MIN else W_NAMES
         qualifiers = self._qualifier_terms(query[:MAX_QUERY_CHARS], multi)
         for t in terms:
-            if t in qualifiers:
-                clauses.append((should, boost(term(schema, "content", t), W_QUALIFIER)))
-            else:
-                clauses.append((should, term(schema, "content", t)))
+            clauses.append(("content", t, W_QUALIFIER if t in qualifiers else 1.0))
             if names > 0:
-                clauses.append((should, boost(term(schema, "names", t), names)))
+                clauses.append(("names", t, names))
         # The definition boost is shared: a query about one name favours its
         # definition fully; a list of names (calls) favours none of them much.
         exact = W_EXACT / len(multi) if multi and EXACT_SHARED else W_EXACT
@@ -732,14 +741,13 @@ class PlainQueryBuilder:
             (a, b) for _, parts in multi for a, b in itertools.pairwise(parts) if a != b
         )
         for word, _ in multi if exact > 0 else ():
-            clauses.append((should, boost(term(schema, "symbol_exact", word.lower()), exact)))
+            clauses.append(("symbol_exact", word.lower(), exact))
             if W_CASE > 0:
-                case = exact * W_CASE
-                clauses.append((should, boost(term(schema, "symbol_case", word), case)))
+                clauses.append(("symbol_case", word, exact * W_CASE))
         for a, b in list(part_pairs)[:MAX_PROXIMITY_PAIRS]:
-            clauses.append((should, boost(term(schema, "pairs", pair_term(a, b)), W_PHRASE)))
+            clauses.append(("pairs", pair_term(a, b), W_PHRASE))
         for name in _called_names(query) if W_CALLS > 0 else ():
-            clauses.append((should, boost(term(schema, "calls", name), W_CALLS)))
+            clauses.append(("calls", name, W_CALLS))
         informative = sum(1 for t in terms if _informative(t))
         if W_PROXIMITY > 0 and informative >= MIN_PROXIMITY_WORDS:
             # Adjacent words of the query (a pasted sentence) found adjacent,
@@ -757,9 +765,83 @@ class PlainQueryBuilder:
                 and (a, b) not in seen
             )
             for a, b in list(pairs)[:MAX_PROXIMITY_PAIRS]:
-                pair = term(schema, "pairs", pair_term(a, b))
-                clauses.append((should, boost(pair, W_PROXIMITY)))
-        return tantivy.Query.boolean_query(clauses)
+                clauses.append(("pairs", pair_term(a, b), W_PROXIMITY))
+        return tuple(clauses)
+
+
+#: One scoring clause of a plain query: (field, term as indexed, weight).
+Clause = tuple[str, str, float]
+
+
+def scoring_query(schema: tantivy.Schema, clauses: Sequence[Clause]) -> tantivy.Query:
+    """The sum (OR) of ``clauses``: each a BM25 term query times its weight."""
+    should = tantivy.Occur.Should
+    term = tantivy.Query.term_query
+    boost = tantivy.Query.boost_query
+    built: list[tuple[tantivy.Occur, tantivy.Query]] = []
+    for field, value, weight in clauses:
+        query = term(schema, field, value)
+        built.append((should, query if weight == 1.0 else boost(query, weight)))
+    return tantivy.Query.boolean_query(built)
+
+
+def bm25_idf(docs: int, doc_freq: int) -> float:
+    """BM25's inverse document frequency, as Tantivy computes it."""
+    return math.log(1.0 + (docs - doc_freq + 0.5) / (doc_freq + 0.5))
+
+
+def scope_idf_factors(
+    stats: Sequence[tuple[int, Sequence[int]]],
+) -> list[list[float] | None]:
+    """Per shard, the factor of each clause that turns the shard's own IDF
+    into the scope's: ``idf(N, n) / idf(N_s, n_s)``.
+
+    ``stats`` holds, per in-scope shard, its document count ``N_s`` and the
+    document frequency ``n_s`` of each clause's term in it; ``N`` and ``n``
+    are their sums over the shards, i.e. the statistics of one index of
+    exactly the in-scope documents.  A clause whose term a shard lacks
+    matches nothing there (factor 1); ``None`` for a shard where no clause
+    matches (it has no hit to give).
+    """
+    if not stats:
+        return []
+    docs = sum(n for n, _ in stats)
+    freqs = [sum(column) for column in zip(*(dfs for _, dfs in stats), strict=True)]
+    scope = [bm25_idf(docs, n) for n in freqs]
+    out: list[list[float] | None] = []
+    for shard_docs, dfs in stats:
+        if not any(dfs):
+            out.append(None)
+            continue
+        out.append([scope[i] / bm25_idf(shard_docs, n) if n else 1.0 for i, n in enumerate(dfs)])
+    return out
+
+
+def scope_queries(
+    terms: Sequence[tantivy.Query],
+    clauses: Sequence[Clause],
+    stats: Sequence[tuple[int, Sequence[int]]],
+) -> list[tantivy.Query | None]:
+    """Per shard, the plain query of ``clauses`` (``terms`` their term
+    queries) weighted to the scope's IDF (:func:`scope_idf_factors`), with
+    only the clauses whose term the shard holds; ``None`` where it holds none."""
+    should = tantivy.Occur.Should
+    boost = tantivy.Query.boost_query
+    out: list[tantivy.Query | None] = []
+    for (_, dfs), factors in zip(stats, scope_idf_factors(stats), strict=True):
+        if factors is None:
+            out.append(None)
+            continue
+        out.append(
+            tantivy.Query.boolean_query(
+                [
+                    (should, boost(terms[i], clauses[i][2] * factors[i]))
+                    for i, n in enumerate(dfs)
+                    if n
+                ]
+            )
+        )
+    return out
 
 
 def filter_query(
@@ -777,15 +859,31 @@ def filter_query(
     Raises:
         QueryError: the engine refuses the path pattern.
     """
-    must = tantivy.Occur.Must
-    clauses: list[tuple[tantivy.Occur, tantivy.Query]] = [(must, scoring)]
+    return filtered(scoring, filters(schema, path_regex=path_regex, lang=lang))
+
+
+def filters(
+    schema: tantivy.Schema, *, path_regex: str | None, lang: str | None
+) -> list[tantivy.Query]:
+    """The filter clauses of :func:`filter_query`, to add to several queries.
+
+    Raises:
+        QueryError: the engine refuses the path pattern.
+    """
+    out: list[tantivy.Query] = []
     if lang is not None:
         lang_term = tantivy.Query.term_query(schema, "lang", lang)
-        clauses.append((must, tantivy.Query.const_score_query(lang_term, 0.0)))
+        out.append(tantivy.Query.const_score_query(lang_term, 0.0))
     if path_regex is not None:
         try:
             glob = tantivy.Query.regex_query(schema, "path_raw", path_regex)
         except ValueError as exc:
             raise QueryError(f"the path glob cannot be used: {exc}") from exc
-        clauses.append((must, tantivy.Query.const_score_query(glob, 0.0)))
-    return tantivy.Query.boolean_query(clauses)
+        out.append(tantivy.Query.const_score_query(glob, 0.0))
+    return out
+
+
+def filtered(scoring: tantivy.Query, clauses: Sequence[tantivy.Query]) -> tantivy.Query:
+    """``scoring`` with each of ``clauses`` (see :func:`filters`) required."""
+    must = tantivy.Occur.Must
+    return tantivy.Query.boolean_query([(must, scoring), *((must, c) for c in clauses)])

@@ -56,7 +56,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 import tantivy
@@ -87,14 +87,18 @@ from cleveragents.infrastructure.acms.tantivy_query import (
     ANALYZER_NAME,
     KEYWORD_ANALYZER_NAME,
     PAIRS_ANALYZER_NAME,
+    Clause,
     PlainQueryBuilder,
     QueryBuilder,
     code_analyzer,
     filter_query,
+    filtered,
+    filters,
     keyword_analyzer,
     pairs_analyzer,
     query_terms,
     reraise_fatal,
+    scope_queries,
     terms_analyzer,
 )
 from cleveragents.infrastructure.acms.text_analysis import (
@@ -134,6 +138,7 @@ DEFAULT_MAX_OPEN_SHARDS = 512
 _WRITER_HEAP = 50_000_000
 _PARSED_CACHE_SIZE = 64  # built queries kept (they depend on the query text only)
 _SCOPE_CACHE_SIZE = 64  # validated scopes kept
+_FREQS_CACHE_SIZE = 4096  # document frequencies a shard keeps
 _LOCK_BACKOFF_START = 0.01
 _LOCK_BACKOFF_MAX = 0.5
 _META = "meta.json"
@@ -374,10 +379,31 @@ class _Shard:
     directory: object = None  # identity of the shard's directory
     # Bytes of the files in the shard's directory (None: unknown, in RAM).
     index_bytes: int | None = None
+    # (field, term) -> document frequency in this commit (see _doc_freqs).
+    freqs: dict[tuple[str, str], int] = field(default_factory=dict, compare=False)
+
+    def doc_freqs(self, clauses: Sequence[Clause]) -> tuple[int, list[int]]:
+        """The shard's document count and each clause term's document
+        frequency, both as Tantivy's BM25 counts them (documents replaced
+        or deleted but not yet merged away included: every document holds
+        its ``resource_id``, so that term's frequency is the engine's N)."""
+        freqs = self.freqs
+        if len(freqs) > _FREQS_CACHE_SIZE:
+            freqs.clear()
+        out = []
+        for name, value, _ in (("resource_id", self.rid, 1.0), *clauses):
+            key = (name, value)
+            n = freqs.get(key)
+            if n is None:
+                n = freqs[key] = self.searcher.doc_freq(name, value)
+            out.append(n)
+        return out[0], out[1:]
 
 
 # (raw score, URI, stored document, resource) of one hit.
 _Hit = tuple[float, str, tantivy.Document, str]
+# A plain query's clauses, their term queries and its filter clauses (see _scope_plan).
+_Plan = tuple[tuple[Clause, ...], list[tantivy.Query], list[tantivy.Query]]
 
 
 class TantivyTextBackend:
@@ -402,10 +428,16 @@ class TantivyTextBackend:
     8) with no per-query rescaling, so scores of different queries compare.
     Results are ordered by descending score, ties by ``uko_uri``.
 
-    Scope is exact: each in-scope resource is searched in its own index, with
-    its own BM25 statistics, and the results are the exact merge of theirs.
-    (Like every Lucene-family index, a resource's replaced units keep counting
-    in its statistics until Tantivy merges their segment.)  Identifiers are
+    Scope is exact: each in-scope resource is searched in its own index and
+    the results are the exact merge of theirs.  A plain query over several
+    resources is scored with the statistics of the scope: each clause's BM25
+    IDF is the one of a single index of exactly the in-scope documents
+    (document counts summed over the in-scope shards; each shard keeps its
+    own average field lengths), so a one-file project's definition competes
+    fairly with a large library's loose matches, and no out-of-scope document
+    counts.  A query in the tantivy syntax is scored by each resource's own
+    statistics.  (Like every Lucene-family index, a resource's replaced units
+    keep counting in its statistics until Tantivy merges their segment.)  Identifiers are
     split for search (``parseJsonV2`` -> parse, json, v, 2; ``HTTPServer`` ->
     http, server; ``snake_case`` -> snake, case), case-insensitively, in
     queries the same way.
@@ -457,6 +489,7 @@ class TantivyTextBackend:
         # Built queries of the parser ``_parsed_for`` (a query that passed the
         # limits and parsed once builds the same way again).
         self._parsed: OrderedDict[tuple[str | None, ...], tantivy.Query | None] = OrderedDict()
+        self._plans: OrderedDict[tuple[str | None, ...], _Plan] = OrderedDict()
         self._parsed_for: tantivy.Index | None = None
         self._matchers: OrderedDict[tuple[str, str], LineMatcher] = OrderedDict()
         self._scopes: dict[frozenset[str], frozenset[str]] = {}
@@ -710,7 +743,11 @@ class TantivyTextBackend:
         # On a search thread, so the caller can give up at the deadline.  One
         # task for every shard: splitting them over two threads was no faster
         # on 2 cores (interleaved A/B, 100 shards: 4.8 vs 4.5 ms).
-        search = functools.partial(self._search_shards, shards, built, limit)
+        if options.syntax == "plain" and len(shards) > 1:
+            # Each shard's clauses reweighted to the scope's statistics.
+            search = functools.partial(self._search_scope, shards, query, options, limit)
+        else:
+            search = functools.partial(self._search_shards, [(s, built) for s in shards], limit)
         if self._inline(shards, options.syntax, limit):
             if time.monotonic() - started > self._timeout:  # spent opening shards
                 self._timed_out()
@@ -801,23 +838,62 @@ class TantivyTextBackend:
                 self._scopes[scope] = wanted
         return wanted
 
-    def _search_shards(self, shards: list[_Shard], query: tantivy.Query, k: int) -> list[_Hit]:
-        """The top ``k`` hits of ``shards`` by (score desc, URI); runs on a search thread.
+    def _scope_plan(self, query: str, options: TextOptions) -> _Plan:
+        """The plain query's clauses and the options' filter clauses, built once per query."""
+        key = (query, *options.key())
+        plan = self._plans.get(key)
+        if plan is not None:
+            return plan
+        clauses = self._plain.clauses(query) or ()
+        regex = None if options.path is None else glob_regex(options.path)
+        terms = [tantivy.Query.term_query(self._schema, f, v) for f, v, _ in clauses]
+        plan = (clauses, terms, filters(self._schema, path_regex=regex, lang=options.lang))
+        with self._lock:
+            self._plans[key] = plan
+            while len(self._plans) > _PARSED_CACHE_SIZE:
+                self._plans.popitem(last=False)
+        return plan
+
+    def _search_scope(
+        self, shards: list[_Shard], query: str, options: TextOptions, k: int
+    ) -> list[_Hit]:
+        """:meth:`_search_shards` of a plain query, scored with the scope's statistics.
+
+        Each clause of a shard's query is weighted by the ratio of the term's
+        IDF over all the in-scope shards to its IDF in that shard
+        (:func:`scope_idf_factors`), so the shards' scores are those of one
+        index of exactly the in-scope documents (each shard keeps its own
+        average field lengths).  A shard holding none of the terms is not searched.
+        """
+        clauses, terms, must = self._scope_plan(query, options)
+        try:
+            stats = [shard.doc_freqs(clauses) for shard in shards]
+        except (OSError, ValueError) as exc:
+            raise IndexUnavailableError(f"cannot read the text index: {exc}") from exc
+        plan: list[tuple[_Shard, tantivy.Query]] = []
+        for shard, scoring in zip(shards, scope_queries(terms, clauses, stats), strict=True):
+            if scoring is not None:
+                plan.append((shard, filtered(scoring, must) if must else scoring))
+        return self._search_shards(plan, k)
+
+    def _search_shards(self, plan: list[tuple[_Shard, tantivy.Query]], k: int) -> list[_Hit]:
+        """The top ``k`` hits of the shards, each searched with its query, by
+        (score desc, URI); runs on a search thread.
 
         Stored documents are read only for the hits at or above the k-th
         best score of these shards (the k winners and anything tied with the
         last of them), never for each shard's own top k.
         """
-        fetched: list[tuple[_Shard, list[tuple[Any, tantivy.DocAddress]], int]] = []
-        for shard in shards:
+        fetched: list[tuple[_Shard, tantivy.Query, list[tuple[Any, tantivy.DocAddress]], int]] = []
+        for shard, query in plan:
             limit = min(k, shard.num_docs)
-            fetched.append((shard, self._run(shard.searcher, query, limit), limit))
-        scores = sorted((score for _, hits, _ in fetched for score, _ in hits), reverse=True)
+            fetched.append((shard, query, self._run(shard.searcher, query, limit), limit))
+        scores = sorted((score for _, _, hits, _ in fetched for score, _ in hits), reverse=True)
         if not scores:
             return []
         cutoff = scores[min(k, len(scores)) - 1]
         found: list[_Hit] = []
-        for shard, hits, limit in fetched:
+        for shard, query, hits, limit in fetched:
             # A shard that filled its limit may hold more hits tied with the
             # cutoff: they compete by URI, so fetch until past the cutoff.
             while len(hits) == limit < shard.num_docs and hits[-1][0] >= cutoff:
