@@ -128,7 +128,8 @@ REASONS = {
     "other_traverse": "outside this session's scope",
     "unknown_path": "neither an IRI nor a file path",
     "sparql_graph": "GRAPH",
-    "bad_budget": "budget must be between",
+    # Refused by the argument model, at the bound its schema states.
+    "bad_budget": "bad argument 'budget': Input should be greater than or equal to 256",
     "empty_query": "query",
 }
 

@@ -175,9 +175,11 @@ def test_same_inputs_give_the_same_answers(server: Server, world: dict[str, Any]
     for row in over:  # a well-formed project or resource outside the scope: 403
         assert row["status"] == 403 and row["mcp_error"], row
         assert json.loads(row["http"])["error"] in row["mcp"]
-    for row in under:
+    for row in under:  # below the schema's minimum: refused as a bad argument
         assert row["status"] == 400 and row["mcp_error"], row
-        assert "budget must be between" in row["http"] and "budget must be between" in row["mcp"]
+        error = json.loads(row["http"])["error"]
+        assert error.startswith("bad argument 'budget': Input should be greater than or equal")
+        assert row["mcp"] == f"Error executing tool {row['call'][0]}: {error}", row
 
 
 def test_hybrid_search_filters_by_path_and_lang(server: Server) -> None:

@@ -17,12 +17,13 @@ character ``budget``.
 
 A call's arguments are validated once, by one model per tool derived from
 the tool function's signature (:func:`service_tools`), whichever way the call
-came: the MCP SDK runs that model (it is the tool's registered argument
-model) and the JSON API runs the same one.  An unknown argument, a missing
-one, a wrong type (a string where a list is expected) or a malformed project
-name or ULID is refused with a message naming the argument and listing the
-tool's arguments; values the model coerces ("3000" for an int, a JSON list
-given as a string) are coerced on both.
+came: its JSON schema, with a description of each argument and the bounds
+and choices the session enforces, is the MCP tool's input schema, and the
+MCP tool and the JSON API both run it.  An unknown argument, a missing one,
+a wrong type (a string where a list is expected), a value out of bounds or
+a malformed project name or ULID is refused with one line naming the
+argument and listing the tool's arguments; values the model coerces ("3000"
+for an int, a JSON list given as a string) are coerced on both.
 
 The backends stay open for the life of the server, so caches and loaded
 graphs stay warm; each query picks up the indexes' latest commit, so the
@@ -47,21 +48,26 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, get_args, get_origin
 
 import structlog
-from pydantic import AfterValidator, BeforeValidator, ValidationError, create_model
+from pydantic import AfterValidator, BeforeValidator, Field, ValidationError, create_model
 from pydantic_core import PydanticCustomError
 from starlette.responses import Response
 
 from cleveragents.application.services.agent_session import (
     DEFAULT_BUDGET,
+    MAX_BUDGET,
+    MAX_LINE,
+    MAX_RESULTS,
+    MIN_BUDGET,
     AgentSession,
     SessionScope,
     check_budget,
     render,
 )
 from cleveragents.cli.terminal import printable
+from cleveragents.domain.models.acms.backends import TraversalDirection
 from cleveragents.domain.models.acms.errors import (
     AcmsError,
     BusyError,
@@ -70,6 +76,8 @@ from cleveragents.domain.models.acms.errors import (
     ScopeError,
 )
 from cleveragents.domain.models.acms.registry import validate_project_name
+from cleveragents.domain.models.acms.text_query import TextSyntax
+from cleveragents.domain.models.acms.uko import PREDICATES
 from cleveragents.domain.models.acms.ulids import canonical_ulid
 
 if TYPE_CHECKING:
@@ -98,18 +106,87 @@ ProjectName = Annotated[str, AfterValidator(validate_project_name)]
 #: A resource ULID argument (canonical, upper case, once validated).
 ResourceId = Annotated[str, AfterValidator(canonical_ulid)]
 
+# The arguments several tools share.  Each argument's description is what an
+# agent chooses its value from; a bound is the session's own (its constant),
+# checked by the argument model so that a refusal lists the tool's arguments.
+Budget = Annotated[
+    int,
+    Field(
+        ge=MIN_BUDGET,
+        le=MAX_BUDGET,
+        description="The most characters the answer (compact JSON) may take: results that "
+        "do not fit are left out and counted in 'truncated'. "
+        f"Default {DEFAULT_BUDGET}.",
+    ),
+]
+MaxResults = Annotated[
+    int,
+    Field(
+        ge=1,
+        le=MAX_RESULTS,
+        description="The most hits to return, best first (fewer when the budget is "
+        "reached). Default 10.",
+    ),
+]
+Projects = Annotated[
+    list[ProjectName] | None,
+    Field(
+        description="Only these projects of the service's scope (names such as "
+        "'local/app'; with resources: the union). Default: the whole scope."
+    ),
+]
+Resources = Annotated[
+    list[ResourceId] | None,
+    Field(
+        description="Only these resources of the service's scope (ULIDs; with projects: "
+        "the union). Default: the whole scope."
+    ),
+]
+PathGlob = Annotated[
+    str | None,
+    Field(
+        description="Only files whose path (relative to the resource's root) matches this "
+        "glob: '*' within a path segment, '**' across, a final '/' everything below "
+        "('pkg/**/*.py'). Default: every file."
+    ),
+]
+Language = Annotated[
+    str | None,
+    Field(
+        description="Only files of this language, as the indexer detects it ('python', "
+        "'go', 'markdown'; any case). Default: every language."
+    ),
+]
+Syntax = Annotated[
+    TextSyntax,
+    Field(
+        description="'plain' (default: any text, matched by its words and identifier "
+        "parts) or 'tantivy' (fields content:, path:, symbol:, lang:, phrases, AND/OR/NOT)."
+    ),
+]
+Node = Annotated[
+    str,
+    Field(
+        description="A node's URI (a file's uko://<ULID>/<path>, a symbol's ...#sym=<name>) "
+        "or a file path relative to a resource's root (that file in each in-scope "
+        "resource that indexes it)."
+    ),
+]
+
 
 def tool_functions(session: AgentSession) -> dict[str, Callable[..., dict[str, Any]]]:
     """The service's tools by name, each returning a JSON-able answer."""
 
     def search(
-        query: str,
-        max_results: int = 10,
-        budget: int = DEFAULT_BUDGET,
-        projects: list[ProjectName] | None = None,
-        resources: list[ResourceId] | None = None,
-        path: str | None = None,
-        lang: str | None = None,
+        query: Annotated[
+            str, Field(description="What to look for: plain words or identifiers (no syntax).")
+        ],
+        max_results: MaxResults = 10,
+        budget: Budget = DEFAULT_BUDGET,
+        projects: Projects = None,
+        resources: Resources = None,
+        path: PathGlob = None,
+        lang: Language = None,
     ) -> dict[str, Any]:
         """Hybrid search (text and semantic rankings fused): hits with path,
         line range and the matching lines.
@@ -128,14 +205,17 @@ def tool_functions(session: AgentSession) -> dict[str, Callable[..., dict[str, A
         )
 
     def search_text(
-        query: str,
-        max_results: int = 10,
-        budget: int = DEFAULT_BUDGET,
-        projects: list[ProjectName] | None = None,
-        resources: list[ResourceId] | None = None,
-        syntax: str = "plain",
-        path: str | None = None,
-        lang: str | None = None,
+        query: Annotated[
+            str,
+            Field(description="What to find: words or identifiers, or a query in the syntax."),
+        ],
+        max_results: MaxResults = 10,
+        budget: Budget = DEFAULT_BUDGET,
+        projects: Projects = None,
+        resources: Resources = None,
+        syntax: Syntax = "plain",
+        path: PathGlob = None,
+        lang: Language = None,
     ) -> dict[str, Any]:
         """Full-text (BM25) search: hits with path, line range and matching lines.
 
@@ -156,11 +236,13 @@ def tool_functions(session: AgentSession) -> dict[str, Callable[..., dict[str, A
         )
 
     def search_vector(
-        query: str,
-        max_results: int = 10,
-        budget: int = DEFAULT_BUDGET,
-        projects: list[ProjectName] | None = None,
-        resources: list[ResourceId] | None = None,
+        query: Annotated[
+            str, Field(description="Text whose meaning to match (a sentence, or code).")
+        ],
+        max_results: MaxResults = 10,
+        budget: Budget = DEFAULT_BUDGET,
+        projects: Projects = None,
+        resources: Resources = None,
     ) -> dict[str, Any]:
         """Similarity search: the query embedded with the index's own embedder."""
         return session.search(
@@ -173,31 +255,52 @@ def tool_functions(session: AgentSession) -> dict[str, Callable[..., dict[str, A
         )
 
     def sparql(
-        query: str,
-        budget: int = DEFAULT_BUDGET,
-        projects: list[ProjectName] | None = None,
-        resources: list[ResourceId] | None = None,
+        query: Annotated[
+            str,
+            Field(
+                description="A SPARQL 1.1 SELECT, ASK, CONSTRUCT or DESCRIBE query; the uko: "
+                "prefix is predefined; SERVICE, FROM and GRAPH are refused."
+            ),
+        ],
+        budget: Budget = DEFAULT_BUDGET,
+        projects: Projects = None,
+        resources: Resources = None,
     ) -> dict[str, Any]:
         """A sandboxed, time-limited SPARQL query over the scope's code graph."""
         return session.sparql(query, budget=budget, projects=projects, resources=resources)
 
     def triples(
-        subject: str,
-        budget: int = DEFAULT_BUDGET,
-        projects: list[ProjectName] | None = None,
-        resources: list[ResourceId] | None = None,
+        subject: Node,
+        budget: Budget = DEFAULT_BUDGET,
+        projects: Projects = None,
+        resources: Resources = None,
     ) -> dict[str, Any]:
         """The triples of one subject URI (a file, chunk or symbol)."""
         return session.triples(subject, budget=budget, projects=projects, resources=resources)
 
     def traverse(
-        start: str,
-        depth: int = 2,
-        direction: str = "out",
-        predicates: list[str] | None = None,
-        budget: int = DEFAULT_BUDGET,
-        projects: list[ProjectName] | None = None,
-        resources: list[ResourceId] | None = None,
+        start: Node,
+        depth: Annotated[
+            int, Field(ge=0, description="How many hops to walk from start (0: none). Default 2.")
+        ] = 2,
+        direction: Annotated[
+            TraversalDirection,
+            Field(
+                description="'out' (default: subject to object), 'in' (object to subject) "
+                "or 'both'."
+            ),
+        ] = "out",
+        predicates: Annotated[
+            list[str] | None,
+            Field(
+                description="Follow only these edges: UKO names ("
+                + ", ".join(sorted(PREDICATES))
+                + ") or full IRIs. Default: every edge."
+            ),
+        ] = None,
+        budget: Budget = DEFAULT_BUDGET,
+        projects: Projects = None,
+        resources: Resources = None,
     ) -> dict[str, Any]:
         """Triples within ``depth`` hops of a start URI or file path (breadth
         first).  ``direction``: "out" (default: what it defines, imports,
@@ -216,52 +319,96 @@ def tool_functions(session: AgentSession) -> dict[str, Callable[..., dict[str, A
         )
 
     def read(
-        uri: str,
-        start_line: int | None = None,
-        end_line: int | None = None,
-        budget: int = DEFAULT_BUDGET,
+        uri: Annotated[
+            str,
+            Field(
+                description="A file's URI (uko://<ULID>/<path>), with #L10-L42 for a line "
+                "range or #sym=<name> for a symbol's lines; or a path relative to the root "
+                "of the one in-scope resource that has it (path#L10-L42)."
+            ),
+        ],
+        start_line: Annotated[
+            int | None,
+            Field(
+                ge=1,
+                le=MAX_LINE,
+                description="The first line to return (1-based); start_line or end_line "
+                "replaces the URI's range. Default: the URI's range, else line 1.",
+            ),
+        ] = None,
+        end_line: Annotated[
+            int | None,
+            Field(
+                ge=1,
+                le=MAX_LINE,
+                description="The last line to return (inclusive). Default: the URI's "
+                "range, else the file's last line.",
+            ),
+        ] = None,
+        budget: Budget = DEFAULT_BUDGET,
     ) -> dict[str, Any]:
         """An indexed file or chunk by URI (``uko://ULID/path#L10-L42``), or by its
         path in the one in-scope resource that has it (``path#L10-L42``); numbered lines."""
         return session.read(uri, start_line=start_line, end_line=end_line, budget=budget)
 
     def context(
-        task: str,
-        budget: int = DEFAULT_BUDGET,
-        projects: list[ProjectName] | None = None,
-        resources: list[ResourceId] | None = None,
+        task: Annotated[
+            str,
+            Field(description="The task, in plain words ('add a retry to the HTTP client')."),
+        ],
+        budget: Budget = DEFAULT_BUDGET,
+        projects: Projects = None,
+        resources: Resources = None,
     ) -> dict[str, Any]:
         """The best snippets for a task description, within a character budget."""
         return session.context(task, budget=budget, projects=projects, resources=resources)
 
     def symbols(
-        path: str,
-        budget: int = DEFAULT_BUDGET,
-        projects: list[ProjectName] | None = None,
-        resources: list[ResourceId] | None = None,
+        path: Annotated[
+            str,
+            Field(
+                description="A file path relative to a resource's root (that file in each "
+                "in-scope resource that indexes it) or a file's URI."
+            ),
+        ],
+        budget: Budget = DEFAULT_BUDGET,
+        projects: Projects = None,
+        resources: Resources = None,
     ) -> dict[str, Any]:
         """The definitions of a file: qualified name, kind, line range, signature."""
         return session.symbols(path, budget=budget, projects=projects, resources=resources)
 
     def callers(
-        target: str,
-        budget: int = DEFAULT_BUDGET,
-        projects: list[ProjectName] | None = None,
-        resources: list[ResourceId] | None = None,
+        target: Annotated[
+            str,
+            Field(
+                description="The function called: a name ('parse'), a qualified name "
+                "('Loader.run') or a symbol's URI (...#sym=<name>)."
+            ),
+        ],
+        budget: Budget = DEFAULT_BUDGET,
+        projects: Projects = None,
+        resources: Resources = None,
     ) -> dict[str, Any]:
         """Who calls a function (a name, a qualified name or a symbol URI), with lines."""
         return session.callers(target, budget=budget, projects=projects, resources=resources)
 
     def callees(
-        source: str,
-        budget: int = DEFAULT_BUDGET,
-        projects: list[ProjectName] | None = None,
-        resources: list[ResourceId] | None = None,
+        source: Annotated[
+            str,
+            Field(
+                description="The calling function: a name ('run'), a qualified name "
+                "('Loader.run') or a symbol's URI (...#sym=<name>)."
+            ),
+        ],
+        budget: Budget = DEFAULT_BUDGET,
+        projects: Projects = None,
+        resources: Resources = None,
     ) -> dict[str, Any]:
         """What a function calls, each name with its definitions in scope."""
         return session.callees(source, budget=budget, projects=projects, resources=resources)
 
-    def status(budget: int = DEFAULT_BUDGET) -> dict[str, Any]:
+    def status(budget: Budget = DEFAULT_BUDGET) -> dict[str, Any]:
         """The session's scope: projects (name -> resource ULIDs) and resource ULIDs."""
         return _status(session.scope, budget)
 
@@ -357,9 +504,8 @@ def _arguments_base() -> type[ArgModelBase]:
 def _explain(model: type[ArgModelBase], exc: ValidationError) -> ValidationError:
     """``exc`` with each error's message replaced by one an agent can act on.
 
-    The errors keep their locations (the SDK logs the rejected argument
-    names from them); the message of each names the argument and lists the
-    tool's arguments."""
+    The message of each names the argument and lists the tool's arguments
+    (:func:`_message` joins them into one line)."""
     tool = model.__name__.removesuffix("Arguments")
     takes = f"{tool} takes " + ", ".join(
         (field.alias or name) + (" (required)" if field.is_required() else "")
@@ -369,7 +515,7 @@ def _explain(model: type[ArgModelBase], exc: ValidationError) -> ValidationError
     line_errors: list[Any] = []
     for error in errors[:_MAX_REASONS]:
         # What the caller sent is echoed quoted (repr: control characters
-        # escaped) and cut: the SDK prints the locations as they are.
+        # escaped) and cut.
         loc = tuple(_quoted(part) for part in error["loc"][:4])
         name = loc[0] if loc else ""
         if not loc:
@@ -424,7 +570,8 @@ def _arguments_model(name: str, fn: Callable[..., Any]) -> type[ArgModelBase]:
     fields: dict[str, Any] = {}
     for param in inspect.signature(fn, eval_str=True).parameters.values():
         annotation = param.annotation
-        if annotation is int or annotation == (int | None):
+        bare = get_args(annotation)[0] if get_origin(annotation) is Annotated else annotation
+        if bare is int or bare == (int | None):
             annotation = Annotated[annotation, BeforeValidator(_not_a_bool)]
         default = ... if param.default is inspect.Parameter.empty else param.default
         fields[param.name] = (annotation, default)
@@ -437,7 +584,7 @@ def _arguments_model(name: str, fn: Callable[..., Any]) -> type[ArgModelBase]:
 @dataclass(frozen=True, slots=True)
 class ServiceTool:
     """One tool of the service: its function and the validation of its
-    arguments, shared by MCP (the SDK runs ``arguments``) and the JSON API."""
+    arguments, shared by MCP and the JSON API."""
 
     name: str
     fn: Callable[..., dict[str, Any]]
@@ -480,21 +627,24 @@ def make_mcp_server(session: AgentSession, tools: Mapping[str, ServiceTool] | No
     """An MCP server whose tools are :func:`service_tools` (or ``tools``),
     each answering with one text content: the JSON answer (:func:`render`).
 
-    Each tool is registered with its own argument model, so the SDK refuses
-    an unknown argument (its model for a plain function ignores one) and
-    reports every bad argument as the JSON API does."""
+    Each tool's input schema is its argument model's, and the tool itself
+    validates its arguments with that model (:meth:`ServiceTool.validate`):
+    the SDK passes them on as sent.  A refusal raised in the SDK's own
+    validation would reach the agent as pydantic's report ("1 validation
+    error for ...", a line per error, "[type=...]"); raised in the tool, it
+    is the JSON API's one line."""
     from mcp.server import MCPServer
     from mcp.server.mcpserver.tools import Tool
+    from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
 
     registered = []
     for tool in (service_tools(session) if tools is None else tools).values():
         made = Tool.from_function(
-            _as_text(tool.fn), name=tool.name, description=tool.fn.__doc__, structured_output=False
+            _as_text(tool), name=tool.name, description=tool.fn.__doc__, structured_output=False
         )
         schema = tool.arguments.arg_model.model_json_schema(by_alias=True)
-        registered.append(
-            made.model_copy(update={"fn_metadata": tool.arguments, "parameters": schema})
-        )
+        as_sent = FuncMetadata(arg_model=_as_sent_model())
+        registered.append(made.model_copy(update={"fn_metadata": as_sent, "parameters": schema}))
     return MCPServer(
         "acms",
         instructions=(
@@ -505,22 +655,37 @@ def make_mcp_server(session: AgentSession, tools: Mapping[str, ServiceTool] | No
     )
 
 
-def _as_text(fn: Callable[..., dict[str, Any]]) -> Callable[..., str]:
+@functools.cache
+def _as_sent_model() -> type[ArgModelBase]:
+    """The argument model the SDK runs: any arguments, passed on as sent."""
+    from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase
+    from pydantic import ConfigDict
+
+    class AsSent(ArgModelBase):
+        model_config = ConfigDict(extra="allow")
+
+        def model_dump_one_level(self) -> dict[str, Any]:
+            return dict(self.model_extra or {})
+
+    return AsSent
+
+
+def _as_text(tool: ServiceTool) -> Callable[..., str]:
     from mcp.server.mcpserver.exceptions import ToolError
 
-    @functools.wraps(fn)
-    def call(*args: Any, **kwargs: Any) -> str:  # noqa: ANN401 - the tool's own arguments
+    @functools.wraps(tool.fn)
+    def call(**arguments: Any) -> str:  # noqa: ANN401 - the tool's own arguments
         try:
-            return render(fn(*args, **kwargs))
+            return render(tool.fn(**tool.validate(arguments)))
         except (AcmsError, ValueError, TypeError) as exc:
-            # An anticipated failure (bad input, out of scope, an engine's
-            # error): the SDK passes a ToolError's message to the agent, so
-            # it can correct the call, and logs it without a traceback.  Any
-            # other exception is a crash to the SDK: the agent would read
-            # only "Error executing tool <name>".
+            # Bad arguments (BadArguments), bad input, out of scope, an
+            # engine's error: the SDK passes a ToolError's message to the
+            # agent, so it can correct the call, and logs it without a
+            # traceback.  Any other exception is a crash to the SDK: the
+            # agent would read only "Error executing tool <name>".
             raise ToolError(str(exc)) from None
 
-    call.__annotations__ = {**fn.__annotations__, "return": str}
+    call.__annotations__ = {**tool.fn.__annotations__, "return": str}
     return call
 
 

@@ -51,6 +51,8 @@ __all__ = [
     "DEFAULT_BUDGET",
     "ECHO_CHARS",
     "MAX_BUDGET",
+    "MAX_LINE",
+    "MAX_RESULTS",
     "MIN_BUDGET",
     "READ_FILE_BYTES",
     "AgentSession",
@@ -66,6 +68,10 @@ __all__ = [
 DEFAULT_BUDGET = 8_000
 MIN_BUDGET = 256
 MAX_BUDGET = 200_000
+MAX_RESULTS = 100
+"""``search`` ranks at most this many hits (``max_results``) in one call."""
+MAX_LINE = 10**9
+"""The highest line number ``read`` takes (a bound on the number, not a file's size)."""
 ECHO_CHARS = 200
 """An answer repeats at most this many characters of its query."""
 READ_FILE_BYTES = 1024 * 1024
@@ -487,7 +493,7 @@ class AgentSession:
             )
         if mode == "vector" and (options.syntax != "plain" or options.filtered):
             raise QueryError("syntax, path and lang apply to text and hybrid search, not vector")
-        limit = _count(max_results, "max_results", 100)
+        limit = _count(max_results, "max_results", MAX_RESULTS)
         chars = check_budget(budget)
         view = self._view(projects, resources)
         terms = query_terms(query)
@@ -850,8 +856,8 @@ class AgentSession:
             )
         if found and start_line is None and end_line is None:
             start_line, end_line = int(found.group(1)), int(found.group(2))
-        first = _count(start_line, "start_line", 10**9) if start_line is not None else 1
-        last = _count(end_line, "end_line", 10**9) if end_line is not None else None
+        first = _count(start_line, "start_line", MAX_LINE) if start_line is not None else 1
+        last = _count(end_line, "end_line", MAX_LINE) if end_line is not None else None
         if last is not None and last < first:
             raise ValueError("end_line must not be before start_line")
         got = self._read_file(rid, path, READ_FILE_BYTES)

@@ -19,6 +19,7 @@ backend has a path.
 from __future__ import annotations
 
 import math
+import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -47,6 +48,7 @@ __all__ = [
     "TextBackend",
     "TextIndex",
     "TextResult",
+    "TraversalDirection",
     "Triple",
     "VectorBackend",
     "VectorIndex",
@@ -168,7 +170,10 @@ def validate_depth(value: object) -> int:
     return value
 
 
-TRAVERSAL_DIRECTIONS = ("out", "in", "both")
+#: A traversal direction (the type the service's tool schema lists; this
+#: module's ``Literal`` is an RDF literal).
+TraversalDirection = typing.Literal["out", "in", "both"]
+TRAVERSAL_DIRECTIONS: tuple[TraversalDirection, ...] = typing.get_args(TraversalDirection)
 
 #: The most triples a walk may gather before it is stopped (a backend's
 #: ``max_rows``): past a hub node (a resource's ``contains`` edges) a walk of

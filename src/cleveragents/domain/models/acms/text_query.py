@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Iterable
+from typing import Literal, get_args
 
 from cleveragents.domain.models.acms.errors import QueryError
 
@@ -39,13 +40,16 @@ __all__ = [
     "SYNTAXES",
     "LineMatcher",
     "TextOptions",
+    "TextSyntax",
     "glob_regex",
     "match_lines",
     "path_matches",
     "text_options",
 ]
 
-SYNTAXES = ("plain", "tantivy")
+#: A text query's syntax (the type the service's tool schema lists).
+TextSyntax = Literal["plain", "tantivy"]
+SYNTAXES: tuple[TextSyntax, ...] = get_args(TextSyntax)
 #: Distinct analysed terms a plain query keeps (the first ones, in query order):
 #: a pasted page of code is still a bounded query.
 MAX_PLAIN_TERMS = 64
