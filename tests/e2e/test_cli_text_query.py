@@ -225,13 +225,13 @@ def test_a_normal_reindex_upgrades_shards_of_the_previous_schema(
     cli.ok("project", "add", "local/net")
     cli.ok("resource", "add", str(src), "--project", "local/net")
     cli.reindex()
-    # A previous version: an old text schema, the units identity before "units-4".
+    # A previous version: an old text schema, the units identity before "units-5".
     shards = _old_schema_shards(cli.data_dir / "text")
     assert shards
     catalog = sqlite3.connect(next((cli.data_dir / "catalog").resolve().glob("*.sqlite3")))
     with catalog:
         catalog.execute(
-            "UPDATE meta SET value = replace(value, 'units-4', 'units-3') "
+            "UPDATE meta SET value = replace(value, 'units-5', 'units-4') "
             "WHERE key LIKE 'identity:%'"
         )
     catalog.close()

@@ -279,8 +279,8 @@ def test_a_units_change_still_re_indexes_every_file(data: Path, repo: Path) -> N
     store = open_store(data)
     catalog = store.catalog
     recorded = identity(store) or ""
-    assert "units-4" in recorded  # the version this test steps back from
-    catalog.set_meta(f"identity:{RID}", recorded.replace("units-4", "units-3"))
+    assert "units-5" in recorded  # the version this test steps back from
+    catalog.set_meta(f"identity:{RID}", recorded.replace("units-5", "units-4"))
     spy = SpyParser()
     stats = Indexer(store, ReversedHashing(), code_parser=spy).index_resource(
         RID, repo, "directory"

@@ -851,3 +851,30 @@ def test_an_index_of_the_old_single_index_layout_asks_for_a_rebuild(tmp_path: Pa
         with pytest.raises(IndexUnavailableError, match="--rebuild"):
             call()
     b.close()
+
+
+def test_a_qualified_name_finds_that_class_s_method_over_its_namesakes(
+    backend: TantivyTextBackend,
+) -> None:
+    # rdflib: ``Graph.parse`` ranked ConjunctiveGraph.parse (whose chunk says
+    # "graph" more often) first, when only bare names were indexed whole.
+    rid = new_ulid()
+    graph = unit(
+        rid,
+        "core.py",
+        "    def parse(self, source):\n        return self",
+        symbols="parse",
+        qualified="Graph.parse",
+    )
+    conjunctive = unit(
+        rid,
+        "memory.py",
+        "    def parse(self, source):\n        graph = Graph(); graph.parse(source)  # a graph",
+        symbols="parse",
+        qualified="ConjunctiveGraph.parse",
+    )
+    backend.upsert(rid, [graph, conjunctive])
+    hits = backend.search("Graph.parse", scope=frozenset({rid}))
+    assert uris(hits)[:1] == [graph.uko_uri]
+    hits = backend.search("ConjunctiveGraph.parse", scope=frozenset({rid}))
+    assert uris(hits)[:1] == [conjunctive.uko_uri]

@@ -248,6 +248,28 @@ def test_make_units_names_the_definitions_that_start_in_each_chunk() -> None:
     assert all("symbols" not in u.metadata for u in plain)
 
 
+def test_make_units_names_the_qualified_definitions_that_start_in_each_chunk() -> None:
+    text = "\n".join(f"line {n}" for n in range(1, 11))
+    chunks = [Chunk(1, 4, "a"), Chunk(5, 10, "b")]
+    units = make_units(
+        RID,
+        "m.py",
+        text,
+        chunks=chunks,
+        # (qualified name, first line): only names with a qualifier, each once,
+        # none with white space or past the end
+        qualified=[
+            ("Graph.parse", 6),
+            ("Graph", 2),
+            ("Graph.add", 3),
+            ("Graph.parse", 8),
+            ("A. b", 7),
+            ("Late.x", 11),
+        ],
+    )
+    assert [u.metadata.get("qualified") for u in units] == ["Graph.add", "Graph.parse"]
+
+
 def test_make_units_lists_the_names_called_in_each_chunk() -> None:
     text = "\n".join(f"line {n}" for n in range(1, 11))
     chunks = [Chunk(1, 4, "a"), Chunk(5, 10, "b")]

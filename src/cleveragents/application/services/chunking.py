@@ -514,6 +514,7 @@ def make_units(
     chunks: Sequence[Chunk] | None = None,
     definitions: Iterable[tuple[str, int]] = (),
     calls: Iterable[tuple[str, int]] = (),
+    qualified: Iterable[tuple[str, int]] = (),
 ) -> list[IndexUnit]:
     """One :class:`IndexUnit` per chunk of a file, named ``<file uri>#L<start>-L<end>``.
 
@@ -526,6 +527,10 @@ def make_units(
     a chunk holding the first line of one or more definitions also gets
     ``symbols``: their names, space-separated, in source order, each once
     (the text index's symbol field; absent when the chunk defines nothing).
+    ``qualified`` are ``(qualified name, start line)`` of the definitions
+    that have a qualifier (``Graph.parse``); a chunk holding the first line
+    of one gets ``qualified``: those names, likewise (the text index matches
+    a query that is a qualified name against them, whole).
 
     ``calls`` are ``(called name, line)`` of the file's call sites; a chunk
     holding call sites gets ``calls``: the distinct names, space-separated, in
@@ -538,6 +543,11 @@ def make_units(
     rid = canonical_ulid(resource_id)
     lang = language if language is not None else detect_language(rel_path)
     defined = sorted((line, order, name) for order, (name, line) in enumerate(definitions))
+    qualified_names = sorted(
+        (line, order, name)
+        for order, (name, line) in enumerate(qualified)
+        if "." in name and not any(map(str.isspace, name))
+    )
     # A name with white space would be several terms of the calls field: never one.
     called = sorted(
         (line, order, name)
@@ -558,6 +568,12 @@ def make_units(
         names = dict.fromkeys(name for _, _, name in defined[lo:hi] if name and not name.isspace())
         if names:
             metadata["symbols"] = " ".join(names)
+        lo = bisect.bisect_left(qualified_names, (chunk.start_line,))
+        hi = bisect.bisect_left(qualified_names, (chunk.end_line + 1,))
+        if hi > lo:
+            metadata["qualified"] = " ".join(
+                dict.fromkeys(name for _, _, name in qualified_names[lo:hi])
+            )
         lo = bisect.bisect_left(called, (chunk.start_line,))
         hi = bisect.bisect_left(called, (chunk.end_line + 1,))
         callees = dict.fromkeys(name for _, _, name in called[lo:hi])

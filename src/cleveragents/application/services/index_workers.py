@@ -223,16 +223,19 @@ def plan_file(
         _log.info("indexer.code_graph_skipped", path=path, language=language)
     definitions: list[tuple[str, int]]
     calls: list[tuple[str, int]] = []
+    qualified: list[tuple[str, int]]
     if parsed is not None:
         chunks = chunk_text(text, language, starts=chunk_starts(parsed))
         triples = code_triples(resource_id, path, language, chunks, parsed, files)
         definitions = [(s.name, s.start_line) for s in parsed.symbols]
+        qualified = [(s.qualified_name, s.start_line) for s in parsed.symbols]
         calls = [(c.callee, c.line) for c in parsed.calls]
     else:
         chunks = chunk_text(text, language)
         facts = extract_facts(path, text, language)
         triples = file_triples(resource_id, path, language, chunks, facts, files.modules)
         definitions = [(name.rsplit(".", 1)[-1], line) for name, _, line in facts.symbols]
+        qualified = [(name, line) for name, _, line in facts.symbols]
     units = make_units(
         resource_id,
         path,
@@ -241,6 +244,7 @@ def plan_file(
         chunks=chunks,
         definitions=definitions,
         calls=calls,
+        qualified=qualified,
     )
     own = file_uri(resource_id, path)
     # The file and the URIs under it: never the resource node (its one

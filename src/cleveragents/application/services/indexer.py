@@ -111,9 +111,9 @@ __all__ = [
 ]
 
 _CODE_GRAPH_VERSION = "code-graph-ts1"
-# Bumped when the units change shape (``symbols``, then ``calls`` metadata): a
-# re-index follows.
-_UNITS_VERSION = "units-4"
+# Bumped when the units change shape (``symbols``, ``calls``, then
+# ``qualified`` metadata): a re-index follows.
+_UNITS_VERSION = "units-5"
 DEFAULT_INDEX_FILE_BYTES = 1024 * 1024
 _EMBED_BATCH = EMBED_BATCH
 # A worker's batch: enough source to amortise the round trip, small enough

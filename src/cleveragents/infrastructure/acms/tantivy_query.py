@@ -697,11 +697,12 @@ class PlainQueryBuilder:
     def terms(self, query: str) -> list[str]:
         return query_terms(self._analyzer, query, syntax="plain")
 
-    def _qualifier_terms(self, query: str, multi: list[tuple[str, list[str]]]) -> frozenset[str]:
+    def _qualifier_terms(
+        self, qualified: tuple[str, str] | None, multi: list[tuple[str, list[str]]]
+    ) -> frozenset[str]:
         """The terms only the qualifiers of a qualified-name query hold
         (``graph`` of ``Graph.parse``); none for any other query."""
-        qualified = qualified_name(query)
-        if qualified is None or len(multi) != 1:
+        if qualified is None:
             return frozenset()
         return frozenset(self._analyzer.analyze(analysable(qualified[0]))) - set(multi[0][1])
 
@@ -726,7 +727,9 @@ class PlainQueryBuilder:
         # and the parts of a multi-part name adjacent in content.
         multi = identifiers(self._analyzer, query[:MAX_QUERY_CHARS])
         names = W_NAMES_LIST if len(multi) >= EXACT_LIST_MIN else W_NAMES
-        qualifiers = self._qualifier_terms(query[:MAX_QUERY_CHARS], multi)
+        # A qualified name (``Graph.parse``) asks for one definition.
+        qualified = qualified_name(query[:MAX_QUERY_CHARS]) if len(multi) == 1 else None
+        qualifiers = self._qualifier_terms(qualified, multi)
         for t in terms:
             clauses.append(("content", t, W_QUALIFIER if t in qualifiers else 1.0))
             if names > 0:
@@ -744,6 +747,12 @@ class PlainQueryBuilder:
             clauses.append(("symbol_exact", word.lower(), exact))
             if W_CASE > 0:
                 clauses.append(("symbol_case", word, exact * W_CASE))
+        if qualified is not None:
+            # ``Graph.parse``: the method of that class over other ``parse``s.
+            whole = ".".join(qualified)
+            clauses.append(("symbol_exact", whole.lower(), W_EXACT))
+            if W_CASE > 0:
+                clauses.append(("symbol_case", whole, W_EXACT * W_CASE))
         for a, b in list(part_pairs)[:MAX_PROXIMITY_PAIRS]:
             clauses.append(("pairs", pair_term(a, b), W_PHRASE))
         for name in _called_names(query) if W_CALLS > 0 else ():

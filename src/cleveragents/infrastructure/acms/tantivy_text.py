@@ -240,6 +240,10 @@ def _document(
         for name in dict.fromkeys(symbols):
             doc.add_text("symbol_exact", _encodable(name))
             doc.add_text("symbol_case", _encodable(name))
+    # Qualified names (``Graph.parse``), whole: a query naming one exactly.
+    for name in dict.fromkeys(metadata.get("qualified", "").split()):
+        doc.add_text("symbol_exact", _encodable(name))
+        doc.add_text("symbol_case", _encodable(name))
     if path or symbols:
         # The path's and the symbols' tokens together (no token spans a space).
         doc.add_text("names", f"{path_tokens} {symbol_tokens}")
