@@ -85,6 +85,44 @@ class Shape:
 """
 
 
+def test_python_overload_stubs_are_not_the_symbol() -> None:
+    # ``read #sym=Graph.serialize`` returned the first stub (8 lines of
+    # ``...``): the symbol is the implementation, after its stubs.
+    f = facts(
+        """
+        import typing
+        from typing import overload
+
+
+        class Graph:
+            @overload
+            def serialize(self, dest: None = None) -> str: ...
+
+            @typing.overload
+            def serialize(self, dest: str) -> None: ...
+
+            def serialize(self, dest=None):
+                \"\"\"Write the graph.\"\"\"
+                return write(dest)
+
+
+        @overload
+        def load(x: int) -> int: ...
+        def load(x):
+            return x
+        """,
+        "python",
+    )
+    assert symbols(f) == {
+        ("class", "Graph", 5, 14),
+        ("method", "Graph.serialize", 12, 14),
+        ("function", "load", 19, 20),
+    }
+    (serialize,) = [s for s in f.symbols if s.name == "serialize"]
+    assert serialize.doc == "Write the graph."
+    assert ("Graph.serialize", "write", 14) in calls(f)
+
+
 def test_python_repository() -> None:
     shapes = facts(PY_SHAPES, "python")
     assert symbols(shapes) == {

@@ -987,6 +987,10 @@ def _qualify(
         if len(stack) >= MAX_DEFINITION_DEPTH:
             skip_until = d.node.end_byte
             continue
+        if language == "python" and _is_overload(d.node):
+            # A typing stub of the function defined after it: the symbol
+            # (its lines, signature and doc) is the implementation.
+            continue
         parent = stack[-1] if stack else None
         kind = d.kind
         if kind == "function" and parent is not None and parent.kind in _CLASS_LIKE:
@@ -1019,6 +1023,19 @@ def _qualify(
             )
         )
     return symbols, spans
+
+
+def _is_overload(node: Node) -> bool:
+    """A Python definition decorated ``@overload`` (``typing.overload``)."""
+    wrapper = node.parent
+    if wrapper is None or wrapper.type != "decorated_definition":
+        return False
+    for child in wrapper.children:
+        if child.type == "decorator":
+            name = _text(child).lstrip("@").strip()
+            if name == "overload" or name.endswith(".overload"):
+                return True
+    return False
 
 
 def _end_line(node: Node) -> int:
