@@ -17,6 +17,7 @@ from cleveragents.application.services.code_graph import (
     file_triples,
     module_index,
     python_module_name,
+    root_package,
 )
 from cleveragents.domain.models.acms.backends import Literal
 from cleveragents.domain.models.acms.uko import (
@@ -492,6 +493,32 @@ def test_module_lookup_resolves_imports_like_the_full_index() -> None:
     full = file_triples(rid, "pkg/core.py", "python", chunks, facts, module_index(files))
     lazy = file_triples(rid, "pkg/core.py", "python", chunks, facts, ModuleLookup(files))
     assert full == lazy
+
+
+def test_a_root_that_is_a_package_is_imported_by_its_name() -> None:
+    # rdflib's own files import ``rdflib.namespace`` absolutely; indexed as
+    # the resource (``rdflib/`` is the root), no path is ``rdflib/...``.
+    files = ["__init__.py", "namespace/__init__.py", "graph.py", "plugins/store.py"]
+    assert root_package("rdflib", files) == "rdflib"
+    assert root_package("my-lib", files) is None  # not an importable name
+    assert root_package("rdflib", ["graph.py"]) is None  # no __init__.py at the root
+    lookup = ModuleLookup(files, "rdflib")
+    assert lookup.get("rdflib.namespace") == "namespace/__init__.py"
+    assert lookup.get("rdflib.plugins.store") == "plugins/store.py"
+    assert lookup.get("rdflib") == "__init__.py"
+    assert lookup.get("rdflibx.graph") is None
+    assert lookup.get("graph") == "graph.py"  # the names from the root still work
+    assert ModuleLookup(files).get("rdflib.namespace") is None
+    # A path that claims the full name wins over the stripped one.
+    nested = [*files, "rdflib/namespace.py"]
+    assert ModuleLookup(nested, "rdflib").get("rdflib.namespace") == "rdflib/namespace.py"
+    text = "from rdflib.namespace import RDF\nimport rdflib.graph\n"
+    facts = extract_facts("plugins/store.py", text, "python")
+    rid = "01JD5TD11B0000000000000000"
+    chunks = chunk_text(text, "python")
+    triples = file_triples(rid, "plugins/store.py", "python", chunks, facts, lookup)
+    imported = {o for _, p, o in triples if p.endswith("imports")}
+    assert imported == {file_uri(rid, "namespace/__init__.py"), file_uri(rid, "graph.py")}
 
 
 def test_extract_facts_is_safe_from_many_threads() -> None:

@@ -17,7 +17,7 @@ import functools
 import re
 import threading
 import warnings
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from urllib.parse import quote
@@ -47,6 +47,7 @@ __all__ = [
     "parser_language",
     "python_module_name",
     "resolve_import",
+    "root_package",
 ]
 
 _XSD_INTEGER = "http://www.w3.org/2001/XMLSchema#integer"
@@ -140,6 +141,18 @@ def module_index(rel_paths: Iterable[str]) -> dict[str, str]:
     return {name: rank[2] for name, rank in best.items()}
 
 
+_ROOT_INITS = ("__init__.py", "__init__.pyi")
+
+
+def root_package(root_name: str, rel_paths: Collection[str]) -> str | None:
+    """The package name a resource's root directory is imported by: its
+    name, when it lists an ``__init__.py`` at the root and the name is an
+    identifier (``rdflib``); else None."""
+    if root_name.isidentifier() and any(p in rel_paths for p in _ROOT_INITS):
+        return root_name
+    return None
+
+
 class ModuleLookup(Mapping[str, str]):
     """What :func:`module_index` maps, found per name on demand.
 
@@ -149,12 +162,19 @@ class ModuleLookup(Mapping[str, str]):
     (``[src/]a/b.py``, ``[src/]a/b/__init__.py``, and ``.pyi``) and checking
     them against the listed paths, with the same preference order.
     Iterating (rarely needed) builds the whole index once.
+
+    A resource whose root is itself a package (``rdflib/`` indexed as the
+    resource, ``__init__.py`` at its root) is imported by that package's
+    name: ``package`` (see :func:`root_package`) makes ``rdflib.namespace``
+    find ``namespace/__init__.py`` when no path of the resource claims the
+    full name.
     """
 
-    __slots__ = ("_all", "_cache", "_paths")
+    __slots__ = ("_all", "_cache", "_package", "_paths")
 
-    def __init__(self, rel_paths: Iterable[str]) -> None:
+    def __init__(self, rel_paths: Iterable[str], package: str | None = None) -> None:
         self._paths = rel_paths if isinstance(rel_paths, set | frozenset) else set(rel_paths)
+        self._package = package
         self._cache: dict[str, str | None] = {}
         self._all: dict[str, str] | None = None
 
@@ -168,6 +188,16 @@ class ModuleLookup(Mapping[str, str]):
         return found
 
     def _find(self, name: str) -> str | None:
+        found = self._find_path(name)
+        package = self._package
+        if found is None and package is not None and name.startswith(package):
+            if name == package:
+                return next((p for p in _ROOT_INITS if p in self._paths), None)
+            if name[len(package)] == ".":
+                return self._find_path(name[len(package) + 1 :])
+        return found
+
+    def _find_path(self, name: str) -> str | None:
         stem = name.replace(".", "/")
         best: tuple[bool, bool, str] | None = None
         for prefix in ("", "src/"):
@@ -694,9 +724,9 @@ class PathLookup:
 
     __slots__ = ("_dirs", "_modules", "_paths")
 
-    def __init__(self, rel_paths: Iterable[str]) -> None:
+    def __init__(self, rel_paths: Iterable[str], package: str | None = None) -> None:
         self._paths = rel_paths if isinstance(rel_paths, set | frozenset) else set(rel_paths)
-        self._modules = ModuleLookup(self._paths)
+        self._modules = ModuleLookup(self._paths, package)
         self._dirs: dict[str, list[str]] | None = None
 
     @property

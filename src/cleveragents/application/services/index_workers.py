@@ -357,8 +357,8 @@ def _lookup(listing_file: str) -> PathLookup:
     cached = _Worker.listing
     if cached is None or cached[0] != listing_file:
         with open(listing_file, "rb") as fh:
-            paths = pickle.load(fh)  # written by our parent, owner-only
-        cached = _Worker.listing = (listing_file, PathLookup(frozenset(paths)))
+            paths, package = pickle.load(fh)  # written by our parent, owner-only
+        cached = _Worker.listing = (listing_file, PathLookup(frozenset(paths), package))
     return cached[1]
 
 
@@ -654,12 +654,13 @@ class PlannerPool:
         """True once a batch was submitted (the workers are running)."""
         return self._pool is not None
 
-    def listing(self, paths: Iterable[str]) -> str:
-        """Hand a session's listing to the workers once (a file they cache)."""
+    def listing(self, paths: Iterable[str], package: str | None = None) -> str:
+        """Hand a session's listing (and the package its root is, see
+        ``code_graph.root_package``) to the workers once (a file they cache)."""
         self._listings += 1
         target = Path(self._dir) / f"listing-{self._listings}.pickle"
         with open(target, "wb") as fh:
-            pickle.dump(sorted(paths), fh, protocol=pickle.HIGHEST_PROTOCOL)
+            pickle.dump((sorted(paths), package), fh, protocol=pickle.HIGHEST_PROTOCOL)
         return str(target)
 
     def submit(

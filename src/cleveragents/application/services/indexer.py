@@ -58,7 +58,7 @@ import numpy.typing as npt
 
 from cleveragents._collector import collect_when_due, paused_collector
 from cleveragents._logging import get_logger
-from cleveragents.application.services.code_graph import PathLookup
+from cleveragents.application.services.code_graph import PathLookup, root_package
 from cleveragents.application.services.index_workers import (
     EMBED_BATCH,
     FilePlan,
@@ -415,6 +415,8 @@ class IndexSession:
         self._suspects_left = set(self._tx.suspects_left())
         self._max_file_bytes = indexer.max_file_bytes
         self._path_lookup: PathLookup | None = None
+        # The package the root is imported as, when the root is one (rdflib/).
+        self._package = root_package(Path(os.path.abspath(root)).name, self._listed_paths)
         self._seen: set[str] = set()
         self._to_embed: list[_Planned] = []
         self._to_embed_units = 0
@@ -476,7 +478,7 @@ class IndexSession:
     def _files(self) -> PathLookup:
         """The listing, for resolving imports of every language to files."""
         if self._path_lookup is None:
-            self._path_lookup = PathLookup(self._listed_paths)
+            self._path_lookup = PathLookup(self._listed_paths, self._package)
         return self._path_lookup
 
     # ------------------------------------------------------------ per file
@@ -703,7 +705,7 @@ class IndexSession:
         if spec is None:
             raise RuntimeError("this indexer has no planner spec for a worker")
         with PlannerPool(spec, 2) as pool:
-            listing = pool.listing(self._listed_paths)
+            listing = pool.listing(self._listed_paths, self._package)
             item = [(work.listed.rel_path, work.data)]
             try:
                 return pool.submit(self.resource_id, listing, item).result()[0]
@@ -734,7 +736,7 @@ class IndexSession:
         if not self._batch or pool is None:
             return
         if self._listing_file is None:
-            self._listing_file = pool.listing(self._listed_paths)
+            self._listing_file = pool.listing(self._listed_paths, self._package)
         batch, self._batch, self._batch_bytes = self._batch, [], 0
         items = [(w.listed.rel_path, w.data) for w in batch]
         self._in_flight.append((batch, pool.submit(self.resource_id, self._listing_file, items)))
