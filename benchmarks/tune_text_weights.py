@@ -36,9 +36,9 @@ GRID = {
     "W_PHRASE": (2.0,),
     "W_PROXIMITY": (2.0,),
     "PROXIMITY_ALL_PAIRS": (True,),
-    "MIN_PROXIMITY_WORDS": (3,),
+    "MIN_PROXIMITY_WORDS": (3, 4),
     "W_NAMES_LIST": (0.0,),
-    "W_CASE": (0.25, 0.5, 1.0),
+    "W_CASE": (0.5,),
     "EXACT_LIST_MIN": (2,),
 }
 
