@@ -698,7 +698,7 @@ def _http_app(
     ``/api/<tool>``, both behind the same Host/Origin allow-list (see
     :class:`HostAllowList`; default: loopback names only)."""
     from mcp.server.transport_security import TransportSecuritySettings
-    from starlette.requests import Request
+    from starlette.requests import ClientDisconnect, Request
 
     allowed = allowed or HostAllowList.for_bind("127.0.0.1")
 
@@ -719,10 +719,19 @@ def _http_app(
         if tool is None:
             return _json({"error": f"unknown tool {name[:80]!r}"}, 404)
         body = bytearray()
-        async for chunk in request.stream():  # read at most the cap, whatever is sent
-            body += chunk
-            if len(body) > MAX_REQUEST_BYTES:
-                return _json({"error": f"request body over {MAX_REQUEST_BYTES} bytes"}, 413)
+        try:
+            async for chunk in request.stream():  # read at most the cap, whatever is sent
+                body += chunk
+                if len(body) > MAX_REQUEST_BYTES:
+                    return _json({"error": f"request body over {MAX_REQUEST_BYTES} bytes"}, 413)
+        except ClientDisconnect:
+            # The client hung up before its body arrived whole (a call
+            # cancelled, an agent closed): normal, and no one is left to
+            # answer.  Uncaught, it was an error-level traceback.
+            structlog.get_logger("cleveragents.acms.serve").info(
+                "acms.serve.client_disconnected", path=request.url.path, received=len(body)
+            )
+            return Response(status_code=499)  # nginx's "client closed request", for access logs
         try:
             args = json.loads(body) if body.strip() else {}
         except (ValueError, RecursionError) as exc:  # "[[[[..." nests past the parser
@@ -852,6 +861,24 @@ class JsonLineFormatter(logging.Formatter):
         return json.dumps(event, default=str)
 
 
+class _ClientGone(logging.Filter):
+    """A client that hung up mid-request, as the MCP SDK logs it at ``/mcp``
+    (an error with ``ClientDisconnect``'s traceback): one info line, as
+    ``/api`` logs it.  A normal event, not the server's fault."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from starlette.requests import ClientDisconnect
+
+        if not (record.exc_info and isinstance(record.exc_info[1], ClientDisconnect)):
+            return True
+        if not logging.getLogger(record.name).isEnabledFor(logging.INFO):
+            return False  # demoted below the level asked for
+        record.levelno, record.levelname = logging.INFO, "INFO"
+        record.msg, record.args = "acms.serve.client_disconnected", ()
+        record.exc_info, record.exc_text = None, None
+        return True
+
+
 def configure_stderr_logging(level: str) -> None:
     """JSON lines on stderr for structlog and the standard logging module."""
     handler = logging.StreamHandler(sys.stderr)
@@ -973,6 +1000,7 @@ def _serve(args: argparse.Namespace) -> int:
     # log_config=None: uvicorn's records go to the root logger's JSON lines,
     # not to plain-text handlers of its own.
     allowed = HostAllowList.for_bind(host, args.allow_host)
+    logging.getLogger("mcp.server.streamable_http").addFilter(_ClientGone())
     config = uvicorn.Config(
         _http_app(tools, server, allowed), log_level=args.log_level, log_config=None
     )

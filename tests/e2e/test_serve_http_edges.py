@@ -1,0 +1,110 @@
+"""``acms serve --http`` at its edges: a client that hangs up, paths under
+``/api`` that name no tool.
+
+The real server runs in a subprocess on 127.0.0.1 over one indexed project,
+its stderr (JSON log lines) kept in a file the tests read.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from cli_process import indexed_projects
+from remote_servers import free_port
+
+SERVE = [sys.executable, "-m", "cleveragents.cli.serve"]
+
+
+class Server:
+    """``acms serve --http`` on a free loopback port; its log in ``log``."""
+
+    def __init__(self, env: dict[str, str], log: Path, *args: str) -> None:
+        port = free_port()
+        self.port = port
+        self.base = f"http://127.0.0.1:{port}"
+        self.log = log
+        self._errors = log.open("wb")
+        self.proc = subprocess.Popen(
+            [*SERVE, "--http", f"127.0.0.1:{port}", *args],
+            stdout=subprocess.DEVNULL,
+            stderr=self._errors,
+            env=env,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.post(f"{self.base}/api/status", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        self.stop()
+        pytest.fail(f"server did not start: {log.read_text()}")
+
+    def records(self) -> list[dict[str, Any]]:
+        """The log lines written so far (each must be JSON)."""
+        return [json.loads(line) for line in self.log.read_text().splitlines() if line.strip()]
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=20)
+        self._errors.close()
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    env, ids = indexed_projects(
+        tmp_path_factory.mktemp("serve_edges"),
+        {"alpha": {"pkg/core.py": "def aardvark_helper():\n    return 'aardvark'\n"}},
+    )
+    return {"env": env, "ids": ids}
+
+
+@pytest.fixture(scope="module")
+def server(world: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    log = tmp_path_factory.mktemp("serve_edges_http") / "stderr"
+    running = Server(world["env"], log, "--project", "local/alpha", "--log-level", "info")
+    yield running
+    running.stop()
+
+
+def test_a_client_hanging_up_mid_upload_is_one_info_line(server: Server) -> None:
+    """A client gone before its body arrived whole (a cancelled call, an
+    agent closed) is a normal event: one info line, no error, no traceback,
+    and the server goes on answering; at the JSON API as at MCP's endpoint."""
+    for path in ("/api/search", "/mcp"):
+        head = (
+            f"POST {path} HTTP/1.1\r\n"
+            f"Host: 127.0.0.1:{server.port}\r\n"
+            "Content-Type: application/json\r\n"
+            "Accept: application/json, text/event-stream\r\n"
+            "Content-Length: 500000\r\n\r\n"
+        )
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as conn:
+            conn.sendall(head.encode() + b'{"query": "' + b"x" * 10_000)
+            time.sleep(0.3)  # the server is reading the body when the client goes
+        seen = len([r for r in server.records() if r["event"].startswith("acms.serve.client")])
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            records = server.records()
+            gone = [r for r in records if r["event"] == "acms.serve.client_disconnected"]
+            errors = [r for r in records if r["level"] in ("error", "critical")]
+            if len(gone) > seen or errors:
+                break
+            time.sleep(0.1)
+        assert errors == [], errors[0]
+        assert len(gone) == seen + 1, records
+        assert gone[-1]["level"] == "info" and "exception" not in gone[-1]
+    assert gone[0]["path"] == "/api/search"
+    assert "Traceback" not in server.log.read_text()
+    r = httpx.post(f"{server.base}/api/search_text", json={"query": "aardvark"}, timeout=30)
+    assert r.status_code == 200 and r.json()["results"]
