@@ -108,3 +108,19 @@ def test_a_client_hanging_up_mid_upload_is_one_info_line(server: Server) -> None
     assert "Traceback" not in server.log.read_text()
     r = httpx.post(f"{server.base}/api/search_text", json={"query": "aardvark"}, timeout=30)
     assert r.status_code == 200 and r.json()["results"]
+
+
+@pytest.mark.parametrize("path", ["/api", "/api/", "/api/search/extra", "/api/a/b/c"])
+@pytest.mark.parametrize("method", ["POST", "GET"])
+def test_every_answer_under_api_is_json(server: Server, path: str, method: str) -> None:
+    """A path under /api that names no tool is a JSON refusal like an
+    unknown tool's (it was Starlette's plain-text "Not Found"), naming the
+    tools; another method than POST is the JSON 405 a tool's path gives."""
+    r = httpx.request(method, f"{server.base}{path}", json={}, timeout=30)
+    assert r.headers["content-type"] == "application/json", (r.status_code, r.text)
+    error = r.json()["error"]
+    if method == "POST":
+        assert r.status_code == 404
+        assert "search_text" in error and "status" in error  # the tools there are
+    else:
+        assert r.status_code == 405 and r.headers["allow"] == "POST"

@@ -714,10 +714,12 @@ def _http_app(
                 405,
                 headers={"Allow": "POST"},
             )
-        name = request.path_params["tool"]
+        name = request.path_params.get("tool", "")
         tool = tools.get(name)
         if tool is None:
-            return _json({"error": f"unknown tool {name[:80]!r}"}, 404)
+            what = f"unknown tool {name[:80]!r}" if name else "no tool named"
+            known = ", ".join(sorted(tools))
+            return _json({"error": f"{what}: POST to /api/<tool>, one of {known}"}, 404)
         body = bytearray()
         try:
             async for chunk in request.stream():  # read at most the cap, whatever is sent
@@ -756,7 +758,10 @@ def _http_app(
 
     # POST only: any other method is a 405 naming POST in its Allow header,
     # with a JSON body like every other refusal (Starlette's own is plain text).
-    server.custom_route("/api/{tool}", methods=list(_HTTP_METHODS))(api)
+    # Every path under /api is the API's, so that one naming no tool (/api,
+    # /api/, /api/search/x) is its JSON 404, not Starlette's plain text.
+    for path in ("/api", "/api/{tool:path}"):
+        server.custom_route(path, methods=list(_HTTP_METHODS))(api)
     return server.streamable_http_app(
         transport_security=TransportSecuritySettings(
             enable_dns_rebinding_protection=True,
