@@ -159,6 +159,8 @@ def test_filters_with_no_match_say_no_results(cli: Cli) -> None:
         (("search", "text", "body:x", "--syntax", "tantivy"), "cannot be searched"),
         (("search", "text", "x", "--syntax", "lucene"), "invalid choice"),
         (("search", "text", "x", "--path", ""), "glob is empty"),
+        (("search", "text", "x", "--path", "net/[a-"), "path glob 'net/[a-' holds '['"),
+        (("search", "hybrid", "x", "--path", "**/*.{py,md}"), "path glob '**/*.{py,md}'"),
         (("search", "text", "x", "--lang", "py thon"), "not a language"),
         (("search", "hybrid", "x", "--syntax", "tantivy"), "plain syntax only"),
     ],
@@ -169,6 +171,7 @@ def test_bad_options_exit_2_with_one_clear_line(
     done = cli.run(*args, *SCOPE)
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert message in done.stderr
+    assert len(done.stderr.splitlines()) == 1, done.stderr
     assert "Traceback" not in done.stderr
 
 

@@ -124,3 +124,12 @@ def test_every_answer_under_api_is_json(server: Server, path: str, method: str) 
         assert "search_text" in error and "status" in error  # the tools there are
     else:
         assert r.status_code == 405 and r.headers["allow"] == "POST"
+
+
+@pytest.mark.parametrize("tool", ["search", "search_text"])
+def test_a_glob_in_another_glob_language_is_a_400_naming_path(server: Server, tool: str) -> None:
+    r = httpx.post(
+        f"{server.base}/api/{tool}", json={"query": "aardvark", "path": "pkg/[a-"}, timeout=30
+    )
+    assert r.status_code == 400, r.text
+    assert r.json()["error"].startswith("the path glob 'pkg/[a-' holds '['")

@@ -287,7 +287,8 @@ def _text_options(parser: argparse.ArgumentParser, *, query_language: bool = Tru
         "--path",
         metavar="GLOB",
         help="only files matching GLOB ('*' within a path segment, '**' across: "
-        "'pkg/**/*.py'; a trailing '/' means everything below)",
+        "'pkg/**/*.py'; '?' one character; a trailing '/' means everything below; "
+        "no [...] or {a,b})",
     )
     parser.add_argument("--lang", metavar="NAME", help="only units of a language (python)")
 

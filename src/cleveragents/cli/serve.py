@@ -146,8 +146,8 @@ PathGlob = Annotated[
     str | None,
     Field(
         description="Only files whose path (relative to the resource's root) matches this "
-        "glob: '*' within a path segment, '**' across, a final '/' everything below "
-        "('pkg/**/*.py'). Default: every file."
+        "glob: '*' within a path segment, '**' across, '?' one character, a final '/' "
+        "everything below ('pkg/**/*.py'); [...] and {a,b} are refused. Default: every file."
     ),
 ]
 Language = Annotated[

@@ -12,8 +12,12 @@ the Milvus adapter and the stub read the options the same way.
   segment, ``**`` any run across segments: ``pkg/**/*.py`` matches
   ``pkg/a.py`` and ``pkg/x/y/a.py``; ``rdflib/plugins/*`` matches the files
   directly in ``rdflib/plugins``.  A pattern ending in ``/`` means everything
-  below that directory (``rdflib/plugins/`` is ``rdflib/plugins/**``).  Every
-  other character is literal (no ``[...]`` classes, no braces); matching is
+  below that directory (``rdflib/plugins/`` is ``rdflib/plugins/**``).  There
+  are no ``[...]`` classes and no ``{a,b}`` braces: a glob holding ``[``,
+  ``]``, ``{`` or ``}`` is refused (:class:`QueryError`), as one written for
+  another glob language would silently match nothing here (``?`` matches one
+  such character in a file's name: ``app/?id?/page.tsx`` for
+  ``app/[id]/page.tsx``).  Every other character is literal; matching is
   case-sensitive.  A leading ``./`` or ``/`` is ignored.
 - ``lang``: a language name as the chunker detects it (``python``, ``go``,
   ``markdown``...; ``metadata["language"]``), case-insensitive.
@@ -82,7 +86,8 @@ def text_options(syntax: object = "plain", path: object = None, lang: object = N
 
     Raises:
         TypeError: an option has the wrong type.
-        QueryError: an unknown syntax, an empty or over-long glob, a
+        QueryError: an unknown syntax, an empty or over-long glob, a glob
+            holding ``[``, ``]``, ``{`` or ``}`` (see the module doc), a
             malformed language name.
     """
     if not isinstance(syntax, str):
@@ -117,7 +122,19 @@ def _normal_glob(path: str) -> str:
         raise QueryError(f"the path glob is {len(glob)} characters; the limit is {MAX_GLOB_CHARS}")
     if "\x00" in glob:
         raise QueryError("the path glob holds a NUL character")
+    reserved = next((c for c in glob if c in _NOT_GLOB_SYNTAX), None)
+    if reserved is not None:
+        raise QueryError(
+            f"the path glob {path.strip()[:80]!r} holds {reserved!r}: path globs have only "
+            "'*', '**' and '?' (no [...] classes, no {a,b} braces; '?' matches one such "
+            "character in a name)"
+        )
     return glob
+
+
+#: Characters that are syntax in other glob languages (classes, braces) but
+#: not in this one: refused rather than read as literals that match nothing.
+_NOT_GLOB_SYNTAX = frozenset("[]{}")
 
 
 def glob_regex(glob: str) -> str:
