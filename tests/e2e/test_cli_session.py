@@ -102,3 +102,34 @@ def test_a_path_of_two_resources_names_each_lines_resource(tmp_path) -> None:  #
     ]
     assert callers == [f"m.py:2  main  [{first}]", f"m.py:3  Other.run  [{second}]"]
     assert alone == ["        1-2  function     def main()"]  # one resource: as before
+
+
+def test_read_says_why_an_indexed_file_cannot_be_read_now(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A file indexed, then deleted, grown past read's 1 MB, or replaced by a
+    directory or a symlink: exit 2 and one line saying which (a deleted one
+    naming the fix), not one vague line for all of them."""
+    root = tmp_path / "p"
+    (root / "pkg").mkdir(parents=True)
+    for name in ("core", "gone", "big", "dir", "link"):
+        (root / "pkg" / f"{name}.py").write_text(CODE)
+    env = cli_env(tmp_path / "data")
+    assert acms(env, "project", "add", "local/a").returncode == 0
+    rid = acms(env, "resource", "add", str(root), "--project", "local/a").stdout.strip()
+    assert acms(env, "reindex").returncode == 0
+    (root / "pkg" / "gone.py").unlink()
+    (root / "pkg" / "big.py").write_text("x = 1\n" * 200_000)  # 1.2 MB
+    (root / "pkg" / "dir.py").unlink()
+    (root / "pkg" / "dir.py").mkdir()
+    (root / "pkg" / "link.py").unlink()
+    (root / "pkg" / "link.py").symlink_to("core.py")
+    expected = {
+        "gone": "pkg/gone.py was indexed but no longer exists on disk (run `acms reindex`)",
+        "big": "pkg/big.py is 1200000 bytes now, over the 1048576 bytes read serves",
+        "dir": "pkg/dir.py is no longer a regular file (a directory now)",
+        "link": "pkg/link.py is a symlink now, not the file indexed: not served",
+    }
+    for name, message in expected.items():
+        done = acms(env, "read", file_uri(rid, f"pkg/{name}.py"), "--project", "local/a")
+        assert done.returncode == 2, (name, done.stdout)
+        assert done.stderr.splitlines() == [f"acms: error: {message}"], name
+    assert acms(env, "read", file_uri(rid, "pkg/core.py"), "--project", "local/a").returncode == 0

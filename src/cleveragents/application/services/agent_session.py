@@ -100,7 +100,8 @@ class FileText(NamedTuple):
 #: Reads a file of a resource: (resource id, relative path, max bytes) -> its
 #: text, or None when it cannot be read safely (vanished, a symlink, too
 #: large).  Raises ValueError when it may no longer be served (it is binary,
-#: or holds a secret, now).
+#: or holds a secret, now), or to say which of those reasons it is (the
+#: data directory's reader does: a deleted file names ``acms reindex``).
 FileReader = Callable[[str, str, int], FileText | None]
 #: Whether a file of a resource is indexed: (resource id, relative path) -> bool.
 IndexedCheck = Callable[[str, str], bool]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shlex
+import stat
 import subprocess
 import time
 from collections.abc import Callable, Iterable
@@ -137,6 +138,27 @@ class ReindexReport:
             "total": self.total.as_dict(),
             "seconds": round(self.seconds, 3),
         }
+
+
+def _why_unreadable(location: str, path: str, max_bytes: int) -> str:
+    """Why the indexed file ``path`` of the resource at ``location`` could
+    not be read (``read_file`` returned None): one line for the caller."""
+    try:
+        st = os.lstat(os.path.join(location, path))
+    except (FileNotFoundError, NotADirectoryError):
+        return f"{path} was indexed but no longer exists on disk (run `acms reindex`)"
+    except OSError as exc:
+        return f"{path} cannot be read now: {exc.strerror or exc}"
+    if stat.S_ISLNK(st.st_mode):
+        return f"{path} is a symlink now, not the file indexed: not served"
+    if stat.S_ISDIR(st.st_mode):
+        return f"{path} is no longer a regular file (a directory now)"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{path} is no longer a regular file"
+    if st.st_size > max_bytes:
+        return f"{path} is {st.st_size} bytes now, over the {max_bytes} bytes read serves"
+    # Changed again since, or a directory on its path became a symlink.
+    return f"{path} cannot be read now (changed since it was indexed; try again)"
 
 
 class AcmsOperations:
@@ -432,10 +454,12 @@ class AcmsOperations:
             # one that became binary, or took in a secret, since is not served.
             resource = registry.get(rid)
             if resource is None:
-                return None
+                raise ValueError(
+                    f"resource {rid} is no longer registered (removed since this started)"
+                )
             got = read_file(resource.location, ListedFile(path, 0, 0), max_bytes=max_bytes)
             if got is None:
-                return None
+                raise ValueError(_why_unreadable(resource.location, path, max_bytes))
             if is_binary(path, got.data):
                 raise ValueError(f"{path} is binary now (changed since it was indexed): not served")
             secrets = secret_filter_of(resource)
