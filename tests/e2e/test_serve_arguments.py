@@ -233,7 +233,8 @@ def test_status_honours_its_budget() -> None:
     rid = "01ARZ3NDEKTSV4RRFFQ69G5F{:02d}"
     projects = {f"local/p{i:02d}": frozenset({rid.format(i)}) for i in range(40)}
     scope = SessionScope(resources=frozenset(rid.format(i) for i in range(40)), projects=projects)
-    status = tool_functions(SimpleNamespace(scope=scope))["status"]  # type: ignore[arg-type]
+    session = SimpleNamespace(scope=scope, removed=frozenset)
+    status = tool_functions(session)["status"]  # type: ignore[arg-type]
     whole = status()
     assert len(whole["projects"]) == 40 and len(whole["resources"]) == 40
     assert whole["truncated"] is False
@@ -250,6 +251,19 @@ def test_status_honours_its_budget() -> None:
     assert status(budget=256)["truncated"]["more"] > 40
     with pytest.raises(ValueError, match="budget must be between"):
         status(budget=255)
+    # Resources removed from the registry since the start: listed only as removed.
+    gone = frozenset(rid.format(i) for i in range(10, 40))
+    session.removed = lambda: gone
+    whole = status()
+    assert whole["removed"] == sorted(gone) and whole["truncated"] is False
+    assert whole["resources"] == sorted(scope.resources - gone)
+    assert all(not set(rids) & gone for rids in whole["projects"].values())
+    for budget in (256, 700, 2500):
+        answer = status(budget=budget)
+        assert len(render(answer)) <= budget
+        kept = len(answer["projects"]) + len(answer["resources"]) + len(answer["removed"])
+        assert answer["truncated"] == ({"more": 80 - kept} if kept < 80 else False)
+    assert status(budget=700)["truncated"]  # some left out, counted
 
 
 def test_serving_every_project_says_so_once_on_stderr(

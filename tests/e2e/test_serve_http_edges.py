@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from cli_process import indexed_projects
+from cli_process import indexed_projects, run_acms
 from remote_servers import free_port
 
 SERVE = [sys.executable, "-m", "cleveragents.cli.serve"]
@@ -133,3 +133,29 @@ def test_a_glob_in_another_glob_language_is_a_400_naming_path(server: Server, to
     )
     assert r.status_code == 400, r.text
     assert r.json()["error"].startswith("the path glob 'pkg/[a-' holds '['")
+
+
+def test_status_names_the_resources_removed_since_the_start(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """The scope is fixed when the server starts; a resource removed from
+    the registry since (``acms resource remove``) is no longer listed as
+    served by ``status`` but named under ``removed``."""
+    base = tmp_path_factory.mktemp("serve_removed")
+    env, ids = indexed_projects(
+        base,
+        {name: {"pkg/core.py": f"def {name}_helper():\n    pass\n"} for name in ("one", "two")},
+    )
+    server = Server(env, base / "stderr", "--project", "local/one", "--project", "local/two")
+    try:
+        before = httpx.post(f"{server.base}/api/status", json={}, timeout=30).json()
+        assert sorted(before["resources"]) == sorted(ids.values())
+        assert "removed" not in before
+        done = run_acms(env, "resource", "remove", ids["two"])
+        assert done.returncode == 0, done.stderr
+        after = httpx.post(f"{server.base}/api/status", json={}, timeout=30).json()
+    finally:
+        server.stop()
+    assert after["resources"] == [ids["one"]]
+    assert after["removed"] == [ids["two"]]
+    assert after["projects"] == {"local/one": [ids["one"]], "local/two": []}

@@ -409,8 +409,9 @@ def tool_functions(session: AgentSession) -> dict[str, Callable[..., dict[str, A
         return session.callees(source, budget=budget, projects=projects, resources=resources)
 
     def status(budget: Budget = DEFAULT_BUDGET) -> dict[str, Any]:
-        """The session's scope: projects (name -> resource ULIDs) and resource ULIDs."""
-        return _status(session.scope, budget)
+        """The session's scope: projects (name -> resource ULIDs) and resource ULIDs;
+        ``removed``: those of the scope removed from the registry since the start."""
+        return _status(session.scope, budget, session.removed())
 
     return {
         f.__name__: f
@@ -431,25 +432,32 @@ def tool_functions(session: AgentSession) -> dict[str, Callable[..., dict[str, A
     }
 
 
-def _status(scope: SessionScope, budget: int) -> dict[str, Any]:
+def _status(
+    scope: SessionScope, budget: int, removed: frozenset[str] = frozenset()
+) -> dict[str, Any]:
     """The ``status`` answer within ``budget`` characters: every project and
     resource ULID that fits, and ``truncated`` as the other tools say it.
-    Resources are left out first (each project lists its own), then projects."""
+    The scope's resources no longer registered are listed only as ``removed``
+    (present when there are any).  Resources are left out first (each
+    project lists its own), then removed ones, then projects."""
     budget = check_budget(budget)
-    projects = [(name, sorted(rids)) for name, rids in sorted(scope.projects.items())]
-    resources = sorted(scope.resources)
+    projects = [(name, sorted(rids - removed)) for name, rids in sorted(scope.projects.items())]
+    resources = sorted(scope.resources - removed)
+    gone = sorted(removed)
 
-    def answer(kept_projects: int, kept_resources: int) -> dict[str, Any]:
+    def answer(kept_projects: int, kept_resources: int, kept_gone: int) -> dict[str, Any]:
         more = len(projects) - kept_projects + len(resources) - kept_resources
+        more += len(gone) - kept_gone
         return {
             "tool": "status",
             "projects": dict(projects[:kept_projects]),
             "resources": resources[:kept_resources],
+            **({"removed": gone[:kept_gone]} if gone else {}),
             "truncated": {"more": more} if more else False,
         }
 
-    def fits(kept_projects: int, kept_resources: int) -> bool:
-        return len(render(answer(kept_projects, kept_resources))) <= budget
+    def fits(kept_projects: int, kept_resources: int, kept_gone: int) -> bool:
+        return len(render(answer(kept_projects, kept_resources, kept_gone))) <= budget
 
     def most(fit: Callable[[int], bool], high: int) -> int:
         low = 0  # fit(0) holds: the bare envelope is far below MIN_BUDGET
@@ -458,11 +466,14 @@ def _status(scope: SessionScope, budget: int) -> dict[str, Any]:
             low, high = (mid, high) if fit(mid) else (low, mid - 1)
         return low
 
-    if fits(len(projects), len(resources)):
-        return answer(len(projects), len(resources))
-    if fits(len(projects), 0):
-        return answer(len(projects), most(lambda k: fits(len(projects), k), len(resources)))
-    return answer(most(lambda k: fits(k, 0), len(projects)), 0)
+    p, r, g = len(projects), len(resources), len(gone)
+    if fits(p, r, g):
+        return answer(p, r, g)
+    if fits(p, 0, g):
+        return answer(p, most(lambda k: fits(p, k, g), r), g)
+    if fits(p, 0, 0):
+        return answer(p, 0, most(lambda k: fits(p, 0, k), g))
+    return answer(most(lambda k: fits(k, 0, 0), p), 0, 0)
 
 
 # ------------------------------------------------------------ arguments

@@ -409,6 +409,8 @@ class AgentSession:
             files are read; the index store's catalog answers with one row,
             where asking the graph would load the resource's graph).
         closer: what :meth:`close` calls (releases what the session owns).
+        registered: the resource ULIDs registered now (for :meth:`removed`;
+            None: the scope's resources are taken as still registered).
     """
 
     def __init__(
@@ -422,8 +424,10 @@ class AgentSession:
         read_file: FileReader,
         is_indexed: IndexedCheck,
         closer: Callable[[], None] | None = None,
+        registered: Callable[[], frozenset[str]] | None = None,
     ) -> None:
         self._closer = closer
+        self._registered = registered
         self._text = text
         self._vector = vector
         self._graph = graph
@@ -436,6 +440,14 @@ class AgentSession:
     def scope(self) -> SessionScope:
         """The operator's scope."""
         return self._scope
+
+    def removed(self) -> frozenset[str]:
+        """The scope's resources removed from the registry since the session
+        started.  The scope stays as it was fixed (it never changes under a
+        running host); these are in it with nothing left to answer."""
+        if self._registered is None:
+            return frozenset()
+        return self._scope.resources - self._registered()
 
     def close(self) -> None:
         """Release what this session owns (a session of

@@ -483,6 +483,7 @@ class AcmsOperations:
             read_file=read,
             is_indexed=is_indexed,
             closer=self.close if owned else None,
+            registered=lambda: frozenset(r.resource_id for r in registry.list()),
         )
 
     def sparql_results(self, query: str, scope: frozenset[str]) -> dict[str, Any]:
