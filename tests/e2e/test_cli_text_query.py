@@ -126,6 +126,7 @@ def test_the_definition_ranks_first_and_hits_carry_match_lines(cli: Cli) -> None
         (("--path", "net/*"), {"net/base.py", "net/client.py"}),
         (("--path", "net/**/*.py"), {"net/base.py", "net/client.py", "net/streams/open.py"}),
         (("--path", "docs/"), {"docs/guide.md"}),
+        (("--path", "{docs,net/streams}/*.{md,py}"), {"docs/guide.md", "net/streams/open.py"}),
         (("--lang", "markdown"), {"docs/guide.md"}),
         (("--lang", "Python", "--path", "**/open.py"), {"net/streams/open.py"}),
         (("--syntax", "tantivy"), {"net/base.py", "net/client.py", "net/streams/open.py"}),
@@ -145,6 +146,7 @@ def test_hybrid_search_filters_every_source(cli: Cli) -> None:
 
     assert {"net/streams/open.py", "docs/guide.md"} <= paths()  # unfiltered: both kinds
     assert paths("--path", "net/*") == {"net/base.py", "net/client.py"}
+    assert paths("--path", "**/{base,guide}.*") == {"net/base.py", "docs/guide.md"}
     assert paths("--lang", "markdown") == {"docs/guide.md"}
 
 
@@ -160,7 +162,7 @@ def test_filters_with_no_match_say_no_results(cli: Cli) -> None:
         (("search", "text", "x", "--syntax", "lucene"), "invalid choice"),
         (("search", "text", "x", "--path", ""), "glob is empty"),
         (("search", "text", "x", "--path", "net/[a-"), "path glob 'net/[a-' holds '['"),
-        (("search", "hybrid", "x", "--path", "**/*.{py,md}"), "path glob '**/*.{py,md}'"),
+        (("search", "hybrid", "x", "--path", "**/*.{py,md"), "'{' that no '}' closes"),
         (("search", "text", "x", "--lang", "py thon"), "not a language"),
         (("search", "hybrid", "x", "--syntax", "tantivy"), "plain syntax only"),
     ],

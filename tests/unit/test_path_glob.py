@@ -4,6 +4,7 @@ languages refused."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import subprocess
@@ -42,16 +43,58 @@ def test_a_glob_that_makes_a_backtracking_regex_explode_is_answered() -> None:
     assert done.stdout.split() == ["False", "True"]
 
 
-@pytest.mark.parametrize("glob", ["[", "src/[a-", "src/[ab]*.py", "**/*.{py,md}", "a]", "b}"])
-def test_class_and_brace_syntax_is_refused_naming_the_glob(glob: str) -> None:
-    """This glob language has no [...] classes and no {a,b} braces: a glob
-    written with them is refused in one line, not read as literals that
-    match nothing."""
+@pytest.mark.parametrize("glob", ["[", "src/[a-", "src/[ab]*.py", "a]"])
+def test_class_syntax_is_refused_naming_the_glob(glob: str) -> None:
+    """This glob language has no [...] classes: a glob written with them is
+    refused in one line, not read as literals that match nothing."""
     with pytest.raises(QueryError) as caught:
         text_options(path=glob)
     message = str(caught.value)
     assert message.startswith(f"the path glob {glob!r} holds ")
     assert "no [...] classes" in message and "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("glob", "reason"),
+    [
+        ("**/*.{py,md", "has a '{' that no '}' closes"),
+        ("b}", "has a '}' that no '{' opens"),
+        ("}{a}", "has a '}' that no '{' opens"),
+        ("{a,b}" * 6, "stands for more than 32 globs"),
+    ],
+)
+def test_bad_braces_are_refused_naming_the_glob(glob: str, reason: str) -> None:
+    with pytest.raises(QueryError) as caught:
+        text_options(path=glob)
+    assert str(caught.value) == f"the path glob {glob!r} {reason}"
+
+
+# A glob of literal runs and brace groups (nested one level at most), and the
+# globs it stands for, built independently of the code under test.
+_piece = st.sampled_from(["a", "b", "/", ".", "*", "**", "?", "**/", "é", ""])
+_alternative = st.lists(_piece, max_size=3).map("".join)
+_group = st.lists(_alternative, min_size=1, max_size=3)
+
+
+@st.composite
+def brace_globs(draw: st.DrawFn) -> tuple[str, list[str]]:
+    """(glob, the brace-free globs it stands for); it starts and ends with
+    ``a``, so normalising (a leading ``./``, a trailing ``/``) changes nothing."""
+    middle = draw(st.lists(st.one_of(_piece.map(lambda p: [p]), _group), max_size=3))
+    parts = [["a"], *middle, ["a"]]  # at most 3 x 3 x 3 globs: within the limit of 32
+    text = "".join("{" + ",".join(p) + "}" if len(p) > 1 else p[0] for p in parts)
+    return text, ["".join(choice) for choice in itertools.product(*parts)]
+
+
+@given(case=brace_globs(), path=paths.map(lambda p: "a" + p))
+def test_braces_match_what_any_of_their_expansions_matches(
+    case: tuple[str, list[str]], path: str
+) -> None:
+    glob, expanded = case
+    assert text_options(path=glob).path == glob
+    want = any(re.fullmatch(glob_regex(g), path) is not None for g in expanded)
+    assert path_matches(glob, path) == want
+    assert (re.fullmatch(glob_regex(glob), path) is not None) == want
 
 
 def test_question_mark_matches_a_bracket_in_a_name() -> None:

@@ -288,7 +288,7 @@ def _text_options(parser: argparse.ArgumentParser, *, query_language: bool = Tru
         metavar="GLOB",
         help="only files matching GLOB ('*' within a path segment, '**' across: "
         "'pkg/**/*.py'; '?' one character; a trailing '/' means everything below; "
-        "no [...] or {a,b})",
+        "'{a,b}' alternatives: '**/*.{ts,tsx}'; no [...] classes)",
     )
     parser.add_argument("--lang", metavar="NAME", help="only units of a language (python)")
 

@@ -147,7 +147,8 @@ PathGlob = Annotated[
     Field(
         description="Only files whose path (relative to the resource's root) matches this "
         "glob: '*' within a path segment, '**' across, '?' one character, a final '/' "
-        "everything below ('pkg/**/*.py'); [...] and {a,b} are refused. Default: every file."
+        "everything below ('pkg/**/*.py'), '{a,b}' alternatives ('**/*.{ts,tsx}'); [...] "
+        "classes are refused. Default: every file."
     ),
 ]
 Language = Annotated[

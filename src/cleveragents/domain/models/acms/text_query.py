@@ -12,13 +12,16 @@ the Milvus adapter and the stub read the options the same way.
   segment, ``**`` any run across segments: ``pkg/**/*.py`` matches
   ``pkg/a.py`` and ``pkg/x/y/a.py``; ``rdflib/plugins/*`` matches the files
   directly in ``rdflib/plugins``.  A pattern ending in ``/`` means everything
-  below that directory (``rdflib/plugins/`` is ``rdflib/plugins/**``).  There
-  are no ``[...]`` classes and no ``{a,b}`` braces: a glob holding ``[``,
-  ``]``, ``{`` or ``}`` is refused (:class:`QueryError`), as one written for
-  another glob language would silently match nothing here (``?`` matches one
-  such character in a file's name: ``app/?id?/page.tsx`` for
-  ``app/[id]/page.tsx``).  Every other character is literal; matching is
-  case-sensitive.  A leading ``./`` or ``/`` is ignored.
+  below that directory (``rdflib/plugins/`` is ``rdflib/plugins/**``).
+  Braces give alternatives, nested or not (``**/*.{ts,tsx}``,
+  ``{src,lib}/**/*.py``; at most :data:`MAX_BRACE_ALTERNATIVES` globs in
+  all; an unclosed brace is refused).  There are no ``[...]`` classes: a
+  glob holding ``[`` or ``]`` is refused (:class:`QueryError`), as one
+  written for another glob language would silently match nothing here
+  (``?`` matches one such character in a file's name:
+  ``app/?id?/page.tsx`` for ``app/[id]/page.tsx``).  Every other character
+  is literal; matching is case-sensitive.  A leading ``./`` or ``/`` is
+  ignored.
 - ``lang``: a language name as the chunker detects it (``python``, ``go``,
   ``markdown``...; ``metadata["language"]``), case-insensitive.
 
@@ -125,16 +128,64 @@ def _normal_glob(path: str) -> str:
     reserved = next((c for c in glob if c in _NOT_GLOB_SYNTAX), None)
     if reserved is not None:
         raise QueryError(
-            f"the path glob {path.strip()[:80]!r} holds {reserved!r}: path globs have only "
-            "'*', '**' and '?' (no [...] classes, no {a,b} braces; '?' matches one such "
-            "character in a name)"
+            f"the path glob {path.strip()[:80]!r} holds {reserved!r}: path globs have "
+            "'*', '**', '?' and {a,b} (no [...] classes; '?' matches one such character "
+            "in a name)"
         )
+    try:
+        _alternatives(glob)
+    except ValueError as exc:
+        raise QueryError(f"the path glob {path.strip()[:80]!r} {exc}") from None
     return glob
 
 
-#: Characters that are syntax in other glob languages (classes, braces) but
-#: not in this one: refused rather than read as literals that match nothing.
-_NOT_GLOB_SYNTAX = frozenset("[]{}")
+#: Characters that are syntax in other glob languages (classes) but not in
+#: this one: refused rather than read as literals that match nothing.
+_NOT_GLOB_SYNTAX = frozenset("[]")
+#: The most globs one glob's braces may expand to.
+MAX_BRACE_ALTERNATIVES = 32
+
+
+@functools.lru_cache(maxsize=64)
+def _alternatives(glob: str) -> tuple[str, ...]:
+    """The brace-free globs ``glob`` stands for (``a{b,c}d`` -> abd, acd).
+
+    Raises:
+        ValueError: an unclosed ``{`` or an unopened ``}``, or more than
+            :data:`MAX_BRACE_ALTERNATIVES` globs.
+    """
+    start = glob.find("{")
+    close = glob.find("}")
+    if start < 0:
+        if close >= 0:
+            raise ValueError("has a '}' that no '{' opens")
+        return (glob,)
+    if 0 <= close < start:
+        raise ValueError("has a '}' that no '{' opens")
+    depth, parts, begin = 0, [], start + 1
+    for i in range(start, len(glob)):
+        char = glob[i]
+        if char == "{":
+            depth += 1
+        elif char == "}":
+            depth -= 1
+            if depth == 0:
+                parts.append(glob[begin:i])
+                end = i
+                break
+        elif char == "," and depth == 1:
+            parts.append(glob[begin:i])
+            begin = i + 1
+    else:
+        raise ValueError("has a '{' that no '}' closes")
+    out: list[str] = []
+    for part in parts:
+        for glob_ in _alternatives(glob[:start] + part + glob[end + 1 :]):
+            if glob_ not in out:
+                out.append(glob_)
+            if len(out) > MAX_BRACE_ALTERNATIVES:
+                raise ValueError(f"stands for more than {MAX_BRACE_ALTERNATIVES} globs")
+    return tuple(out)
 
 
 def glob_regex(glob: str) -> str:
@@ -142,8 +193,13 @@ def glob_regex(glob: str) -> str:
 
     Written in the subset that Python's ``re`` and Rust's ``regex`` (Tantivy's
     regex query) read the same way: ASCII punctuation as ``\\xNN`` escapes,
-    ``(?s)``, ``[^/]``, ``.``, ``(?:...)?`` and ``*``.
+    ``(?s)``, ``[^/]``, ``.``, ``(?:...)?``, ``(?:...|...)`` and ``*``.
     """
+    bodies = [_regex_body(g) for g in _alternatives(glob)]
+    return "(?s)" + (bodies[0] if len(bodies) == 1 else "(?:" + "|".join(bodies) + ")")
+
+
+def _regex_body(glob: str) -> str:
     out: list[str] = []
     i, n = 0, len(glob)
     while i < n:
@@ -168,7 +224,7 @@ def glob_regex(glob: str) -> str:
         else:
             out.append(char)
         i += 1
-    return "(?s)" + "".join(out)
+    return "".join(out)
 
 
 # Glob steps for :func:`path_matches`: a character, one non-``/`` character,
@@ -179,7 +235,7 @@ _Step = tuple[str, str | int]
 
 @functools.lru_cache(maxsize=64)
 def _steps(glob: str) -> tuple[_Step, ...]:
-    """The glob of :func:`glob_regex` as steps of a state machine (same language)."""
+    """A brace-free glob of :func:`glob_regex` as steps of a state machine (same language)."""
     steps: list[_Step] = []
     i, n = 0, len(glob)
     while i < n:
@@ -208,6 +264,10 @@ def path_matches(glob: str, path: str) -> bool:
     backtracking regex took exponential time on globs such as ``*a*a*a...*b``
     (a hybrid search's path filter runs in this process).
     """
+    return any(_matches(g, path) for g in _alternatives(glob))
+
+
+def _matches(glob: str, path: str) -> bool:
     steps = _steps(glob)
     end = len(steps)
 
