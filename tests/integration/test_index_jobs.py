@@ -501,7 +501,7 @@ def test_a_worker_collects_once_per_collect_every_batches(
     monkeypatch.setattr(index_workers._Worker, "embedder", HashingEmbedder(DIM))
     monkeypatch.setattr(index_workers._Worker, "batches", 0)
     listing = tmp_path / "listing.pickle"
-    listing.write_bytes(pickle.dumps(["a.txt"]))
+    listing.write_bytes(pickle.dumps((["a.txt"], None)))  # (paths, root package)
     for _ in range(2 * COLLECT_EVERY + 1):
         index_workers._plan_in_worker(RID, str(listing), [("a.txt", b"hello\n")])
     assert len(calls) == 2
