@@ -50,6 +50,7 @@ from cleveragents.cli.main import (
     operations_for,
     reembed_reporter,
     report_failures,
+    require_data_dir,
     sigterm_unwinds,
 )
 
@@ -83,6 +84,7 @@ def operations(args: argparse.Namespace) -> Any:  # noqa: ANN401 - AcmsOperation
     profile = entry_profile(args.profile)
     if args.rebuild:
         check_rebuild_options(args, profile)
+    require_data_dir(args)
     return operations_for(args, profile)
 
 

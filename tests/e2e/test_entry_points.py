@@ -451,15 +451,29 @@ def test_an_empty_data_dir_option_is_refused_not_taken_for_the_working_directory
         ("traverse", "a.py", "--project", "local/x"),
         ("search", "text", "x", "--project", "local/x"),
         ("symbols", "a.py", "--project", "local/x"),
+        ("reindex",),
+        ("reindex", "--rebuild"),
+        ("project", "list"),
+        ("resource", "list"),
+        ("resource", "remove", "01JD5TD11B0000000000000000"),
+        ("watch",),
+        ("scripts/reindex.py",),
     ],
 )
-def test_a_reading_command_refuses_a_missing_data_directory_and_makes_none(
+def test_a_command_refuses_a_missing_data_directory_and_makes_none(
     tmp_path: Path, args: tuple[str, ...]
 ) -> None:
-    """It used to make an empty one there and answer 'no project', as if
-    the indexed data were gone."""
+    """It used to make an empty one there and answer 'no project' (a query)
+    or 'resources: 0', exit 0 (a reindex, from cron too), as if the indexed
+    data were gone.  Only ``project add`` and ``resource add`` make one."""
     missing = tmp_path / "typo"
-    done = run_acms(cli_env(missing), *args)
+    if args == ("scripts/reindex.py",):
+        done, prog = run_acms(cli_env(missing), program=REINDEX), "reindex"
+    else:
+        done, prog = (
+            run_acms(cli_env(missing), *args),
+            "acms watch" if args == ("watch",) else "acms",
+        )
     assert done.returncode == 2
-    assert one_line(done).startswith(f"acms: error: no data directory at {missing} ")
+    assert one_line(done).startswith(f"{prog}: error: no data directory at {missing} ")
     assert not missing.exists()

@@ -619,6 +619,25 @@ def data_dir_of(args: argparse.Namespace) -> Path:
     return Path(args.data_dir or os.environ.get("ACMS_DATA_DIR") or "data")
 
 
+def require_data_dir(args: argparse.Namespace) -> None:
+    """Refuse a data directory that does not exist (only ``project add`` and
+    ``resource add`` make one).
+
+    A mistyped ``--data-dir``, or ``./data`` of another working directory:
+    made here, a query would answer "no project" and a reindex "resources:
+    0" (exit 0, from cron too) as if the data were gone.
+
+    Raises:
+        UsageError: naming the path.
+    """
+    if not data_dir_of(args).is_dir():
+        raise UsageError(
+            f"no data directory at {printable(os.path.abspath(data_dir_of(args)))} "
+            "(is --data-dir or ACMS_DATA_DIR the one you indexed? "
+            "'acms project add NAME' makes one)"
+        )
+
+
 def operations_for(args: argparse.Namespace, profile: str | None = None) -> Any:  # noqa: ANN401 - AcmsOperations, lazily imported
     """The operations over the chosen data directory, with the engines of
     ``profile`` (default ``$ACMS_PROFILE``, else ``local``)."""
@@ -746,14 +765,10 @@ def run(args: argparse.Namespace, out: Output) -> int:
             f"sparql --results needs the local profile (ACMS_PROFILE is {profile}): the "
             "SPARQL endpoint adapter answers triples only (SELECT ?s ?p ?o, without --results)"
         )
-    if command in _READING_COMMANDS and not data_dir_of(args).is_dir():
-        # A mistyped --data-dir, or ./data of another working directory:
-        # made here, it would answer "no project" as if the data were gone.
-        raise UsageError(
-            f"no data directory at {printable(os.path.abspath(data_dir_of(args)))} "
-            "(is --data-dir or ACMS_DATA_DIR the one you indexed? "
-            "'acms project add NAME' makes one)"
-        )
+    if command in _READING_COMMANDS or (
+        command in ("project", "resource") and args.action != "add"
+    ):
+        require_data_dir(args)
     ops = operations_for(args, profile)
     if command == "project":
         return _project(ops, args, out)
@@ -854,10 +869,13 @@ def run(args: argparse.Namespace, out: Output) -> int:
 
 
 _SESSION_COMMANDS = ("read", "context", "symbols", "callers", "callees")
-# Queries: refused where there is no data directory.  (``status`` is not:
-# on a new deployment it shows the empty data directory and, with the
-# remote profile, whether the servers answer.)
-_READING_COMMANDS = frozenset({"search", "sparql", "triples", "traverse", *_SESSION_COMMANDS})
+# Refused where there is no data directory, as are the project and resource
+# actions but ``add``.  (``status`` is not: on a new deployment it shows the
+# empty data directory and, with the remote profile, whether the servers
+# answer.)
+_READING_COMMANDS = frozenset(
+    {"search", "sparql", "triples", "traverse", "reindex", *_SESSION_COMMANDS}
+)
 
 
 def _session_command(ops: Any, args: argparse.Namespace, out: Output) -> int:  # noqa: ANN401

@@ -121,6 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         UsageError,
         add_lock_timeout_option,
         one_line,
+        require_data_dir,
     )
 
     parser = CommandParser(prog=_PROG, description=__doc__.split("\n\n")[0])
@@ -146,6 +147,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from cleveragents.bootstrap import bootstrap
 
     data_dir = Path(args.data_dir or os.environ.get("ACMS_DATA_DIR") or "data")
+    try:
+        require_data_dir(args)
+    except UsageError as exc:
+        print(f"{_PROG}: error: {one_line(exc)}", file=sys.stderr)
+        return 2
     try:
         ops = bootstrap(data_dir)
     except ValueError as exc:  # an unknown profile, or one the environment does not configure
