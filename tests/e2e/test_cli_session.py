@@ -52,6 +52,20 @@ def test_code_graph_commands(world: tuple[dict[str, str], str]) -> None:
     assert [c["name"] for c in callees["results"]] == ["aardvark_helper"]
 
 
+@pytest.mark.parametrize("command", ["callers", "callees"])
+def test_a_name_with_undecodable_bytes_is_one_clear_line(
+    world: tuple[dict[str, str], str], command: str
+) -> None:
+    # The shell passes b"aardvark\xff" (read as a lone surrogate): it was
+    # "acms: error: 'utf-8' codec can't encode character '\udcff' ...".
+    env, _ = world
+    done = acms(env, command, "aardvark\udcff", "--project", "local/a")
+    assert done.returncode == 2
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and "codec" not in lines[0], done.stderr
+    assert lines[0].startswith("acms: error: the name 'aardvark\\udcff' holds bytes")
+
+
 def test_read_and_budgets(world: tuple[dict[str, str], str]) -> None:
     env, rid = world
     uri = file_uri(rid, "pkg/core.py")

@@ -778,6 +778,13 @@ class AgentSession:
         if not isinstance(target, str) or not target.strip():
             raise ValueError("give a name or a symbol URI")
         target = target.strip()
+        try:
+            target.encode("utf-8")
+        except UnicodeEncodeError:  # undecodable bytes of a command line
+            raise ValueError(
+                f"the name {target[:80]!r} holds bytes that are not UTF-8 text: "
+                "no indexed name does"
+            ) from None
         if resource_id_of(target) is not None:
             if resource_id_of(target) not in view.scope:
                 raise ScopeError(f"{target} is outside this session's scope")
