@@ -136,6 +136,27 @@ def test_exactly_the_right_files_become_fragments_and_units(repo: Path, containe
     assert (core, core, "AlphaEngine") in names
 
 
+@pytest.mark.parametrize("kind", ["directory", "git-checkout"])
+def test_a_data_directory_inside_the_resource_is_not_hydrated(repo: Path, kind: str) -> None:
+    # `resource add .` from a checkout with the default ./data: the indexes'
+    # own files (meta.json, the catalog) became fragments and units, and
+    # every run found its own writes changed.
+    c = build_container("local", repo / "data", embedding_dimension=64)
+    try:
+        for _ in range(2):
+            tiers = ContextTierService()
+            hydrate_tiers_from_project(
+                tiers, "local/demo", RID, str(repo), kind, indexer=c.indexer()
+            )
+            paths = {f.metadata["path"] for f in tiers.fragments(ContextTier.HOT)}
+            assert not any(p.startswith("data/") for p in paths), sorted(paths)
+            assert not any(p.startswith("data/") for p in indexed_paths(c, RID))
+    finally:
+        c.text_backend().close()
+        c.vector_backend().close()
+        c.graph_backend().close()
+
+
 def test_directory_type_walks_without_git(repo: Path, container: Any) -> None:
     tiers = ContextTierService()
     hydrate_tiers_from_project(tiers, "local/demo", RID, str(repo), "directory")

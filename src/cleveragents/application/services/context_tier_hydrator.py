@@ -184,8 +184,13 @@ def _hydrate_resource(
         )
         return 0
     try:
+        # The data directory inside the resource is never one of its files.
+        own = None if indexer is None else indexer.data_dir
         listing = list_resource(
-            resource_location, resource_type, secrets=secrets or DEFAULT_SECRET_FILTER
+            resource_location,
+            resource_type,
+            secrets=secrets or DEFAULT_SECRET_FILTER,
+            exclude=() if own is None else (own,),
         )
     except ResourceListingError as exc:
         # No session: an empty one would delete the resource's indexed units.

@@ -198,6 +198,9 @@ class Indexer:
             raise ValueError("max_file_bytes must be positive")
         self.store = store
         self.embedder = embedder
+        # Where the store keeps its files (None in RAM): a listing leaves it
+        # out when a resource holds it (context_tier_hydrator).
+        self.data_dir: Path | None = getattr(store, "data_dir", None)
         self.max_file_bytes = max_file_bytes
         self.code_parser = code_parser
         self._pool: PlannerPool | None = None
