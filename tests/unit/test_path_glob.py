@@ -97,6 +97,34 @@ def test_braces_match_what_any_of_their_expansions_matches(
     assert (re.fullmatch(glob_regex(glob), path) is not None) == want
 
 
+@pytest.mark.parametrize(
+    ("glob", "matching", "not_matching"),
+    [
+        ("{src,lib}/", ["src/a.py", "lib/x/b.ts"], ["app/a.py"]),
+        ("{src/,lib/}", ["src/a.py", "lib/x/b.ts"], ["app/a.py"]),  # each alternative's '/'
+        ("{./src,/lib}/**", ["src/a.py", "lib/b.ts"], ["x/src/a.py"]),  # and leading ./ or /
+        ("**/*.{ts,tsx}", ["a.ts", "x/y/b.tsx"], ["a.tsxx", "a.js"]),
+    ],
+)
+def test_each_brace_alternative_is_a_glob_of_its_own(
+    glob: str, matching: list[str], not_matching: list[str]
+) -> None:
+    normal = text_options(path=glob).path
+    assert normal is not None
+    for path in matching:
+        assert path_matches(normal, path), path
+        assert re.fullmatch(glob_regex(normal), path), path
+    for path in not_matching:
+        assert not path_matches(normal, path), path
+        assert not re.fullmatch(glob_regex(normal), path), path
+
+
+@pytest.mark.parametrize("glob", ["{}", "{,}", "{/,./}"])
+def test_a_glob_of_empty_alternatives_is_refused(glob: str) -> None:
+    with pytest.raises(QueryError, match="is empty once its braces expand"):
+        text_options(path=glob)
+
+
 def test_question_mark_matches_a_bracket_in_a_name() -> None:
     glob = text_options(path="app/?id?/page.tsx").path
     assert glob is not None and path_matches(glob, "app/[id]/page.tsx")

@@ -133,9 +133,11 @@ def _normal_glob(path: str) -> str:
             "in a name)"
         )
     try:
-        _alternatives(glob)
+        alternatives = _alternatives(glob)
     except ValueError as exc:
         raise QueryError(f"the path glob {path.strip()[:80]!r} {exc}") from None
+    if not any(alternatives):
+        raise QueryError(f"the path glob {path.strip()[:80]!r} is empty once its braces expand")
     return glob
 
 
@@ -159,7 +161,12 @@ def _alternatives(glob: str) -> tuple[str, ...]:
     if start < 0:
         if close >= 0:
             raise ValueError("has a '}' that no '{' opens")
-        return (glob,)
+        # Each alternative is a glob of its own: ``{src/,./lib}`` is
+        # ``src/**`` or ``lib`` (see _normal_glob).
+        while glob.startswith("./"):
+            glob = glob[2:]
+        glob = glob.lstrip("/")
+        return (glob + "**" if glob.endswith("/") else glob,)
     if 0 <= close < start:
         raise ValueError("has a '}' that no '{' opens")
     depth, parts, begin = 0, [], start + 1
