@@ -123,6 +123,37 @@ def test_python_overload_stubs_are_not_the_symbol() -> None:
     assert ("Graph.serialize", "write", 14) in calls(f)
 
 
+def test_python_overloads_without_an_implementation_stay_symbols() -> None:
+    # A .pyi stub file or a Protocol has only the stubs: the first one is the
+    # symbol (dropping them all lost the function from the graph and search).
+    f = facts(
+        """
+        from typing import Protocol, overload
+
+
+        class Graph:
+            @overload
+            def serialize(self, dest: None = None) -> str: ...
+            @overload
+            def serialize(self, dest: str) -> None: ...
+
+
+        class P(Protocol):
+            @overload
+            def m(self, x: int) -> int: ...
+            @overload
+            def m(self, x: str) -> str: ...
+        """,
+        "python",
+    )
+    assert symbols(f) == {
+        ("class", "Graph", 4, 8),
+        ("method", "Graph.serialize", 6, 6),
+        ("class", "P", 11, 15),
+        ("method", "P.m", 13, 13),
+    }
+
+
 def test_python_repository() -> None:
     shapes = facts(PY_SHAPES, "python")
     assert symbols(shapes) == {

@@ -978,6 +978,7 @@ def _qualify(
     stack: list[_Span] = []
     spans: list[_Span] = []
     symbols: list[CodeSymbol] = []
+    stubs: set[int] = set()  # the symbols that are ``@overload`` stubs
     skip_until = -1  # end of the last definition left out with its insides
     for d in defs:
         if d.node.start_byte < skip_until:
@@ -986,10 +987,6 @@ def _qualify(
             stack.pop()
         if len(stack) >= MAX_DEFINITION_DEPTH:
             skip_until = d.node.end_byte
-            continue
-        if language == "python" and _is_overload(d.node):
-            # A typing stub of the function defined after it: the symbol
-            # (its lines, signature and doc) is the implementation.
             continue
         parent = stack[-1] if stack else None
         kind = d.kind
@@ -1011,6 +1008,8 @@ def _qualify(
         doc = _python_docstring(d.node) if language == "python" else ""
         if language != "markdown":
             doc = doc or _leading_comment(d.node)
+        if language == "python" and _is_overload(d.node):
+            stubs.add(len(symbols))
         symbols.append(
             CodeSymbol(
                 name=d.name,
@@ -1022,7 +1021,24 @@ def _qualify(
                 doc=doc,
             )
         )
-    return symbols, spans
+    return (_without_overload_stubs(symbols, stubs) if stubs else symbols), spans
+
+
+def _without_overload_stubs(symbols: list[CodeSymbol], stubs: set[int]) -> list[CodeSymbol]:
+    """``symbols`` less the ``@overload`` stubs (indexes ``stubs``) of a
+    name that also has an implementation: the symbol (its lines, signature
+    and doc) is the function Python runs.  A name with stubs alone (a
+    ``.pyi`` file, a Protocol) keeps its first stub."""
+    implemented = {s.qualified_name for i, s in enumerate(symbols) if i not in stubs}
+    kept: list[CodeSymbol] = []
+    first: set[str] = set()
+    for i, sym in enumerate(symbols):
+        if i in stubs:
+            if sym.qualified_name in implemented or sym.qualified_name in first:
+                continue
+            first.add(sym.qualified_name)
+        kept.append(sym)
+    return kept
 
 
 def _is_overload(node: Node) -> bool:
