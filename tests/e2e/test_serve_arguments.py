@@ -27,9 +27,8 @@ from cleveragents.application.services.agent_session import SessionScope, render
 from cleveragents.cli.serve import tool_functions
 from cleveragents.domain.models.acms.uko import file_uri
 from cli_process import indexed_projects, run_acms
-from remote_servers import free_port
-
-SERVE = [sys.executable, "-m", "cleveragents.cli.serve"]
+from http_service import SERVE
+from http_service import HttpServer as Server
 
 
 @pytest.fixture(scope="module")
@@ -47,40 +46,10 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {"env": env, "ids": ids}
 
 
-class Server:
-    def __init__(self, world: dict[str, Any], log: Path, *scope: str) -> None:
-        port = free_port()
-        self.base = f"http://127.0.0.1:{port}"
-        self.log = log
-        self._errors = log.open("wb")
-        self.proc = subprocess.Popen(
-            [*SERVE, "--http", f"127.0.0.1:{port}", *scope],
-            stdout=subprocess.PIPE,
-            stderr=self._errors,
-            env=world["env"],
-        )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if httpx.post(f"{self.base}/api/status", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                time.sleep(0.2)
-        self.stop()
-        pytest.fail(f"server did not start: {log.read_text()}")
-
-    def stop(self) -> bytes:
-        """Stop the server; what it wrote on stdout."""
-        self.proc.terminate()
-        out, _ = self.proc.communicate(timeout=20)
-        self._errors.close()
-        return out
-
-
 @pytest.fixture(scope="module")
 def server(world: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     log = tmp_path_factory.mktemp("serve_arguments_http") / "stderr"
-    running = Server(world, log, "--project", "local/alpha")
+    running = Server(world["env"], log, "--project", "local/alpha")
     yield running
     running.stop()
 
@@ -271,7 +240,7 @@ def test_serving_every_project_says_so_once_on_stderr(
 ) -> None:
     # Scoped by the operator: no such line (at the default level).
     assert "serving all" not in server.log.read_text()
-    everything = Server(world, tmp_path / "http.stderr")
+    everything = Server(world["env"], tmp_path / "http.stderr")
     assert everything.stop() == b""
     lines = [
         line for line in (tmp_path / "http.stderr").read_text().splitlines() if "serving" in line

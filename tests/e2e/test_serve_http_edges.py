@@ -7,57 +7,16 @@ its stderr (JSON log lines) kept in a file the tests read.
 
 from __future__ import annotations
 
-import json
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from cli_process import indexed_projects, run_acms
-from remote_servers import free_port
-
-SERVE = [sys.executable, "-m", "cleveragents.cli.serve"]
-
-
-class Server:
-    """``acms serve --http`` on a free loopback port; its log in ``log``."""
-
-    def __init__(self, env: dict[str, str], log: Path, *args: str) -> None:
-        port = free_port()
-        self.port = port
-        self.base = f"http://127.0.0.1:{port}"
-        self.log = log
-        self._errors = log.open("wb")
-        self.proc = subprocess.Popen(
-            [*SERVE, "--http", f"127.0.0.1:{port}", *args],
-            stdout=subprocess.DEVNULL,
-            stderr=self._errors,
-            env=env,
-        )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if httpx.post(f"{self.base}/api/status", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                time.sleep(0.2)
-        self.stop()
-        pytest.fail(f"server did not start: {log.read_text()}")
-
-    def records(self) -> list[dict[str, Any]]:
-        """The log lines written so far (each must be JSON)."""
-        return [json.loads(line) for line in self.log.read_text().splitlines() if line.strip()]
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=20)
-        self._errors.close()
+from http_service import HttpServer as Server
 
 
 @pytest.fixture(scope="module")
