@@ -42,7 +42,7 @@ from cleveragents.application.services.index_workers import (
 from cleveragents.application.services.indexer import Indexer, PlannerSpec
 from cleveragents.domain.models.acms.indexing import IndexStats
 from cleveragents.infrastructure.acms.hashing_embedder import HashingEmbedder
-from cleveragents.infrastructure.acms.index_store import ManagedIndexStore
+from cleveragents.infrastructure.acms.index_store import ManagedIndexStore, split_identity
 from cleveragents.infrastructure.acms.text_analysis import prepare_content
 from cleveragents.infrastructure.acms.tree_sitter_code import TreeSitterCodeParser
 
@@ -256,6 +256,16 @@ def test_a_file_that_kills_its_worker_is_indexed_without_its_parser_and_quaranti
         assert tx.quarantined("pkg/bad.py", sha)
         assert not tx.quarantined("pkg/bad.py", "0" * 64)
         assert not tx.quarantined("pkg/core.py", sha)
+    # Kept while the planning code is the same; tried again by new code (a
+    # units identity of another version), which may plan it fine.
+    with store.session(RID, identity=ix.identity) as tx:
+        assert tx.quarantined("pkg/bad.py", sha)
+    newer = ix.identity.replace(split_identity(ix.identity).units, "units-next|rules")
+    with store.session(RID, identity=newer) as tx:
+        assert tx.full and not tx.quarantined("pkg/bad.py", sha)
+    with store.session(RID, identity=ix.identity) as tx:  # the file went with it
+        assert not tx.quarantined("pkg/bad.py", sha)
+        tx.quarantine("pkg/bad.py", sha)  # as the crash repair would, for the rest
     # A new content of it is parsed again (here without the fault).
     monkeypatch.delenv(FAULT_ENV_VAR)
     bad.write_text("def friendly():\n    return helper_call()\n")

@@ -843,10 +843,12 @@ class StoreTransaction:
         # all.  Another embedder alone only re-embeds the stored units.
         self._full = False
         self._reembed = False
+        # Another chunker or code graph may plan a quarantined content fine.
+        self._units_changed = False
         if identity is not None and recorded is not None and recorded != identity:
             was, now = split_identity(recorded), split_identity(identity)
             if was.units != now.units:
-                self._full = True
+                self._full = self._units_changed = True
             else:
                 self._reembed = True
             if was.dimension is not None and was.dimension != now.dimension:
@@ -980,8 +982,17 @@ class StoreTransaction:
     def _quarantined_set(self) -> dict[tuple[str, str], None]:
         if self._quarantine is None:
             where = self._planning_file(".quarantine")
-            raw = None if where is None else _read_planning_file(where)
-            self._quarantine = dict.fromkeys(_read_entries(raw))
+            if self._units_changed:
+                # New planning code (the units' identity changed): what
+                # killed the old one is tried again, in a worker first if it
+                # still kills (the crash repair quarantines it again).
+                if where is not None:
+                    with contextlib.suppress(FileNotFoundError):
+                        where.unlink()
+                self._quarantine = {}
+            else:
+                raw = None if where is None else _read_planning_file(where)
+                self._quarantine = dict.fromkeys(_read_entries(raw))
         return self._quarantine
 
     def quarantined(self, path: str, sha256: str) -> bool:
