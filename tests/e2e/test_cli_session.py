@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 
 import pytest
@@ -126,6 +127,8 @@ def test_read_says_why_an_indexed_file_cannot_be_read_now(tmp_path) -> None:  # 
     (root / "pkg").mkdir(parents=True)
     for name in ("core", "gone", "big", "dir", "link"):
         (root / "pkg" / f"{name}.py").write_text(CODE)
+    (root / "sub").mkdir()
+    (root / "sub" / "away.py").write_text(CODE)
     env = cli_env(tmp_path / "data")
     assert acms(env, "project", "add", "local/a").returncode == 0
     rid = acms(env, "resource", "add", str(root), "--project", "local/a").stdout.strip()
@@ -136,14 +139,24 @@ def test_read_says_why_an_indexed_file_cannot_be_read_now(tmp_path) -> None:  # 
     (root / "pkg" / "dir.py").mkdir()
     (root / "pkg" / "link.py").unlink()
     (root / "pkg" / "link.py").symlink_to("core.py")
+    # A directory on the path now leads out of the resource, to a larger file
+    # of the same name: its size (or absence) is not told.
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "away.py").write_text("x = 1\n" * 200_000)
+    shutil.rmtree(root / "sub")
+    (root / "sub").symlink_to(outside)
     expected = {
         "gone": "pkg/gone.py was indexed but no longer exists on disk (run `acms reindex`)",
         "big": "pkg/big.py is 1200000 bytes now, over the 1048576 bytes read serves",
         "dir": "pkg/dir.py is no longer a regular file (a directory now)",
         "link": "pkg/link.py is a symlink now, not the file indexed: not served",
+        "sub/away": "sub/away.py cannot be read now: a directory on its path leads out of "
+        "the resource",
     }
     for name, message in expected.items():
-        done = acms(env, "read", file_uri(rid, f"pkg/{name}.py"), "--project", "local/a")
+        rel = name if "/" in name else f"pkg/{name}"
+        done = acms(env, "read", file_uri(rid, f"{rel}.py"), "--project", "local/a")
         assert done.returncode == 2, (name, done.stdout)
         assert done.stderr.splitlines() == [f"acms: error: {message}"], name
     assert acms(env, "read", file_uri(rid, "pkg/core.py"), "--project", "local/a").returncode == 0

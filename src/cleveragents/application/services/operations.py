@@ -142,9 +142,18 @@ class ReindexReport:
 
 def _why_unreadable(location: str, path: str, max_bytes: int) -> str:
     """Why the indexed file ``path`` of the resource at ``location`` could
-    not be read (``read_file`` returned None): one line for the caller."""
+    not be read (``read_file`` returned None): one line for the caller.
+
+    Nothing is said of a file reached through a directory that resolves
+    outside the resource (one on its path became a symlink): its existence,
+    type or size is not the resource's to tell."""
+    full = os.path.join(location, path)
+    root = os.path.realpath(location)
+    parent = os.path.realpath(os.path.dirname(full))
+    if parent != root and not parent.startswith(root + os.sep):
+        return f"{path} cannot be read now: a directory on its path leads out of the resource"
     try:
-        st = os.lstat(os.path.join(location, path))
+        st = os.lstat(full)
     except (FileNotFoundError, NotADirectoryError):
         return f"{path} was indexed but no longer exists on disk (run `acms reindex`)"
     except OSError as exc:
