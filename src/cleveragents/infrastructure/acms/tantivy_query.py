@@ -786,14 +786,19 @@ class PlainQueryBuilder:
 Clause = tuple[str, str, float]
 
 
-def scoring_query(schema: tantivy.Schema, clauses: Sequence[Clause]) -> tantivy.Query:
-    """The sum (OR) of ``clauses``: each a BM25 term query times its weight."""
+def scoring_query(
+    schema: tantivy.Schema,
+    clauses: Sequence[Clause],
+    terms: Sequence[tantivy.Query] | None = None,
+) -> tantivy.Query:
+    """The sum (OR) of ``clauses``: each a BM25 term query (``terms[i]``
+    when given, already built) times its weight."""
     should = tantivy.Occur.Should
     term = tantivy.Query.term_query
     boost = tantivy.Query.boost_query
     built: list[tuple[tantivy.Occur, tantivy.Query]] = []
-    for field, value, weight in clauses:
-        query = term(schema, field, value)
+    for i, (field, value, weight) in enumerate(clauses):
+        query = term(schema, field, value) if terms is None else terms[i]
         built.append((should, query if weight == 1.0 else boost(query, weight)))
     return tantivy.Query.boolean_query(built)
 

@@ -99,6 +99,7 @@ from cleveragents.infrastructure.acms.tantivy_query import (
     query_terms,
     reraise_fatal,
     scope_queries,
+    scoring_query,
     terms_analyzer,
 )
 from cleveragents.infrastructure.acms.text_analysis import (
@@ -813,11 +814,16 @@ class TantivyTextBackend:
         built: tantivy.Query | None
         if options.syntax == "tantivy":
             built = self._builder.build(parser, query)
+            if built is not None and options.filtered:
+                regex = None if options.path is None else glob_regex(options.path)
+                built = filter_query(self._schema, built, path_regex=regex, lang=options.lang)
         else:
-            built = self._plain.build(self._schema, query)
-        if built is not None and options.filtered:
-            regex = None if options.path is None else glob_regex(options.path)
-            built = filter_query(self._schema, built, path_regex=regex, lang=options.lang)
+            # From the plan a search over several shards reweights: the term
+            # queries and the path regex are built once per query.
+            clauses, terms, must = self._scope_plan(query, options)
+            built = scoring_query(self._schema, clauses, terms) if clauses else None
+            if built is not None and must:
+                built = filtered(built, must)
         with self._lock:
             if self._parsed_for is not parser:
                 self._parsed_for = parser
