@@ -98,6 +98,14 @@ def child(tree: Path, data: Path, jobs: int | None) -> dict[str, Any]:
     import structlog
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    # What `acms reindex` imports, no more (the entry points' lean import;
+    # older base commits have none).
+    try:
+        from cleveragents.bootstrap import lean_container_import
+    except ImportError:
+        pass
+    else:
+        lean_container_import()
     from cleveragents.application.container import build_container
     from cleveragents.application.services.operations import AcmsOperations
 
@@ -233,9 +241,10 @@ def measure(src: Path, tree: Path, data: Path, jobs: int | None) -> dict[str, An
     if proc.returncode != 0:
         raise RuntimeError(f"indexing run failed ({proc.returncode}): {cmd}")
     result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
-    result["peak_rss_mb"] = peak / 1024
-    result["peak_pss_mb"] = peak_pss / 1024
-    result["peak_anon_mb"] = peak_anon / 1024
+    # /proc counts KiB; sizes here are MB (10^6 bytes), as the source's are.
+    result["peak_rss_mb"] = peak * 1024 / 1e6
+    result["peak_pss_mb"] = peak_pss * 1024 / 1e6
+    result["peak_anon_mb"] = peak_anon * 1024 / 1e6
     # CPU of the whole run (indexing and the re-runs; the writer's share
     # apart): on a machine that other work keeps busy, wall time says little,
     # and max(writer, total / cores) is the floor on dedicated cores.
