@@ -82,3 +82,39 @@ def test_a_saved_file_becomes_searchable_and_new_resources_are_watched(tmp_path:
         watcher.send_signal(signal.SIGTERM)
         assert watcher.wait(timeout=30) == 0
         log.close()
+
+
+def test_a_file_name_that_is_not_utf8_neither_stops_the_watch_nor_loses_a_change(
+    tmp_path: Path,
+) -> None:
+    """watchfiles cannot name such a path and drops the batch it was in: the
+    watcher catches up on every resource and keeps watching."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "a.py").write_text("def first():\n    return 1\n")
+    env = {**os.environ, "ACMS_DATA_DIR": str(tmp_path / "data")}
+    env.pop("ACMS_PROFILE", None)
+    assert _acms(env, "project", "add", "local/w").returncode == 0
+    assert _acms(env, "resource", "add", str(repo), "--project", "local/w").returncode == 0
+    assert _acms(env, "reindex").returncode == 0
+    log = (tmp_path / "watch.log").open("wb")
+    watcher = subprocess.Popen(
+        [sys.executable, "-m", "cleveragents.cli.watch", "--rescan", "30"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=log,
+    )
+    try:
+        time.sleep(1.5)  # let it start watching
+        with open(os.path.join(os.fsencode(repo), b"bad\xffname.py"), "wb") as fh:
+            fh.write(b"def wombat_marker():\n    return 2\n")
+        _wait(lambda: _found(env, "wombat_marker"), seconds=20)
+        time.sleep(1)
+        (repo / "c.py").write_text("def numbat_marker():\n    return 3\n")
+        _wait(lambda: _found(env, "numbat_marker"), seconds=20)
+        assert watcher.poll() is None, (tmp_path / "watch.log").read_text()
+        assert "acms.watch.undecodable_path" in (tmp_path / "watch.log").read_text()
+    finally:
+        watcher.send_signal(signal.SIGTERM)
+        assert watcher.wait(timeout=30) == 0
+        log.close()

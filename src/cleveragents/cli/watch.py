@@ -66,6 +66,7 @@ def run(
     (the indexes' own writes, when the data directory sits inside a watched
     resource) are ignored, or every reindex would trigger the next."""
     import watchfiles
+    from watchfiles._rust_notify import WatchfilesRustInternalError
 
     own = os.path.join(os.path.realpath(data_dir), "")
     default = watchfiles.DefaultFilter()
@@ -85,7 +86,7 @@ def run(
         # comes after the watch is live, so one incremental reindex of every
         # root there catches up on whatever changed before.
         caught_up = False
-        for changes in watchfiles.watch(
+        changes_of = watchfiles.watch(
             *sorted(set(roots.values())),
             watch_filter=wanted,
             debounce=int(debounce * 1000),
@@ -94,20 +95,34 @@ def run(
             rust_timeout=int(rescan * 1000),
             yield_on_timeout=True,
             raise_interrupt=False,
-        ):
+        )
+        while True:
+            try:
+                changes = next(changes_of)
+            except StopIteration:
+                break
+            except WatchfilesRustInternalError as exc:
+                # watchfiles cannot name a path that is not UTF-8 and drops
+                # the whole batch of changes.  Catch up on every watched
+                # resource now (the reindex reads such names as bytes), then
+                # watch again: the new watch catches up once more when live.
+                _log.warning("acms.watch.undecodable_path", error=str(exc)[:200])
+                _reindex(ops, set(roots), lock_timeout)
+                stop.wait(debounce)
+                break
             touched = resources_for((path for _, path in changes or ()), roots)
             if not caught_up:
                 caught_up = True
                 touched = set(roots)
             if touched:
-                report = ops.reindex(resources=sorted(touched), lock_timeout=lock_timeout)
-                _log.info(
-                    "acms.watch.reindexed",
-                    resources=sorted(touched),
-                    seconds=round(report.seconds, 3),
-                )
+                _reindex(ops, touched, lock_timeout)
             if _roots(ops) != roots:
                 break  # resources added or removed: watch the new set
+
+
+def _reindex(ops: Any, touched: set[str], lock_timeout: float) -> None:  # noqa: ANN401
+    report = ops.reindex(resources=sorted(touched), lock_timeout=lock_timeout)
+    _log.info("acms.watch.reindexed", resources=sorted(touched), seconds=round(report.seconds, 3))
 
 
 _PROG = "acms watch"
