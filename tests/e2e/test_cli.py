@@ -396,7 +396,7 @@ def test_removing_a_resource_removes_its_results(tmp_path: Path) -> None:
 
 def test_a_second_reindex_waits_then_gives_up_clearly(tmp_path: Path) -> None:
     cli = Cli(tmp_path / "data")
-    cli.run("status")
+    cli.run("project", "add", "local/w")
     with open(tmp_path / "data" / "reindex.lock", "w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
         done = cli.reindex("--lock-timeout", "0.5")

@@ -453,6 +453,7 @@ def test_an_empty_data_dir_option_is_refused_not_taken_for_the_working_directory
         ("symbols", "a.py", "--project", "local/x"),
         ("reindex",),
         ("reindex", "--rebuild"),
+        ("status",),
         ("project", "list"),
         ("resource", "list"),
         ("resource", "remove", "01JD5TD11B0000000000000000"),

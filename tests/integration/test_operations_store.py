@@ -367,3 +367,80 @@ def test_open_data_dir_sessions_release_their_files_closed_or_dropped(
             del session
         gc.collect()
         assert descriptors() <= before, (before, descriptors())
+
+
+@pytest.mark.parametrize("lost", ["text", "vectors", "graph"])
+def test_a_lost_index_is_an_error_naming_the_rebuild_never_an_empty_one(
+    tmp_path: Path, tree: Path, lost: str
+) -> None:
+    """A live index deleted (or left out of a restore) while the catalog lists
+    indexed files: opening it used to make an empty one in its place, so
+    every query answered nothing and every reindex skipped the unchanged
+    files it should have written again."""
+    data = tmp_path / "data"
+    index_once(data, tree, "local/l")
+    (data / lost).unlink()  # the live link
+    before = sorted(p.name for p in (data / ".gen").iterdir())
+    with reopened(data) as ops:
+        view = ops.view(ops.scope(["local/l"], []))
+        with pytest.raises(IndexUnavailableError, match=rf"the \w+ index .*{lost}.*--rebuild"):
+            ops.status()
+        with pytest.raises(IndexUnavailableError, match="--rebuild"):
+            ops.reindex()
+        with pytest.raises(IndexUnavailableError, match="--rebuild"):
+            if lost == "text":
+                view.search("quokka_function")
+            elif lost == "vectors":
+                view.similarity_search(ops.embed_query("quokka_function"))
+            else:
+                view.get_triples(file_uri(ops.list_resources()[0].resource_id, "pkg/core.py"))
+    assert not (data / lost).exists() and not (data / lost).is_symlink()
+    assert sorted(p.name for p in (data / ".gen").iterdir()) == before  # nothing made
+    with reopened(data) as ops:
+        ops.rebuild()  # it needs nothing of the live indexes
+    with reopened(data) as ops:
+        assert ops.verify() == []
+        assert [r.uko_uri for r in ops.view(ops.scope(["local/l"], [])).search("quokka_function")]
+
+
+@pytest.mark.parametrize("lost", ["text", "graph"])
+def test_an_index_moved_away_under_a_running_session_is_an_error_not_empty(
+    tmp_path: Path, tree: Path, lost: str
+) -> None:
+    data = tmp_path / "data"
+    index_once(data, tree, "local/m")
+    with reopened(data) as ops:
+        session = ops.agent_session(["local/m"])
+        assert session.search("quokka_function")["results"]
+        assert session.symbols("pkg/core.py")["results"]
+        (data / lost).rename(data / (lost + ".away"))
+        with pytest.raises(IndexUnavailableError, match=r"has disappeared.*--rebuild"):
+            if lost == "text":
+                session.search("quokka_function", mode="text")
+            else:
+                session.symbols("pkg/core.py")
+        (data / (lost + ".away")).rename(data / lost)
+        assert session.search("quokka_function")["results"]
+        session.close()
+
+
+def test_a_new_data_dir_and_a_resource_of_binary_files_answer_empty_not_lost(
+    tmp_path: Path,
+) -> None:
+    """The lost-index check must not fire where nothing was ever written: a
+    data directory before its first reindex, and a resource whose files give
+    no units (every index still exists once the catalog has rows)."""
+    data = tmp_path / "data"
+    binary = tmp_path / "bin"
+    binary.mkdir()
+    (binary / "blob.dat").write_bytes(bytes(range(256)) * 8)
+    with reopened(data) as ops:
+        ops.add_project("local/b")
+        ops.add_resource(str(binary), "local/b")
+        assert ops.view(ops.scope(["local/b"], [])).search("anything") == []
+        ops.status()
+        ops.reindex()
+    with reopened(data) as ops:
+        assert ops.status()["resources"][0]["files"] == 0
+        assert ops.view(ops.scope(["local/b"], [])).search("anything") == []
+        assert ops.verify() == []

@@ -365,6 +365,7 @@ def test_status_asks_each_server_once_even_with_nothing_registered(
         "ACMS_REMOTE_TIMEOUT": "5",
     }
     up = {**base, **sparql_env(oxigraph_server.uri, milvus_server.uri, **_no_auth())}
+    (tmp_path / "data").mkdir()  # the image's /data volume: an empty directory
     done = run_acms(up, "status")
     assert done.returncode == 0, done.stderr
     dead = f"http://127.0.0.1:{free_port()}"

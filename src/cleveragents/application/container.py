@@ -142,14 +142,17 @@ def _indexer(store: ManagedIndexStore, embedder: Embedder, kind: str = "hashing"
         # first use of that index.
         from cleveragents._logging import get_logger
 
-        get_logger("cleveragents.acms.indexer").warning(
+        get_logger("cleveragents.acms.indexer").info(
             "indexer.live_index_unavailable", error=str(exc)
         )
     from cleveragents.infrastructure.acms.tree_sitter_code import TreeSitterCodeParser
 
     # Worker processes build their own parser and embedder from the spec.
     factory, identity = _embedder_factory(kind, embedder.dimension)
-    text = store.text
+    try:
+        text: object = store.text
+    except IndexUnavailableError:
+        text = None  # as above; a rebuild's writer then prepares the text itself
     preparer = text.preparer if isinstance(text, PreparedWrites) else None
     spec = PlannerSpec(
         factory, TreeSitterCodeParser, embedder_identity=identity, text_preparer=preparer

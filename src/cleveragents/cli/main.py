@@ -874,7 +874,7 @@ _SESSION_COMMANDS = ("read", "context", "symbols", "callers", "callees")
 # empty data directory and, with the remote profile, whether the servers
 # answer.)
 _READING_COMMANDS = frozenset(
-    {"search", "sparql", "triples", "traverse", "reindex", *_SESSION_COMMANDS}
+    {"search", "sparql", "triples", "traverse", "reindex", "status", *_SESSION_COMMANDS}
 )
 
 

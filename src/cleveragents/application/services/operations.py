@@ -700,7 +700,9 @@ class AcmsOperations:
         the secret filter per resource, and the paths of the data directory
         that others may read."""
         store = self._store()
-        store.check_reachable()  # servers of the remote profile: once, resources or not
+        # Servers of the remote profile, once, resources or not; a lost local
+        # index is named rather than counted as empty.
+        store.check_reachable()
         rows = [
             {
                 "resource_id": r.resource_id,

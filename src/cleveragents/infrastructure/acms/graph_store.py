@@ -1223,10 +1223,20 @@ class GraphStore:
                     if _key(os.stat(path, follow_symlinks=False)) == cursor.key:
                         return graph, cursor, []
                 except FileNotFoundError:
+                    self._check_root()
                     return None
             return self._read(rid, path, graph, cursor)
         except OSError as exc:
             raise IndexUnavailableError(f"cannot read graph store {self.root}: {exc}") from exc
+
+    def _check_root(self) -> None:
+        """On a resource's missing graph file: no graph, unless the store itself
+        is gone (deleted, or moved away under a running process), which
+        would otherwise answer every question with nothing."""
+        if not os.path.isdir(self.root):
+            raise IndexUnavailableError(
+                f"the graph index {self.root} has disappeared" + REBUILD_HINT
+            )
 
     def _read(
         self, rid: str, path: Path, graph: ResourceGraph | None, cursor: Cursor | None
@@ -1234,6 +1244,7 @@ class GraphStore:
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
         except FileNotFoundError:
+            self._check_root()
             return None
         try:
             # The stat before the read: an append after it shows as a change next time.
@@ -1263,7 +1274,9 @@ class GraphStore:
             raise IndexUnavailableError(f"corrupt graph file {path}: not a graph file")
         first = _next_record(data, _HEADER)
         if first is None or first[0] != _SNAPSHOT:
-            raise IndexUnavailableError(f"corrupt graph file {path}: no whole snapshot")
+            raise IndexUnavailableError(
+                f"corrupt graph file {path}: no whole snapshot" + REBUILD_HINT
+            )
         by_subject = _snapshot_chunk(first[1], path)
         end = first[2]
         while (chunk := _next_record(data, end)) is not None and chunk[0] == _SNAPSHOT:
@@ -1512,7 +1525,9 @@ class GraphStore:
             del payload
             pos += _RECORD.size + length
         if pos == _HEADER:
-            raise IndexUnavailableError(f"corrupt graph file {path}: no whole snapshot")
+            raise IndexUnavailableError(
+                f"corrupt graph file {path}: no whole snapshot" + REBUILD_HINT
+            )
         cursor.offset = pos
 
     def append_change(self, rid: str, state: WriteState, change: Change) -> None:
@@ -1662,7 +1677,9 @@ class GraphStore:
                 pos += _RECORD.size + len(payload)
                 del payload
             if not spans:
-                raise IndexUnavailableError(f"corrupt graph file {path}: no whole snapshot")
+                raise IndexUnavailableError(
+                    f"corrupt graph file {path}: no whole snapshot" + REBUILD_HINT
+                )
             subjects: set[str] = set()
             for live in _live_backwards(fd, spans, path):
                 subjects.update(live)

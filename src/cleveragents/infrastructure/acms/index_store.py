@@ -111,6 +111,46 @@ __all__ = [
 ]
 
 INDEX_NAMES = ("text", "vectors", "graph", "catalog")
+# Catalog meta key: "1" once a session of this store's local indexes wrote.
+_LOCAL_META = "local_indexes"
+
+
+def _refuse_lost_index(root: Path, name: str) -> None:
+    """Raise if the live index ``name`` of ``root`` is gone while the catalog
+    lists indexed files.
+
+    Opening a missing live index makes an empty one (a data directory's
+    first use).  Once files are indexed, a missing one is damage (deleted,
+    or a restore that left it out): an empty index in its place would
+    answer every query with nothing, and the catalog would keep every
+    reindex from writing it again.  A missing catalog is not refused: every
+    file then looks new, and the next reindex writes them all again.  Only
+    a catalog that local sessions wrote counts (its ``local_indexes`` mark:
+    from a data directory's first local session after this check came in).
+    """
+    live = root / name
+    if name == "catalog" or live.exists() or live.is_symlink():
+        return
+    catalog = root / "catalog"
+    if not catalog.exists():
+        return
+    from cleveragents.infrastructure.acms.sqlite_catalog import SqliteCatalog
+
+    found = SqliteCatalog(catalog / CATALOG_FILE)
+    try:
+        # Written by local indexes (a data directory the remote profile
+        # indexed has catalog rows and no local index: not damage).
+        indexed = found.get_meta(_LOCAL_META) == "1" and bool(found.resource_ids())
+    finally:
+        found.close()
+    if indexed:
+        label = {"vectors": "vector"}.get(name, name)
+        raise IndexUnavailableError(
+            f"the {label} index {live} is missing while the catalog lists indexed files: "
+            "`acms reindex --rebuild` builds every index again from the files"
+        )
+
+
 # In its own directory so a rebuild swaps it like the indexes it describes.
 CATALOG_FILE = "catalog.sqlite3"
 REGISTRY_FILE = "registry.sqlite3"
@@ -355,6 +395,8 @@ class ManagedIndexStore:
             "catalog": catalog,
         }
         self._open: dict[str, object] = {}
+        self._live = False  # the live indexes of data_dir (their links)
+        self._local = False  # the indexes are files of data_dir (_at)
         self._writing = 0  # depth of writing() blocks held by this process
         self._unsecured = False  # a session wrote since the last secure()
         self._dimension = dimension
@@ -380,6 +422,7 @@ class ManagedIndexStore:
     def _at(cls, root: Path, dimension: int, *, live: bool, **options: object) -> ManagedIndexStore:
         def where(name: str) -> Path:
             if live:
+                _refuse_lost_index(root, name)
                 return live_index_path(root, name)
             path = root / name
             file_modes.make_private_dirs(path)
@@ -414,7 +457,7 @@ class ManagedIndexStore:
 
             return SqliteCatalog(where("catalog") / CATALOG_FILE)
 
-        return cls(
+        store = cls(
             text=text,
             vector=vector,
             graph=graph,
@@ -423,6 +466,9 @@ class ManagedIndexStore:
             data_dir=root,
             **options,  # type: ignore[arg-type]
         )
+        store._live = live
+        store._local = True
+        return store
 
     @classmethod
     def over(
@@ -500,6 +546,13 @@ class ManagedIndexStore:
         """Embedding dimension of the vector index."""
         return self._dimension
 
+    def check_present(self) -> None:
+        """Raise :class:`IndexUnavailableError` if a live index is missing
+        while the catalog lists indexed files (see :func:`_refuse_lost_index`)."""
+        if self._live and self.data_dir is not None:
+            for name in INDEX_NAMES:
+                _refuse_lost_index(self.data_dir, name)
+
     def open_all(self) -> None:
         """Open the four stores now rather than on first use.
 
@@ -537,6 +590,15 @@ class ManagedIndexStore:
         resource's next session repairs it.
         """
         rid = canonical_ulid(resource_id)
+        if self._live and self.data_dir is not None:
+            # Every index exists once a session has written the catalog, even
+            # one the resource gives nothing to (binary files only): a link
+            # missing beside catalog rows is then damage (_refuse_lost_index).
+            self.check_present()
+            for name in INDEX_NAMES:
+                live_index_path(self.data_dir, name)
+        if self._local and self.catalog.get_meta(_LOCAL_META) != "1":
+            self.catalog.set_meta(_LOCAL_META, "1")
         # This process writes batch after batch: large blocks stay out of the
         # C heap (see cleveragents._malloc; 218 -> 199 MB peak at one job).
         keep_large_blocks_mapped()
@@ -666,7 +728,9 @@ class ManagedIndexStore:
 
     def check_reachable(self) -> None:
         """Local indexes have no server to reach: an index that cannot be
-        opened is an error of the call that opens it."""
+        opened is an error of the call that opens it, and one missing while
+        the catalog lists indexed files is an error here."""
+        self.check_present()
 
     def counts(self, resource_id: str) -> dict[str, int]:
         """Of one resource: its files with units and its graph's file subjects

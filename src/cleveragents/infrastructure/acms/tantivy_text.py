@@ -584,6 +584,12 @@ class TantivyTextBackend:
         try:
             st = os.stat(os.path.join(self._path, rid, _META))
         except FileNotFoundError:
+            if not os.path.isdir(self._path):
+                # The index itself is gone (deleted, or moved away under a
+                # running process): not "no units", which answers nothing.
+                raise IndexUnavailableError(
+                    f"the text index {self._path} has disappeared" + REBUILD_HINT
+                ) from None
             return None  # no units committed for it
         except NotADirectoryError:
             # Its shard (or the index) is a file: damage, not "no units" (a
@@ -593,7 +599,9 @@ class TantivyTextBackend:
                 "directory" + REBUILD_HINT
             ) from None
         except OSError as exc:
-            raise IndexUnavailableError(f"cannot read the text index: {exc}") from exc
+            raise IndexUnavailableError(
+                f"cannot read the text index: {exc}" + REBUILD_HINT
+            ) from exc
         return (st.st_ino, st.st_mtime_ns, st.st_size)
 
     def _shard(self, rid: str) -> _Shard | None:
@@ -657,7 +665,9 @@ class TantivyTextBackend:
             if self._generation(rid) is None:  # removed meanwhile
                 self._shards.pop(rid, None)
                 return None
-            raise IndexUnavailableError(f"cannot read the text index of {rid}: {exc}") from exc
+            raise IndexUnavailableError(
+                f"cannot read the text index of {rid}: {exc}" + REBUILD_HINT
+            ) from exc
         shard = self._new_shard(rid, index, searcher, generation, current, directory)
         self._keep(shard)
         _log.debug(
@@ -676,7 +686,9 @@ class TantivyTextBackend:
         try:
             names = os.listdir(self._path)
         except OSError as exc:
-            raise IndexUnavailableError(f"cannot read the text index: {exc}") from exc
+            raise IndexUnavailableError(
+                f"cannot read the text index: {exc}" + REBUILD_HINT
+            ) from exc
         return sorted(name for name in names if is_ulid(name) and name == name.upper())
 
     # ------------------------------------------------------------ read side
@@ -879,7 +891,9 @@ class TantivyTextBackend:
         try:
             stats = [shard.doc_freqs(clauses) for shard in shards]
         except (OSError, ValueError) as exc:
-            raise IndexUnavailableError(f"cannot read the text index: {exc}") from exc
+            raise IndexUnavailableError(
+                f"cannot read the text index: {exc}" + REBUILD_HINT
+            ) from exc
         plan: list[tuple[_Shard, tantivy.Query]] = []
         for shard, scoring in zip(shards, scope_queries(terms, clauses, stats), strict=True):
             if scoring is not None:
@@ -929,7 +943,9 @@ class TantivyTextBackend:
                     continue
                 found.append((float(score), str(doc.get_first("uko_uri")), doc, rid))
         except (OSError, ValueError) as exc:
-            raise IndexUnavailableError(f"cannot read the text index: {exc}") from exc
+            raise IndexUnavailableError(
+                f"cannot read the text index: {exc}" + REBUILD_HINT
+            ) from exc
         return found
 
     @staticmethod
@@ -966,7 +982,9 @@ class TantivyTextBackend:
             hits = searcher.search(tantivy.Query.all_query(), shard.num_docs, count=False).hits
             return [searcher.doc(addr) for _, addr in hits]
         except (OSError, ValueError) as exc:
-            raise IndexUnavailableError(f"cannot read the text index: {exc}") from exc
+            raise IndexUnavailableError(
+                f"cannot read the text index: {exc}" + REBUILD_HINT
+            ) from exc
 
     def units(self, resource_id: str) -> Iterator[IndexUnit]:
         """Every unit stored for a resource (URI, content, metadata), in URI order.

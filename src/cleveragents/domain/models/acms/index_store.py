@@ -341,7 +341,8 @@ class MaintainedStore(IndexStore, Protocol):
 
     def check_reachable(self) -> None:
         """Raise :class:`IndexUnavailableError` while an index server this
-        store depends on is unreachable (nothing to check for local files)."""
+        store depends on is unreachable, or a local index is missing while
+        files are indexed."""
         ...
 
     def indexed_file(self, resource_id: str, path: str) -> bool:
