@@ -81,7 +81,7 @@ _MAX_LINES_PER_HIT = 8
 _MAX_READ_LINES = 2_000
 _TERM = re.compile(r"[A-Za-z][a-z]+|[A-Z]+(?![a-z])|\d+|[^\W\d_]+")
 _WORD = re.compile(r"\w+")
-_RANGE = re.compile(r"^L(\d+)-L(\d+)$")
+_RANGE = re.compile(r"^L(\d+)(?:-L(\d+))?$")
 _MODES = ("hybrid", "text", "vector")
 _JSON_UNSAFE = re.compile(
     "[\x7f-\x9f\u2028\u2029\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
@@ -871,11 +871,13 @@ class AgentSession:
                 start_line, end_line = symbol
         elif fragment and not found:
             raise ValueError(
-                f"uri fragment {'#' + fragment[:40]!r} is neither a line range (#L10-L42) "
+                f"uri fragment {'#' + fragment[:40]!r} is neither a line range (#L10-L42, #L10) "
                 "nor a symbol (#sym=Name)"
             )
         if found and start_line is None and end_line is None:
-            start_line, end_line = int(found.group(1)), int(found.group(2))
+            # ``#L2`` is the one line 2.
+            start_line = int(found.group(1))
+            end_line = int(found.group(2) or found.group(1))
         first = _count(start_line, "start_line", MAX_LINE) if start_line is not None else 1
         last = _count(end_line, "end_line", MAX_LINE) if end_line is not None else None
         if last is not None and last < first:
@@ -888,8 +890,8 @@ class AgentSession:
         lines = split_lines(got.text)
         if first > max(len(lines), 1):
             raise ValueError(f"{own} has {len(lines)} lines: line {first} is past its end")
-        stop = len(lines) if last is None else min(last, len(lines))
-        stop = min(stop, first - 1 + _MAX_READ_LINES)
+        wanted = len(lines) if last is None else min(last, len(lines))
+        stop = min(wanted, first - 1 + _MAX_READ_LINES)
         items = [{"line": n, "text": lines[n - 1]} for n in range(first, stop + 1)]
         envelope: dict[str, Any] = {
             "tool": "read",
@@ -900,7 +902,9 @@ class AgentSession:
         if got.changed:
             # Read as it is now; what search and the graph say of it is older.
             envelope["changed_since_indexed"] = True
-        return fit(envelope, items, chars)
+        # The lines past the cap are left out as those past the budget are:
+        # counted, so the agent reads on from the last line it was given.
+        return fit(envelope, items, chars, left_out=wanted - stop)
 
     def _symbol_lines(self, uri: str, own: str, name: str) -> tuple[int, int]:
         """The line range of the symbol node ``uri`` (``...#sym=Name``).

@@ -1,0 +1,123 @@
+"""An answer never silently leaves something out: whatever a cap or a budget
+drops is counted in ``truncated`` (``more``) or marked (``cut``,
+``query_cut``), and a node no tool can find is an error, not "nothing".
+
+Defects an agent-host tester found, each against a real data directory:
+
+- ``read`` stopped at its 2,000-line cap and said ``truncated: false``;
+- hybrid ``search`` and ``context`` stopped at 50 hits, whatever
+  ``max_results``, and did not say that more hits exist;
+- a hit's line cut at 200 characters carried no ``cut``;
+- a long ``target``/``source``/``subject``/``start`` failed the call instead
+  of being echoed cut, as a long query is;
+- ``path#sym=Name`` worked for ``read`` and ``callers`` only;
+- an unknown start node or name answered an empty success;
+- ``#L2`` (one line) was refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from cleveragents.application.services.agent_session import (
+    AgentSession,
+    render,
+)
+from cleveragents.bootstrap import bootstrap
+
+LONG_NAME = "long_" + "n" * 245  # a 250-character function name
+CORE = (
+    "class Loader:\n"
+    "    def run(self):\n"
+    "        return helper()\n"
+    "\n"
+    "\n"
+    "def helper():\n"
+    "    return 'quokka'\n"
+    "\n"
+    "\n"
+    "def lonely():\n"
+    "    return 1\n"
+    "\n"
+    "\n"
+    f"def {LONG_NAME}():\n"
+    "    return lonely\n"
+    "\n"
+    "\n"
+    "def use_long():\n"
+    f"    return {LONG_NAME}()\n"
+)
+BIG_LINES = 3_401
+WIDE = "zebra " + "w" * 494  # a 500-character line
+PANGOLINS = 120
+
+
+@pytest.fixture(scope="module")
+def world(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[AgentSession, AgentSession, str, str]]:
+    tmp_path = tmp_path_factory.mktemp("world")
+    root = tmp_path / "repo"
+    (root / "pkg").mkdir(parents=True)
+    (root / "pkg" / "core.py").write_text(CORE)
+    (root / "big.txt").write_text("".join(f"row {n}\n" for n in range(1, BIG_LINES + 1)))
+    (root / "wide.txt").write_text(f"before\n{WIDE}\nafter\n")
+    (root / "animals").mkdir()
+    for i in range(PANGOLINS):
+        (root / "animals" / f"a{i:03}.txt").write_text(f"pangolin number {i}\n")
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "only.py").write_text(
+        "def elsewhere_only():\n    return 2\n\n\ndef x():\n    elsewhere_only()\n"
+    )
+    ops = bootstrap(tmp_path / "data", embedding_dimension=16)
+    ops.add_project("local/r")
+    ops.add_project("local/o")
+    rid = ops.add_resource(str(root), "local/r").resource_id
+    oid = ops.add_resource(str(other), "local/o").resource_id
+    ops.reindex()
+    yield (
+        ops.agent_session(projects=["local/r", "local/o"]),
+        ops.agent_session(projects=["local/r"]),
+        rid,
+        oid,
+    )
+    ops._store().close()
+
+
+# ---------------------------------------------------------------- 1. read
+
+
+@pytest.mark.parametrize("budget", [200_000, 50_000, 8_000])
+def test_read_counts_the_lines_its_line_cap_left_out(world, budget: int) -> None:  # type: ignore[no-untyped-def]
+    session = world[0]
+    whole = session.read("big.txt", budget=budget)
+    kept = len(whole["results"])
+    assert whole["total_lines"] == BIG_LINES
+    assert whole["truncated"] == {"more": BIG_LINES - kept}
+    ranged = session.read("big.txt#L100-L2500", budget=budget)
+    kept = len(ranged["results"])
+    assert ranged["results"][-1]["line"] == 99 + kept
+    assert ranged["truncated"] == {"more": 2_401 - kept}
+    assert len(render(ranged)) <= budget
+
+
+def test_read_continues_where_it_stopped(world) -> None:  # type: ignore[no-untyped-def]
+    session = world[0]
+    first = session.read("big.txt", budget=200_000)
+    last = first["results"][-1]["line"]
+    rest = session.read(f"big.txt#L{last + 1}-L{BIG_LINES}", budget=200_000)
+    assert rest["truncated"] is False
+    assert [r["line"] for r in first["results"] + rest["results"]] == list(range(1, BIG_LINES + 1))
+
+
+# ---------------------------------------------------------------- 7. #L2
+
+
+def test_a_single_line_range_reads_that_line(world) -> None:  # type: ignore[no-untyped-def]
+    session = world[1]
+    assert [(r["line"], r["text"]) for r in session.read("pkg/core.py#L2")["results"]] == [
+        (2, "    def run(self):")
+    ]
