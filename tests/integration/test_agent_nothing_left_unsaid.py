@@ -22,6 +22,7 @@ from collections.abc import Iterator
 import pytest
 
 from cleveragents.application.services.agent_session import (
+    MAX_RESULTS,
     AgentSession,
     render,
 )
@@ -111,6 +112,39 @@ def test_read_continues_where_it_stopped(world) -> None:  # type: ignore[no-unty
     rest = session.read(f"big.txt#L{last + 1}-L{BIG_LINES}", budget=200_000)
     assert rest["truncated"] is False
     assert [r["line"] for r in first["results"] + rest["results"]] == list(range(1, BIG_LINES + 1))
+
+
+# ---------------------------------------------------------------- 2. hits
+
+
+def test_hybrid_search_honours_max_results_past_fifty_and_says_more_exist(world) -> None:  # type: ignore[no-untyped-def]
+    session = world[1]
+    wide = session.search("pangolin", mode="hybrid", max_results=MAX_RESULTS, budget=200_000)
+    assert len(wide["results"]) == MAX_RESULTS
+    assert wide["truncated"] and wide["truncated"]["more"] > 0
+    narrow = session.search("pangolin", mode="hybrid", max_results=10, budget=200_000)
+    assert len(narrow["results"]) == 10
+    assert narrow["truncated"] and narrow["truncated"]["more"] > 0
+
+
+def test_context_gives_what_the_budget_holds_and_counts_the_rest(world) -> None:  # type: ignore[no-untyped-def]
+    session = world[1]
+    answer = session.context("pangolin", budget=200_000)
+    assert len(answer["results"]) > 50
+    assert answer["truncated"] and answer["truncated"]["more"] > 0
+
+
+def test_a_hit_line_cut_to_its_width_says_how_much_was_cut(world) -> None:  # type: ignore[no-untyped-def]
+    session = world[1]
+    for mode in ("text", "hybrid"):
+        hit = next(
+            h
+            for h in session.search("zebra", mode=mode, budget=50_000)["results"]
+            if h["path"] == "wide.txt"
+        )
+        wide = next(line for line in hit["lines"] if line["text"].startswith("zebra"))
+        assert wide["cut"] == len(WIDE) - len(wide["text"]) > 0
+        assert all("cut" not in line for line in hit["lines"] if line is not wide)
 
 
 # ---------------------------------------------------------------- 7. #L2

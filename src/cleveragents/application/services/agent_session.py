@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 from urllib.parse import unquote
 
 from cleveragents.application.services.chunking import check_language, split_lines
-from cleveragents.application.services.fusion import hybrid_search
+from cleveragents.application.services.fusion import DEFAULT_DEPTH, hybrid_search
 from cleveragents.domain.models.acms.backends import (
     GraphBackend,
     GraphResult,
@@ -140,7 +140,8 @@ def matching_lines(
     ``context`` lines around it, in line order; the first lines when none
     matches.  A line holding a query word whole (``aardvark_helper``) ranks
     above one holding only its parts (``AardvarkEngine``).  At most
-    ``max_lines`` lines of at most 200 characters."""
+    ``max_lines`` lines of at most 200 characters (a longer one is cut and
+    carries ``cut``: the characters left out)."""
     lines = content.split("\n")
     wanted = {t.lower() for t in terms}
     scored: list[tuple[int, int]] = []
@@ -156,10 +157,15 @@ def matching_lines(
         if keep and len(keep | set(around)) > max_lines:
             break
         keep.update(around)
-    return [
-        {"line": start_line + j, "text": lines[j][:_MAX_LINE_CHARS]}
-        for j in sorted(keep)[:max_lines]
-    ]
+    return [_line(start_line + j, lines[j]) for j in sorted(keep)[:max_lines]]
+
+
+def _line(number: int, text: str) -> dict[str, Any]:
+    """A hit's line: at most 200 characters, and ``cut`` (the characters
+    left out) when it had more, as a line cut to fit the budget says."""
+    if len(text) <= _MAX_LINE_CHARS:
+        return {"line": number, "text": text}
+    return {"line": number, "text": text[:_MAX_LINE_CHARS], "cut": len(text) - _MAX_LINE_CHARS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -511,6 +517,7 @@ class AgentSession:
         view = self._view(projects, resources)
         terms = query_terms(query)
         items: list[dict[str, Any]] = []
+        ranked_past = 0  # hits the ranking holds past max_results
         if mode != "text" and options.syntax == "plain" and not _WORD.search(query):
             # No letters or digits: text search finds nothing, and a vector
             # ranking of the scope against the embedding of punctuation is
@@ -518,14 +525,21 @@ class AgentSession:
             # a valid query, so the answer is empty, not an error.
             return fit({"tool": "search", "mode": mode, **_echo(query)}, [], chars)
         if mode == "hybrid":
-            for hit in hybrid_search(
+            # Each source ranks at least max_results (else 100 asked for
+            # answered 50), and the fused ranking is kept whole so that the
+            # hits past max_results are counted, not silently dropped.
+            depth = max(DEFAULT_DEPTH, limit)
+            fused = hybrid_search(
                 view,
                 self._embedder,
                 query,
-                max_results=limit,
+                max_results=3 * depth,  # every source's hits: text, vector, graph
+                depth=depth,
                 path=options.path,
                 lang=options.lang,
-            ):
+            )
+            ranked_past = max(0, len(fused) - limit)
+            for hit in fused[:limit]:
                 items.append(
                     _hit(hit.uko_uri, hit.content, hit.metadata, hit.score, terms)
                     | {"ranks": dict(hit.ranks)}
@@ -543,7 +557,8 @@ class AgentSession:
             embedding = self._embedder.embed([query])[0].tolist()
             for v in view.similarity_search(embedding, top_k=limit):
                 items.append(_hit(v.uko_uri, v.content, v.metadata, v.score, terms))
-        return fit({"tool": "search", "mode": mode, **_echo(query)}, items, chars)
+        envelope = {"tool": "search", "mode": mode, **_echo(query)}
+        return fit(envelope, items, chars, left_out=ranked_past)
 
     # ------------------------------------------------------------ graph
 
@@ -959,7 +974,7 @@ class AgentSession:
         response = self.search(
             task,
             mode="hybrid",
-            max_results=50,
+            max_results=MAX_RESULTS,  # as many as the budget holds; the rest counted
             budget=chars,
             projects=projects,
             resources=resources,
