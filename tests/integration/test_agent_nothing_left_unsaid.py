@@ -22,11 +22,13 @@ from collections.abc import Iterator
 import pytest
 
 from cleveragents.application.services.agent_session import (
+    ECHO_CHARS,
     MAX_RESULTS,
     AgentSession,
     render,
 )
 from cleveragents.bootstrap import bootstrap
+from cleveragents.domain.models.acms.uko import file_uri
 
 LONG_NAME = "long_" + "n" * 245  # a 250-character function name
 CORE = (
@@ -145,6 +147,40 @@ def test_a_hit_line_cut_to_its_width_says_how_much_was_cut(world) -> None:  # ty
         wide = next(line for line in hit["lines"] if line["text"].startswith("zebra"))
         assert wide["cut"] == len(WIDE) - len(wide["text"]) > 0
         assert all("cut" not in line for line in hit["lines"] if line is not wide)
+
+
+# ---------------------------------------------------------------- 4. echo
+
+
+def test_a_long_node_argument_is_echoed_cut(world) -> None:  # type: ignore[no-untyped-def]
+    session = world[1]
+    iri = "https://example.org/" + "a" * 7_880
+    for answer, key in (
+        (session.triples(iri, budget=8_000), "subject"),
+        (session.traverse(iri, budget=8_000), "start"),
+    ):
+        assert len(render(answer)) <= 8_000
+        assert answer[key] == iri[:ECHO_CHARS]
+        assert answer["query_cut"] == len(iri) - ECHO_CHARS
+
+
+def test_a_long_name_fits_the_smallest_budget(world) -> None:  # type: ignore[no-untyped-def]
+    session, rid = world[1], world[2]
+    symbol = file_uri(rid, "pkg/core.py") + "#sym=" + LONG_NAME
+    for answer, key, given in (
+        (session.callers(LONG_NAME, budget=256), "target", LONG_NAME),
+        (session.callers(symbol, budget=256), "target", symbol),
+        (session.callees(symbol, budget=256), "source", symbol),
+        (session.triples(symbol, budget=256), "subject", symbol),
+    ):
+        assert len(render(answer)) <= 256
+        echoed = answer[key]
+        assert given.startswith(echoed)
+        assert len(echoed) + answer["query_cut"] == len(given)
+    full = session.callers(LONG_NAME, budget=8_000)
+    assert full["target"] == LONG_NAME[:ECHO_CHARS]
+    assert full["query_cut"] == len(LONG_NAME) - ECHO_CHARS
+    assert [r["caller"] for r in full["results"]] == ["use_long"]
 
 
 # ---------------------------------------------------------------- 7. #L2

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from cleveragents.application.services.agent_session import (
     MIN_BUDGET,
     SessionScope,
+    _echo,
     fit,
     matching_lines,
     query_terms,
@@ -132,3 +133,22 @@ def test_hits_whose_lines_are_numbers_shrink_too() -> None:
     items = [{"uri": "u" * 50, "lines": list(range(200))}]
     answer = fit({}, items, 300)
     assert answer["results"] and len(render(answer)) <= 300
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    given_text=st.text(min_size=1, max_size=8_000) | st.just("\x7f" * 8_000),
+    key=st.sampled_from(["query", "target", "source", "subject", "start"]),
+    items=st.lists(hit, max_size=5),
+    budget=st.integers(MIN_BUDGET, 9_000),
+)
+def test_an_echoed_argument_is_cut_to_leave_the_envelope_room(
+    given_text, key, items, budget
+) -> None:
+    """A node argument or query of any length (escapes included) is echoed
+    cut, with ``query_cut`` counting the rest, never failing the call."""
+    answer = fit({"tool": "callers", **_echo(given_text, key)}, items, budget)
+    assert len(render(answer)) <= budget
+    assert given_text.startswith(answer[key])
+    assert len(answer[key]) + answer.get("query_cut", 0) == len(given_text)
+    assert ("query_cut" in answer) == (answer[key] != given_text)

@@ -87,6 +87,8 @@ _JSON_UNSAFE = re.compile(
     "[\x7f-\x9f\u2028\u2029\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
 )
 _NAME_NODE = name_uri("x")[:-1]
+# The arguments an answer repeats (cut as :func:`_echo` and :func:`fit` cut them).
+_ECHO_KEYS = ("query", "target", "source", "subject", "start")
 
 
 class FileText(NamedTuple):
@@ -281,6 +283,13 @@ def fit(
     marker_room = len(render({"truncated": {"more": len(items) + left_out}})) + 1
     used = len(render({**envelope, "results": [], "truncated": False}))
     if used > budget:
+        # A long argument echoed: cut it further, to leave room for the
+        # marker that counts every result (none may fit after it).
+        empty: dict[str, Any] = {"more": len(items) + left_out} if items or left_out else False
+        envelope = _echo_to_fit({**envelope, "results": [], "truncated": empty}, budget)
+        envelope = {k: v for k, v in envelope.items() if k not in ("results", "truncated")}
+        used = len(render({**envelope, "results": [], "truncated": False}))
+    if used > budget:
         raise ValueError(f"a budget of {budget} characters cannot hold this answer's envelope")
     for i, item in enumerate(items):
         remaining = len(items) - i - 1 + left_out
@@ -395,9 +404,10 @@ def predicate_iris(predicates: Sequence[str] | None) -> frozenset[str] | None:
 
 
 def _node_envelope(tool: str, key: str, given: str, nodes: list[str]) -> dict[str, Any]:
-    """A graph tool's envelope; ``nodes`` too when the name was resolved
-    (a file path), so the caller learns the IRIs to use next."""
-    envelope: dict[str, Any] = {"tool": tool, key: given}
+    """A graph tool's envelope (``given`` echoed as a query is); ``nodes``
+    too when the name was resolved (a file path), so the caller learns the
+    IRIs to use next."""
+    envelope: dict[str, Any] = {"tool": tool, **_echo(given, key)}
     if nodes != [given]:
         envelope["nodes"] = nodes
     return envelope
@@ -752,7 +762,7 @@ class AgentSession:
             ).triples:
                 found.setdefault(caller, self._call_row(view, caller, bare))
         items = sorted(found.values(), key=lambda r: (r["path"], r["lines"][:1], r["uri"]))
-        return fit({"tool": "callers", "target": target}, items, chars)
+        return fit({"tool": "callers", **_echo(target, "target")}, items, chars)
 
     def callees(
         self,
@@ -783,7 +793,7 @@ class AgentSession:
                     name, defs = callee.rsplit("sym=", 1)[-1], [callee]
                 items.append({"from": sym, "name": name, "definitions": defs[:20]})
         items.sort(key=lambda r: (r["from"], r["name"]))
-        return fit({"tool": "callees", "source": source}, items, chars)
+        return fit({"tool": "callees", **_echo(source, "source")}, items, chars)
 
     def _targets(
         self, view: ScopedView, target: str, *, definitions_only: bool = False
@@ -991,14 +1001,41 @@ class AgentSession:
         )
 
 
-def _echo(query: str) -> dict[str, Any]:
-    """The query as an answer repeats it: whole up to ``ECHO_CHARS``, else
-    its start and ``query_cut``, the characters left out.  The caller sent
-    it; a pasted traceback repeated whole would take the budget's room from
-    the hits (and past the budget, fail the call)."""
+def _echo(query: str, key: str = "query") -> dict[str, Any]:
+    """The query (or a graph tool's node argument, under ``key``) as an
+    answer repeats it: whole up to ``ECHO_CHARS``, else its start and
+    ``query_cut``, the characters left out.  The caller sent it; a pasted
+    traceback repeated whole would take the budget's room from the hits (and
+    past the budget, fail the call).  :func:`fit` cuts it further when even
+    that leaves the envelope no room."""
     if len(query) <= ECHO_CHARS:
-        return {"query": query}
-    return {"query": query[:ECHO_CHARS], "query_cut": len(query) - ECHO_CHARS}
+        return {key: query}
+    return {key: query[:ECHO_CHARS], "query_cut": len(query) - ECHO_CHARS}
+
+
+def _echo_to_fit(envelope: dict[str, Any], room: int) -> dict[str, Any]:
+    """``envelope`` with its echoed argument cut to the longest start whose
+    rendering (with ``query_cut`` counting what was left out) takes at most
+    ``room`` characters; unchanged when it has no echo or nothing fits."""
+    key = next((k for k in _ECHO_KEYS if isinstance(envelope.get(k), str)), None)
+    if key is None:
+        return envelope
+    given: str = envelope[key]
+    already = int(envelope.get("query_cut", 0))
+
+    def cut(width: int) -> dict[str, Any]:
+        return {**envelope, key: given[:width], "query_cut": already + len(given) - width}
+
+    if len(render(cut(0))) > room:
+        return envelope
+    low, high = 0, len(given)
+    while low < high:  # the rendering grows with the width (a digit of the count aside)
+        mid = (low + high + 1) // 2
+        if len(render(cut(mid))) <= room:
+            low = mid
+        else:
+            high = mid - 1
+    return cut(low)
 
 
 def _hit(
