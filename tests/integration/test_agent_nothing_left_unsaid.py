@@ -183,6 +183,23 @@ def test_a_long_name_fits_the_smallest_budget(world) -> None:  # type: ignore[no
     assert [r["caller"] for r in full["results"]] == ["use_long"]
 
 
+# ---------------------------------------------------------------- 5. forms
+
+
+def test_every_node_tool_takes_a_path_and_symbol(world) -> None:  # type: ignore[no-untyped-def]
+    session, rid = world[1], world[2]
+    given = "pkg/core.py#sym=Loader.run"
+    node = file_uri(rid, "pkg/core.py") + "#sym=Loader.run"
+    assert [r["name"] for r in session.callees(given)["results"]] == ["helper"]
+    assert session.callees(given)["results"] == session.callees(node)["results"]
+    assert session.triples(given)["results"] == session.triples(node)["results"]
+    assert session.triples(given)["nodes"] == [node]
+    assert session.traverse(given, depth=1)["results"] == session.traverse(node, depth=1)["results"]
+    assert [r["caller"] for r in session.callers("pkg/core.py#sym=helper")["results"]] == [
+        "Loader.run"
+    ]
+
+
 # ---------------------------------------------------------------- 7. #L2
 
 

@@ -696,8 +696,15 @@ class AgentSession:
                 # not answered with an empty graph that reads as "no edges".
                 raise ScopeError(f"{node[:200]!r} is outside this session's scope")
             return [node]
-        path = node[2:] if node.startswith("./") else node
-        nodes = [file_uri(rid, path) for rid in sorted(view.scope) if self._is_indexed(rid, path)]
+        # A fragment (``#sym=Name``, ``#L10-L42``) names a node of that file,
+        # as read takes it.
+        path, mark, fragment = node.partition("#")
+        path = path[2:] if path.startswith("./") else path
+        nodes = [
+            file_uri(rid, path) + mark + fragment
+            for rid in sorted(view.scope)
+            if path.strip("/") and self._is_indexed(rid, path)
+        ]
         if not nodes:
             raise ValueError(
                 f"{what} {node[:200]!r} is neither an IRI nor a file path indexed in this scope: "
@@ -810,11 +817,12 @@ class AgentSession:
                 f"the name {target[:80]!r} holds bytes that are not UTF-8 text: "
                 "no indexed name does"
             ) from None
-        if resource_id_of(target) is not None:
-            if resource_id_of(target) not in view.scope:
-                raise ScopeError(f"{target} is outside this session's scope")
+        if resource_id_of(target) is not None or ("#" in target and not _IRI_START.match(target)):
+            # A symbol's URI, or a file path and its symbol (pkg/core.py#sym=run)
+            # as read and the graph tools take it: that symbol in each in-scope
+            # resource that indexes the file.
+            nodes = set(self._graph_nodes(view, target, "name"))
             bare = target.rsplit("sym=", 1)[-1].rsplit(".", 1)[-1]
-            nodes = {target}
         else:
             bare = target.rsplit(".", 1)[-1]
             named = frozenset({PREDICATES["named"]})
