@@ -28,6 +28,7 @@ from cleveragents.application.services.agent_session import (
     render,
 )
 from cleveragents.bootstrap import bootstrap
+from cleveragents.domain.models.acms.errors import ScopeError
 from cleveragents.domain.models.acms.uko import file_uri
 
 LONG_NAME = "long_" + "n" * 245  # a 250-character function name
@@ -198,6 +199,38 @@ def test_every_node_tool_takes_a_path_and_symbol(world) -> None:  # type: ignore
     assert [r["caller"] for r in session.callers("pkg/core.py#sym=helper")["results"]] == [
         "Loader.run"
     ]
+
+
+# ---------------------------------------------------------------- 6. unknown
+
+
+def test_an_unknown_start_is_an_error_and_a_symbol_without_callers_is_not(world) -> None:  # type: ignore[no-untyped-def]
+    session, rid = world[1], world[2]
+    nope = file_uri(rid, "pkg/core.py") + "#sym=Nope"
+    for call in (
+        lambda: session.callers(nope),
+        lambda: session.callees(nope),
+        lambda: session.callers("pkg/core.py#sym=Nope"),
+        lambda: session.triples(nope),
+        lambda: session.traverse(nope),
+        lambda: session.triples(file_uri(rid, "no/such.py")),
+        lambda: session.traverse(file_uri(rid, "no/such.py"), direction="in"),
+    ):
+        with pytest.raises(
+            ValueError, match=r"'.*(Nope|no/such\.py)' is no node of this scope's graph"
+        ):
+            call()
+    # Existing, merely uncalled: an empty success.
+    assert session.callers("use_long")["results"] == []
+    assert session.callers(file_uri(rid, "pkg/core.py") + "#sym=use_long")["results"] == []
+    assert session.triples(file_uri(rid, "pkg/core.py"))["results"]
+
+
+def test_a_node_of_a_resource_outside_the_scope_is_refused_whether_it_exists_or_not(world) -> None:  # type: ignore[no-untyped-def]
+    narrow, oid = world[1], world[3]
+    for name in ("elsewhere_only", "Nope"):
+        with pytest.raises(ScopeError, match="outside this session's scope"):
+            narrow.callers(file_uri(oid, "only.py") + "#sym=" + name)
 
 
 # ---------------------------------------------------------------- 7. #L2

@@ -70,8 +70,22 @@ def session() -> AgentSession:
 
 def test_an_iri_or_blank_node_stands_for_itself_whatever_it_names() -> None:
     s = session()
-    for node in (file_uri(A, "x.py"), "urn:x", "https://e.org/a", "uko:x", "_:b1"):
+    for node in (file_uri(A, "pkg/helpers.py"), "urn:x", "https://e.org/a", "uko:x", "_:b1"):
         assert s.graph_nodes(node) == [node]
+
+
+def test_a_node_of_the_scopes_resources_that_its_graph_lacks_is_refused() -> None:
+    """A typo in a uko:// IRI must not answer "no edges": an indexed file,
+    a node with edges out or in, or the resource stands for itself; anything
+    else of an in-scope resource is an error."""
+    s = session()
+    assert s.graph_nodes(file_uri(A, "pkg/deep.py")) == [file_uri(A, "pkg/deep.py")]  # edges in
+    assert s.graph_nodes("uko://" + A) == ["uko://" + A]
+    for node in (file_uri(A, "x.py"), file_uri(A, "pkg/core.py") + "#sym=Nope"):
+        with pytest.raises(ValueError, match="is no node of this scope's graph"):
+            s.graph_nodes(node)
+        with pytest.raises(ValueError, match="is no node of this scope's graph"):
+            s.traverse(node, direction="in")
 
 
 def test_a_path_stands_for_its_node_in_each_in_scope_resource_and_no_other() -> None:

@@ -285,7 +285,9 @@ def fit(
     if used > budget:
         # A long argument echoed: cut it further, to leave room for the
         # marker that counts every result (none may fit after it).
-        empty: dict[str, Any] = {"more": len(items) + left_out} if items or left_out else False
+        empty: dict[str, Any] | bool = (
+            {"more": len(items) + left_out} if items or left_out else False
+        )
         envelope = _echo_to_fit({**envelope, "results": [], "truncated": empty}, budget)
         envelope = {k: v for k, v in envelope.items() if k not in ("results", "truncated")}
         used = len(render({**envelope, "results": [], "truncated": False}))
@@ -695,6 +697,8 @@ class AgentSession:
                 # As read and callers: a node of another resource is refused,
                 # not answered with an empty graph that reads as "no edges".
                 raise ScopeError(f"{node[:200]!r} is outside this session's scope")
+            if owner is not None and not self._is_node(view, node):
+                raise ValueError(_no_node(what, node))
             return [node]
         # A fragment (``#sym=Name``, ``#L10-L42``) names a node of that file,
         # as read takes it.
@@ -705,6 +709,10 @@ class AgentSession:
             for rid in sorted(view.scope)
             if path.strip("/") and self._is_indexed(rid, path)
         ]
+        if nodes and fragment:
+            nodes = [n for n in nodes if self._is_node(view, n)]
+            if not nodes:
+                raise ValueError(_no_node(what, node))
         if not nodes:
             raise ValueError(
                 f"{what} {node[:200]!r} is neither an IRI nor a file path indexed in this scope: "
@@ -712,6 +720,17 @@ class AgentSession:
                 "path relative to a resource's root"
             )
         return nodes
+
+    def _is_node(self, view: ScopedView, node: str) -> bool:
+        """Whether ``node``, of a resource in ``view``'s scope, is in its
+        graph: an indexed file, or a node with edges (a symbol, a chunk, the
+        resource).  A typo must not read as "no edges"."""
+        path = path_of(node)
+        if "#" not in node and (path is None or self._is_indexed(resource_id_of(node) or "", path)):
+            return True  # the resource's own node, or an indexed file's
+        if view.get_triples(node).triples:
+            return True
+        return bool(view.traverse(node, depth=1, direction="in").triples)
 
     # ------------------------------------------------------------ code graph
 
@@ -768,6 +787,7 @@ class AgentSession:
                 node, depth=1, direction="in", predicates=calls
             ).triples:
                 found.setdefault(caller, self._call_row(view, caller, bare))
+
         items = sorted(found.values(), key=lambda r: (r["path"], r["lines"][:1], r["uri"]))
         return fit({"tool": "callers", **_echo(target, "target")}, items, chars)
 
@@ -1007,6 +1027,15 @@ class AgentSession:
             # The hits the search already left out are left out of the context too.
             left_out=dropped["more"] if isinstance(dropped, dict) else 0,
         )
+
+
+def _no_node(what: str, node: str) -> str:
+    """The error for a node of the scope's resources that its graph lacks:
+    the same whether it never existed or is another scope's."""
+    return (
+        f"{what} {node[:200]!r} is no node of this scope's graph "
+        "(see 'symbols' for a file's names, 'search' for its chunks)"
+    )
 
 
 def _echo(query: str, key: str = "query") -> dict[str, Any]:
