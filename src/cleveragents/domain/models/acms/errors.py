@@ -8,6 +8,10 @@ no engine exception type ever leaks out of an adapter::
     ├── QueryError (ValueError)    a query the engine cannot accept (bad syntax,
     │                              forbidden SPARQL form, over a limit)
     │   └── QueryLimitError        a query stopped by a time or row limit
+    │       └── QueryTimeoutError  stopped at its time limit (or no worker was
+    │                              free before it): too slow now, try again
+    ├── CallCancelledError         the caller cancelled the call or went away,
+    │                              or the service is stopping
     ├── IndexUnavailableError      an index cannot be opened, read or written
     ├── ResourceListingError       a git resource's files cannot be listed (git
     │                              refused the checkout, is missing, timed out)
@@ -30,12 +34,14 @@ from __future__ import annotations
 __all__ = [
     "AcmsError",
     "BusyError",
+    "CallCancelledError",
     "ConflictError",
     "IndexUnavailableError",
     "ModelUnavailableError",
     "NotFoundError",
     "QueryError",
     "QueryLimitError",
+    "QueryTimeoutError",
     "ResourceListingError",
     "ScopeError",
     "ScopeViolationError",
@@ -53,6 +59,18 @@ class QueryError(AcmsError, ValueError):
 
 class QueryLimitError(QueryError):
     """The query ran into its time limit or row cap and was stopped."""
+
+
+class QueryTimeoutError(QueryLimitError):
+    """The query was stopped at its time limit, or waited that long for a
+    free worker: the service was too slow for it now (a service answers 503:
+    try again later, or ask less), unlike a row or size cap, which the same
+    query reaches every time."""
+
+
+class CallCancelledError(AcmsError):
+    """The call was cancelled: its caller cancelled it or went away, or the
+    service is stopping.  Nobody waits for its answer."""
 
 
 class WalkLimitError(QueryLimitError):
