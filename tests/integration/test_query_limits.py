@@ -17,7 +17,13 @@ import pytest
 from ulid import ULID
 
 from cleveragents.domain.models.acms.backends import IndexUnit, Literal
-from cleveragents.domain.models.acms.errors import QueryError, QueryLimitError
+from cleveragents.domain.models.acms.cancellation import CancelToken, cancellable
+from cleveragents.domain.models.acms.errors import (
+    CallCancelledError,
+    QueryError,
+    QueryLimitError,
+    QueryTimeoutError,
+)
 from cleveragents.domain.models.acms.uko import file_uri
 from cleveragents.infrastructure.acms import sparql_worker
 from cleveragents.infrastructure.acms.rdflib_graph import RdflibGraphBackend
@@ -54,6 +60,8 @@ def _timed_limit(backend: RdflibGraphBackend, query: str, scope: frozenset[str])
         backend.sparql_query(query, scope=scope)
     elapsed = time.monotonic() - started
     assert elapsed < TIMEOUT + SLACK, elapsed
+    # Too slow, not malformed: a service answers 503 (try again), not 400.
+    assert isinstance(info.value, QueryTimeoutError)
     assert isinstance(info.value, QueryError)
     assert isinstance(info.value, ValueError)
     return str(info.value)
@@ -172,6 +180,107 @@ def test_timeout_with_threads_running_in_the_parent(tmp_path, graph, rid) -> Non
     assert isinstance(results["evil"], QueryLimitError)
     assert results["plain"] == results["plain2"] == graph.rows
     assert _children() <= children  # none left behind (others may have ended)
+
+
+def _wait_for_children(known: set[int], count: int, within: float = 20.0) -> set[int]:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        new = _children() - known
+        if len(new) >= count:
+            return new
+        time.sleep(0.01)
+    pytest.fail(f"{count} worker(s) did not start")
+
+
+def test_a_cancelled_query_kills_its_worker_at_once(tmp_path, rid) -> None:
+    """A call cancelled (its client gone, a cancel notification) stops its
+    worker now, not at the time limit."""
+    backend = RdflibGraphBackend(tmp_path / "g", query_timeout=60.0, max_rows=10_000)
+    backend.upsert(rid, _dense_triples(rid))
+    scope = frozenset({rid})
+    token = CancelToken()
+    outcome: list[BaseException] = []
+
+    def call() -> None:
+        with cancellable(token):
+            try:
+                backend.sparql_query(EVIL_REGEX, scope=scope)
+            except BaseException as exc:
+                outcome.append(exc)
+
+    known = _children()
+    thread = threading.Thread(target=call)
+    thread.start()
+    try:
+        (worker,) = _wait_for_children(known, 1)
+        cancelled = time.monotonic()
+        token.cancel()
+        thread.join(5)
+        assert not thread.is_alive()
+        assert time.monotonic() - cancelled < 1.0
+        assert isinstance(outcome[0], CallCancelledError), outcome
+        assert not os.path.exists(f"/proc/{worker}")  # killed and reaped
+    finally:
+        token.cancel()
+        thread.join()
+        backend.close()
+
+
+def test_workers_running_at_once_are_capped(tmp_path, graph, rid) -> None:
+    """No more than MAX_WORKERS workers at once, in any backend of the
+    process; a query over the cap waits within its own time limit, then is
+    refused as too slow, saying why (try again)."""
+    cap = sparql_worker.MAX_WORKERS
+    scope = frozenset({rid})
+    # Its time limit ends before the runaway queries': it never gets a slot.
+    hurried = RdflibGraphBackend(tmp_path / "hurried", query_timeout=0.5, max_rows=10_000)
+    hurried.upsert(rid, _dense_triples(rid))
+    # Loaded: a query over a graph read by subject first asks for the load
+    # in a short-lived worker, which frees its slot.
+    graph.sparql_query(PLAIN, scope=scope)
+    outcomes: list[object] = []
+    late: list[object] = []
+    known = _children()
+    runaway = [
+        threading.Thread(target=lambda: outcomes.append(_outcome(graph, EVIL_REGEX, scope)))
+        for _ in range(cap)
+    ]
+    waiting = [
+        threading.Thread(target=lambda: late.append(_outcome(hurried, PLAIN, scope)))
+        for _ in range(2)
+    ]
+    try:
+        for thread in runaway:
+            thread.start()
+        _wait_for_children(known, cap)
+        for thread in waiting:
+            thread.start()
+        most = 0
+        while any(t.is_alive() for t in waiting):
+            most = max(most, len(_children() - known))
+            time.sleep(0.005)
+        assert most == cap, most
+        assert len(late) == 2 and all(isinstance(o, QueryTimeoutError) for o in late), late
+        message = str(late[0])
+        assert "not started" in message and f"all {cap} SPARQL workers" in message
+        assert "try again" in message
+    finally:
+        for thread in runaway:
+            thread.join()
+    try:
+        assert all(isinstance(o, QueryTimeoutError) for o in outcomes), outcomes
+        # The slots are free again: a plain query is answered.
+        assert hurried.sparql_query(PLAIN, scope=scope).metadata["rows"] == graph.rows
+    finally:
+        hurried.close()
+    assert _children() <= known
+
+
+def _outcome(graph: RdflibGraphBackend, query: str, scope: frozenset[str]) -> object:
+    try:
+        return graph.sparql_query(query, scope=scope)
+    except QueryError as exc:
+        return exc
 
 
 # ------------------------------------------------------------------ SPARQL: row cap

@@ -13,7 +13,16 @@ So everything after a size check runs in a child forked from the caller:
 - the parent waits on the pipe until the deadline, then ``SIGKILL``\\ s the
   child; it reads the answer in chunks and stops at the result size cap (its
   memory grows by at most that much); every child is reaped and every
-  descriptor closed on every path.
+  descriptor closed on every path;
+- the parent also kills the child as soon as the call is cancelled (the
+  :class:`~cleveragents.domain.models.acms.cancellation.CancelToken` the
+  service runs the call under: a cancel notification, a client gone, the
+  service stopping), and the kernel kills it when the thread that forked it
+  dies (``PR_SET_PDEATHSIG``): a parent ended by a signal, even SIGKILL, or
+  by ``os._exit`` leaves no worker running;
+- at most :data:`MAX_WORKERS` children (one per CPU) run at once in a
+  process; a query over that waits for one to end, within its own time
+  limit, and is then refused as too slow (:class:`QueryTimeoutError`).
 
 Deep queries (hundreds of nested groups, thousand-item object lists) need
 more than Python's default recursion limit, which is the only obstacle for
@@ -39,6 +48,7 @@ needs another thread's lock.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import fcntl
 import gc
 import json
@@ -63,15 +73,18 @@ from rdflib.plugins.sparql.evaluate import evalQuery
 from rdflib.term import Node
 
 from cleveragents.domain.models.acms.backends import Triple
+from cleveragents.domain.models.acms.cancellation import CancelToken, current_token
 from cleveragents.domain.models.acms.errors import (
+    CallCancelledError,
     IndexUnavailableError,
     QueryError,
     QueryLimitError,
+    QueryTimeoutError,
 )
 from cleveragents.infrastructure.acms.graph_view import WholeGraphNeeded
 from cleveragents.infrastructure.acms.sparql_guard import CheckedQuery, check_query, parser_lock
 
-__all__ = ["MAX_RESULT_BYTES", "WorkerAnswer", "evaluate"]
+__all__ = ["MAX_RESULT_BYTES", "MAX_WORKERS", "WorkerAnswer", "evaluate"]
 
 # Address space the child may add to what it inherited.  A cross join under
 # ORDER BY / DISTINCT materialises every row before the row cap can see one;
@@ -115,6 +128,40 @@ _REFUSED_EVENTS = frozenset(
 _READ_CHUNK = 1 << 16
 # One fork at a time: the GC is switched off around it (see _fork).
 _FORK_LOCK = threading.Lock()
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+#: The most workers that run at once in this process: one per CPU this
+#: process may use (more would only share them, and each holds up to ~140 MB
+#: of its own), and at least two, so that one runaway query never stalls the
+#: next.  A query over the cap waits for a free one within its own time limit.
+MAX_WORKERS = max(2, _cpus())
+_SLOTS = threading.BoundedSemaphore(MAX_WORKERS)
+# How often a waiting parent looks at its call's cancel token (seconds).
+_CANCEL_POLL = 0.05
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _load_prctl() -> Callable[..., int] | None:
+    """libc's ``prctl``, looked up in the parent (the child must not load a
+    library); ``None`` where there is none (not Linux)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
+    except (AttributeError, OSError):
+        return None
+    return prctl
+
+
+_PRCTL = _load_prctl()
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,15 +222,45 @@ def evaluate(
         WholeGraphNeeded: the graph reads some members by subject, and the
             query asked what only loaded graphs answer.
         IndexUnavailableError: such a member's file could not be read.
-        QueryLimitError: the time limit, the row cap or the size cap was reached.
+        QueryTimeoutError: the time limit was reached, or no worker slot
+            came free before it (see :data:`MAX_WORKERS`).
+        QueryLimitError: the row cap or the size cap was reached.
         QueryError: the query was refused (see ``check_query``; a SELECT of
             other than three variables), the evaluation raised, or the child died.
         IndexUnavailableError: no child process could be started.
+        CallCancelledError: the call's cancel token
+            (:func:`~cleveragents.domain.models.acms.cancellation.current_token`)
+            was cancelled while the query waited or ran; the child is killed.
     """
     cap = MAX_RESULT_BYTES if max_bytes is None else max_bytes
     deadline = (time.monotonic() if started is None else started) + timeout
+    token = current_token()
     _warm_parser()
+    slots = _SLOTS  # the one acquired is the one released
+    _take_slot(slots, deadline, timeout, token)
+    try:
+        return _run_child(
+            graph, query, init_ns, timeout, max_rows, cap, bindings, hold, keep_fds, deadline, token
+        )
+    finally:
+        slots.release()
+
+
+def _run_child(
+    graph: Graph,
+    query: str,
+    init_ns: Mapping[str, str],
+    timeout: float,
+    max_rows: int,
+    cap: int,
+    bindings: bool,
+    hold: contextlib.AbstractContextManager[object] | None,
+    keep_fds: Iterable[int],
+    deadline: float,
+    token: CancelToken | None,
+) -> WorkerAnswer:
     read_fd, write_fd = os.pipe()
+    parent = os.getpid()
     pid = -1
     try:
         pid = _fork(hold)
@@ -198,13 +275,15 @@ def evaluate(
                 cap,
                 bindings,
                 frozenset(keep_fds),
+                parent,
             )
         os.close(write_fd)
         write_fd = -1
-        data = _read_all(read_fd, deadline, cap + _ENVELOPE_BYTES)
+        data = _read_all(read_fd, deadline, cap + _ENVELOPE_BYTES, token)
         if data is None:
-            raise QueryLimitError(
-                f"the SPARQL query was stopped at its time limit of {timeout:g} s"
+            raise QueryTimeoutError(
+                f"the SPARQL query was stopped at its time limit of {timeout:g} s "
+                "(too slow: make it more selective, or try again when the service is less busy)"
             )
         if len(data) > cap + _ENVELOPE_BYTES:
             raise QueryLimitError(_size_message(cap))
@@ -217,6 +296,26 @@ def evaluate(
         for fd in (read_fd, write_fd):
             if fd >= 0:
                 os.close(fd)
+
+
+def _take_slot(
+    slots: threading.BoundedSemaphore,
+    deadline: float,
+    timeout: float,
+    token: CancelToken | None,
+) -> None:
+    """Wait for a free worker slot until ``deadline``, or until the call is cancelled."""
+    while not slots.acquire(timeout=max(0.0, min(_CANCEL_POLL, deadline - time.monotonic()))):
+        if token is not None and token.cancelled:
+            raise CallCancelledError("the SPARQL query was cancelled")
+        if time.monotonic() >= deadline:
+            raise QueryTimeoutError(
+                f"the SPARQL query was not started: all {MAX_WORKERS} SPARQL workers of the "
+                f"service were busy for its time limit of {timeout:g} s; try again"
+            )
+    if token is not None and token.cancelled:
+        slots.release()
+        raise CallCancelledError("the SPARQL query was cancelled")
 
 
 def _size_message(cap: int) -> str:
@@ -273,19 +372,29 @@ def _fork(hold: contextlib.AbstractContextManager[object] | None) -> int:
         return pid
 
 
-def _read_all(fd: int, deadline: float, limit: int) -> bytearray | None:
+def _read_all(
+    fd: int, deadline: float, limit: int, token: CancelToken | None = None
+) -> bytearray | None:
     """What the child writes until it closes the pipe; ``None`` at the deadline.
 
     Reading stops as soon as more than ``limit`` bytes arrived (the caller
     refuses such an answer), so the parent never holds more than that.
+
+    Raises:
+        CallCancelledError: ``token`` was cancelled (looked at every
+            :data:`_CANCEL_POLL` seconds).
     """
     data = bytearray()
     poller = select.poll()
     poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
     while True:
+        if token is not None and token.cancelled:
+            raise CallCancelledError("the SPARQL query was cancelled")
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return None
+        if token is not None:
+            remaining = min(remaining, _CANCEL_POLL)
         if not poller.poll(math.ceil(remaining * 1000)):
             continue
         chunk = os.read(fd, min(_READ_CHUNK, limit + 1 - len(data)))
@@ -305,7 +414,7 @@ def _reap(pid: int, deadline: float) -> int:
         if time.monotonic() >= deadline:
             # Closed its pipe but lingers: treat as stopped at the deadline.
             _kill_and_reap(pid)
-            raise QueryLimitError("the SPARQL query was stopped at its time limit")
+            raise QueryTimeoutError("the SPARQL query was stopped at its time limit")
         time.sleep(0.001)
 
 
@@ -390,9 +499,11 @@ def _child(
     max_bytes: int,
     bindings: bool = False,
     keep_fds: frozenset[int] = frozenset(),
+    parent: int = 0,
 ) -> NoReturn:
     code = 0
     try:
+        _die_with_parent(parent)
         try:
             write_fd = _isolate(read_fd, write_fd, keep_fds)
             payload = _on_big_stack(
@@ -405,6 +516,16 @@ def _child(
         code = 1
     finally:
         os._exit(code)
+
+
+def _die_with_parent(parent: int) -> None:
+    """Have the kernel SIGKILL this child when the thread that forked it
+    ends (with its process: a signal, ``os._exit``, a crash), and end now if
+    that happened before this line (then the child was reparented)."""
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if parent and os.getppid() != parent:
+        os._exit(1)
 
 
 def _isolate(read_fd: int, write_fd: int, keep_fds: frozenset[int] = frozenset()) -> int:
