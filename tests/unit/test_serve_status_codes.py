@@ -17,11 +17,13 @@ from cleveragents.cli.serve import (
     main,
     make_mcp_server,
 )
+from cleveragents.domain.models.acms import errors
 from cleveragents.domain.models.acms.errors import (
     BusyError,
     IndexUnavailableError,
     ModelUnavailableError,
     QueryError,
+    QueryLimitError,
     ScopeError,
 )
 
@@ -58,6 +60,34 @@ def test_errors_map_to_whose_fault_they_are(error: Exception, status: int) -> No
     assert r.status_code == status
     assert r.json() == {"error": str(error)}
     assert ("retry-after" in r.headers) == (status == 503)
+
+
+def _timeout_error(message: str) -> Exception:
+    # Looked up when the test runs: the class the SPARQL time limit raises.
+    return getattr(errors, "QueryTimeoutError", QueryLimitError)(message)
+
+
+SPARQL_TIMEOUT = "the SPARQL query was stopped at its time limit of 10 s"
+SPARQL_BUSY = "the SPARQL query was not started: all 2 SPARQL workers of the service were busy"
+
+
+@pytest.mark.parametrize("message", [SPARQL_TIMEOUT, SPARQL_BUSY])
+def test_a_query_too_slow_now_is_a_503_to_retry_and_one_line_over_mcp(message: str) -> None:
+    """A time-out is not bad input (400): the same query may be answered
+    when the service is less busy."""
+    client = TestClient(_app(_timeout_error(message)), base_url="http://127.0.0.1:8765")
+    r = client.post("/api/probe", json={"query": "x"})
+    assert (r.status_code, r.json()) == (503, {"error": message})
+    assert r.headers["retry-after"] == "5"
+    assert issubclass(errors.QueryTimeoutError, QueryLimitError)
+
+
+def test_the_row_cap_stays_a_400() -> None:
+    error = QueryLimitError("the SPARQL query gives more than 10000 rows (the row cap)")
+    r = TestClient(_app(error), base_url="http://127.0.0.1:8765").post(
+        "/api/probe", json={"query": "x"}
+    )
+    assert r.status_code == 400
 
 
 MCP_HEADERS = {"content-type": "application/json", "accept": "application/json, text/event-stream"}

@@ -45,10 +45,11 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, get_args, get_origin
+from types import FrameType
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar, get_args, get_origin
 
 import structlog
 from pydantic import AfterValidator, BeforeValidator, Field, ValidationError, create_model
@@ -68,11 +69,14 @@ from cleveragents.application.services.agent_session import (
 )
 from cleveragents.cli.terminal import printable
 from cleveragents.domain.models.acms.backends import TraversalDirection
+from cleveragents.domain.models.acms.cancellation import CancelToken, cancel_all, cancellable
 from cleveragents.domain.models.acms.errors import (
     AcmsError,
     BusyError,
+    CallCancelledError,
     IndexUnavailableError,
     ModelUnavailableError,
+    QueryTimeoutError,
     ScopeError,
 )
 from cleveragents.domain.models.acms.registry import validate_project_name
@@ -84,6 +88,7 @@ if TYPE_CHECKING:
     # The SDK's server package takes ~0.6 s to import: only the service
     # needs it (``acms watch`` imports this module for its logging).
     from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
+    from starlette.requests import Request
 
 __all__ = [
     "MAX_REQUEST_BYTES",
@@ -95,6 +100,8 @@ __all__ = [
     "service_tools",
     "tool_functions",
 ]
+
+_T = TypeVar("_T")
 
 #: The most bytes a JSON API request body may carry (a SPARQL query is at most
 #: 128 KiB; arguments beyond that are not useful, and the body is buffered).
@@ -682,11 +689,10 @@ def _as_sent_model() -> type[ArgModelBase]:
     return AsSent
 
 
-def _as_text(tool: ServiceTool) -> Callable[..., str]:
+def _as_text(tool: ServiceTool) -> Callable[..., Awaitable[str]]:
     from mcp.server.mcpserver.exceptions import ToolError
 
-    @functools.wraps(tool.fn)
-    def call(**arguments: Any) -> str:  # noqa: ANN401 - the tool's own arguments
+    def run(arguments: dict[str, Any]) -> str:
         try:
             return render(tool.fn(**tool.validate(arguments)))
         except (AcmsError, ValueError, TypeError) as exc:
@@ -697,8 +703,36 @@ def _as_text(tool: ServiceTool) -> Callable[..., str]:
             # agent would read only "Error executing tool <name>".
             raise ToolError(str(exc)) from None
 
+    # Async, so that a cancelled call (notifications/cancelled, stdin
+    # closed) stops its work: a sync tool runs in a thread the SDK waits for.
+    @functools.wraps(tool.fn)
+    async def call(**arguments: Any) -> str:  # noqa: ANN401 - the tool's own arguments
+        return await _in_thread(functools.partial(run, arguments))
+
     call.__annotations__ = {**tool.fn.__annotations__, "return": str}
     return call
+
+
+async def _in_thread(work: Callable[[], _T]) -> _T:
+    """``work()`` in a worker thread, as a call that cancelling this task cancels.
+
+    Python cannot stop the thread, but the work watches the call's
+    :class:`CancelToken` (a SPARQL worker is killed at once); the task itself
+    returns at once, abandoning the thread to end on its own.
+    """
+    import anyio.to_thread
+
+    token = CancelToken()
+
+    def run() -> _T:
+        with cancellable(token):
+            return work()
+
+    try:
+        return await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
+    except anyio.get_cancelled_exc_class():
+        token.cancel()
+        raise
 
 
 def _http_app(
@@ -710,13 +744,11 @@ def _http_app(
     ``/api/<tool>``, both behind the same Host/Origin allow-list (see
     :class:`HostAllowList`; default: loopback names only)."""
     from mcp.server.transport_security import TransportSecuritySettings
-    from starlette.requests import ClientDisconnect, Request
+    from starlette.requests import ClientDisconnect
 
     allowed = allowed or HostAllowList.for_bind("127.0.0.1")
 
     async def api(request: Request) -> Response:
-        import anyio.to_thread
-
         refused = allowed.refusal(request.headers.get("host"), request.headers.get("origin"))
         if refused is not None:
             return _json({"error": refused[1]}, refused[0])
@@ -757,7 +789,13 @@ def _http_app(
         except BadArguments as exc:
             return _json({"error": str(exc)}, 400)
         try:
-            answer = await anyio.to_thread.run_sync(lambda: tool.fn(**kwargs))
+            answer = await _unless_client_leaves(request, lambda: tool.fn(**kwargs))
+        except _ClientLeft:
+            # The client hung up while its call ran: the work was stopped.
+            structlog.get_logger("cleveragents.acms.serve").info(
+                "acms.serve.client_disconnected", path=request.url.path, received=len(body)
+            )
+            return Response(status_code=499)
         except ScopeError as exc:
             return _json({"error": str(exc)}, 403)
         except _UNAVAILABLE as exc:
@@ -847,8 +885,55 @@ def _matches(value: str, allowed: Sequence[str]) -> bool:
     return False
 
 
-# Refusals that are not the caller's fault: 503, not 400.
-_UNAVAILABLE = (IndexUnavailableError, BusyError, ModelUnavailableError)
+async def _unless_client_leaves(request: Request, work: Callable[[], _T]) -> _T:
+    """``work()`` in a worker thread (:func:`_in_thread`), cancelled if the
+    client disconnects first (the request body is read already, so the next
+    ASGI message is the disconnect).
+
+    Raises:
+        _ClientLeft: the client went away; the work was cancelled.
+    """
+    import anyio
+
+    outcome: list[_T] = []
+    failed: list[Exception] = []
+    gone = False
+
+    async def watch(scope: anyio.CancelScope) -> None:
+        nonlocal gone
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+        gone = True
+        scope.cancel()
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(watch, tasks.cancel_scope)
+        try:
+            outcome.append(await _in_thread(work))
+        except Exception as exc:
+            failed.append(exc)
+        tasks.cancel_scope.cancel()
+    if failed:
+        raise failed[0]
+    if gone or not outcome:
+        raise _ClientLeft
+    return outcome[0]
+
+
+class _ClientLeft(Exception):
+    """The HTTP client disconnected before its call was answered."""
+
+
+# Refusals that are not the caller's fault: 503, not 400.  A query stopped
+# at its time limit, or that found every worker busy, may be answered later;
+# a call cancelled while the client waits means the service is stopping.
+_UNAVAILABLE = (
+    IndexUnavailableError,
+    BusyError,
+    ModelUnavailableError,
+    QueryTimeoutError,
+    CallCancelledError,
+)
 
 _HTTP_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
@@ -1021,8 +1106,17 @@ def _serve(args: argparse.Namespace) -> int:
     config = uvicorn.Config(
         _http_app(tools, server, allowed), log_level=args.log_level, log_config=None
     )
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            # Asked to stop: uvicorn waits for the calls in flight, and no
+            # one will read their answers: stop their work (SPARQL workers)
+            # now, not at their time limit.
+            cancel_all()
+            super().handle_exit(sig, frame)
+
     with listener:
-        uvicorn.Server(config).run(sockets=[listener])
+        Server(config).run(sockets=[listener])
     return 0
 
 
