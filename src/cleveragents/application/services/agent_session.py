@@ -529,7 +529,6 @@ class AgentSession:
         view = self._view(projects, resources)
         terms = query_terms(query)
         items: list[dict[str, Any]] = []
-        ranked_past = 0  # hits the ranking holds past max_results
         if mode != "text" and options.syntax == "plain" and not _WORD.search(query):
             # No letters or digits: text search finds nothing, and a vector
             # ranking of the scope against the embedding of punctuation is
@@ -538,19 +537,19 @@ class AgentSession:
             return fit({"tool": "search", "mode": mode, **_echo(query)}, [], chars)
         if mode == "hybrid":
             # Each source ranks at least max_results (else 100 asked for
-            # answered 50), and the fused ranking is kept whole so that the
-            # hits past max_results are counted, not silently dropped.
+            # answered 50).  Hits past max_results are not "left out": the
+            # agent asked for that many, as in text and vector mode (a vector
+            # ranking always has more), so they are not counted in truncated.
             depth = max(DEFAULT_DEPTH, limit)
             fused = hybrid_search(
                 view,
                 self._embedder,
                 query,
-                max_results=3 * depth,  # every source's hits: text, vector, graph
+                max_results=limit,
                 depth=depth,
                 path=options.path,
                 lang=options.lang,
             )
-            ranked_past = max(0, len(fused) - limit)
             for hit in fused[:limit]:
                 items.append(
                     _hit(hit.uko_uri, hit.content, hit.metadata, hit.score, terms)
@@ -570,7 +569,7 @@ class AgentSession:
             for v in view.similarity_search(embedding, top_k=limit):
                 items.append(_hit(v.uko_uri, v.content, v.metadata, v.score, terms))
         envelope = {"tool": "search", "mode": mode, **_echo(query)}
-        return fit(envelope, items, chars, left_out=ranked_past)
+        return fit(envelope, items, chars)
 
     # ------------------------------------------------------------ graph
 
