@@ -676,8 +676,18 @@ class PlannerPool:
     def restart(self) -> None:
         """Drop a pool a dead worker broke; the next submit starts a fresh one."""
         pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
+        if pool is None:
+            return
+        if getattr(pool, "_broken", False):
+            # CPython 3.11's executor, once broken, joins the surviving workers
+            # without reading their results: one blocked sending a large
+            # result into the full pipe never exits, and the shutdown below
+            # waits forever (seen once in the test suite).  Their work is
+            # abandoned anyway (the batch is retried file by file): end them.
+            for process in list((getattr(pool, "_processes", None) or {}).values()):
+                with contextlib.suppress(Exception):
+                    process.kill()
+        pool.shutdown(wait=True, cancel_futures=True)
 
     def close(self) -> None:
         """Stop the workers and remove the listing files."""
