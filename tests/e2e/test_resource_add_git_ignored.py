@@ -173,3 +173,30 @@ def test_reindex_names_a_git_resource_whose_git_ignores_every_file(
     assert json.loads(rebuilt.stdout)["git_ignored"] == {rid: str(checkout.resolve())}
     (line,) = _warning_lines(rebuilt.stderr)
     assert line.startswith(f"acms: warning: resource {rid}: ")
+
+
+def test_type_git_checkout_outside_any_work_tree_is_refused_at_registration(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """Accepted, it would only fail at the next reindex, and the fix would
+    need a remove and a new add: refused now, naming the type that fits."""
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "a.py").write_text("def plain():\n    pass\n")
+    env = {**env, "GIT_CEILING_DIRECTORIES": str(tmp_path)}
+
+    done = run_acms(
+        env, "resource", "add", str(plain), "--project", "local/p", "--type", "git-checkout"
+    )
+
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert done.stdout == ""
+    [line] = done.stderr.splitlines()
+    assert "not a git work tree" in line and str(plain.resolve()) in line
+    assert "--type directory" in line
+    assert json.loads(run_acms(env, "--json", "resource", "list").stdout) == []
+    # Without --type it is a directory, as before.
+    added = run_acms(env, "resource", "add", str(plain), "--project", "local/p")
+    assert added.returncode == 0 and added.stderr == "", added.stderr
+    (listed,) = json.loads(run_acms(env, "--json", "resource", "list").stdout)
+    assert listed["resource_type"] == "directory"

@@ -72,6 +72,7 @@ __all__ = [
 ]
 
 _log = get_logger("cleveragents.acms.operations")
+_GIT_RESOURCE_TYPES = frozenset({"git-checkout", "git"})
 _T = TypeVar("_T")
 
 
@@ -81,6 +82,16 @@ def detect_resource_type(path: str | os.PathLike[str]) -> str:
     Raises:
         ResourceListingError: git refuses the checkout ("dubious ownership"):
             guessing ``directory`` would index what ``.gitignore`` excludes.
+    """
+    inside = _inside_git_work_tree(path)
+    return "git-checkout" if inside else "directory"
+
+
+def _inside_git_work_tree(path: str | os.PathLike[str]) -> bool | None:
+    """Whether git finds ``path`` inside a work tree; None when git cannot run.
+
+    Raises:
+        ResourceListingError: git refuses the checkout ("dubious ownership").
     """
     try:
         out = subprocess.run(
@@ -92,14 +103,14 @@ def detect_resource_type(path: str | os.PathLike[str]) -> str:
             check=False,
         )
     except (OSError, subprocess.TimeoutExpired):
-        return "directory"
+        return None
     if out.returncode != 0 and "dubious ownership" in out.stderr:
         raise ResourceListingError(
             f"git refuses the checkout {path} (dubious ownership: it belongs to another user) "
             f"(fix: git config --global --add safe.directory {shlex.quote(os.fspath(path))}, "
             "or pass --type directory to index every file, .gitignore ignored)"
         )
-    return "git-checkout" if out.returncode == 0 and out.stdout.strip() == "true" else "directory"
+    return out.returncode == 0 and out.stdout.strip() == "true"
 
 
 @dataclass(slots=True)
@@ -281,7 +292,8 @@ class AcmsOperations:
 
         Raises:
             NotFoundError: unknown project.  ValueError: bad path (the data
-            directory among them), type or allow-pattern.
+            directory among them, or a git type outside any git work tree),
+            type or allow-pattern.
             ResourceListingError: git refuses the checkout.
             ConflictError: the path overlaps a resource of the project.
         """
@@ -300,6 +312,12 @@ class AcmsOperations:
             raise ValueError(str(exc)) from exc
         if not force:
             self._refuse_overlap(path, project, linked)
+        if resource_type in _GIT_RESOURCE_TYPES and _inside_git_work_tree(path) is False:
+            # Accepted, it would fail at every reindex until removed and added again.
+            raise ValueError(
+                f"not a git work tree: {os.path.realpath(os.path.expanduser(path))} "
+                "(register it with --type directory to index every file)"
+            )
         resource = self.resources.register(
             path,
             resource_type or detect_resource_type(path),
