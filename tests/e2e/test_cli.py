@@ -90,6 +90,21 @@ def test_resource_add_prints_a_ulid_and_reindex_reports(world: dict[str, Any]) -
     assert [r["resource_id"] for r in listed] == [ids["alpha"]]
 
 
+@pytest.mark.parametrize("mode", ["text", "vector", "hybrid"])
+@pytest.mark.parametrize("option", ["--top-k", "--max-results"])
+def test_every_search_mode_takes_both_spellings_of_the_result_count(
+    world: dict[str, Any], mode: str, option: str
+) -> None:
+    """README shows --top-k for vector search: a user tries it on text too."""
+    query = "aardvark OR engine OR helper" if mode == "text" else "aardvark engine helper"
+    cli, scope = world["cli"], ("--project", "local/alpha")
+    answer = cli.json("search", mode, query, *scope, option, "1")
+    hits = answer["results"] if mode == "hybrid" else answer
+    assert len(hits) == 1, answer
+    more = cli.json("search", mode, query, *scope, option, "2")
+    assert len(more["results"] if mode == "hybrid" else more) == 2
+
+
 @pytest.mark.parametrize(("own", "other"), [("alpha", "bravo"), ("bravo", "alpha")])
 def test_every_query_kind_stays_in_its_project(world: dict[str, Any], own: str, other: str) -> None:
     cli = world["cli"]

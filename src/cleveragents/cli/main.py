@@ -262,6 +262,20 @@ def _non_negative(text: str) -> int:
     return value
 
 
+def _count_option(parser: argparse.ArgumentParser, default: int) -> None:
+    """How many results, spelt the same in every search mode: ``--max-results``
+    as the tools name it, ``--top-k`` as the vector Protocol does."""
+    parser.add_argument(
+        "--max-results",
+        "--top-k",
+        dest="max_results",
+        type=_positive,
+        default=default,
+        metavar="N",
+        help=f"how many results (default {default})",
+    )
+
+
 def _scope_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("scope (at least one)")
     group.add_argument("--project", action="append", default=[], metavar="NAME")
@@ -370,17 +384,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     text = search.add_parser("text", help="BM25 full-text search")
     text.add_argument("query")
-    text.add_argument("--max-results", type=_positive, default=20, metavar="N")
+    _count_option(text, 20)
     _text_options(text)
     _scope_options(text)
     vector = search.add_parser("vector", help="similarity search (embeds TEXT)")
     vector.add_argument("text")
-    # --max-results as text and hybrid search name it; --top-k as the Protocol does.
-    vector.add_argument("--top-k", "--max-results", type=_positive, default=20, metavar="N")
+    _count_option(vector, 20)
     _scope_options(vector)
     hybrid = search.add_parser("hybrid", help="text and vector rankings fused (RRF)")
     hybrid.add_argument("query")
-    hybrid.add_argument("--max-results", type=_positive, default=10, metavar="N")
+    _count_option(hybrid, 10)
     _text_options(hybrid, query_language=False)
     _budget_option(hybrid)
     _scope_options(hybrid)
@@ -826,7 +839,7 @@ def run(args: argparse.Namespace, out: Output) -> int:
         )
         out.emit(results, lambda: _hits(results, args.query))
     elif command == "search":
-        results = view.similarity_search(ops.embed_query(args.text), top_k=args.top_k)
+        results = view.similarity_search(ops.embed_query(args.text), top_k=args.max_results)
         out.emit(results, lambda: _hits(results, args.text))
     else:
         if command == "sparql" and args.results:
