@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from cleveragents.domain.models.acms.errors import ConflictError, NotFoundError
+from cleveragents.domain.models.acms.errors import (
+    ConflictError,
+    IndexUnavailableError,
+    NotFoundError,
+)
 from cleveragents.domain.models.acms.registry import Project, validate_project_name
 from cleveragents.domain.models.acms.ulids import is_ulid
 from cleveragents.infrastructure.acms.sqlite_registry import open_registry
@@ -174,3 +179,34 @@ def test_a_registry_from_before_the_secret_columns_is_migrated(db: Path, tmp_pat
     resources.mark_indexed(old.resource_id, secrets_skipped=2)
     got = resources.get(old.resource_id)
     assert got is not None and got.secrets_skipped == 2
+
+
+def _garbage(path: Path) -> None:
+    path.write_bytes(b"not a database, just garbage\n" * 200)
+
+
+def _pages_overwritten(path: Path) -> None:
+    with path.open("r+b") as fh:
+        fh.seek(100)  # past the header: the schema page is garbage
+        fh.write(b"\xff" * 3000)
+
+
+@pytest.mark.parametrize("damage", [_garbage, _pages_overwritten])
+def test_a_damaged_registry_cannot_be_opened_and_the_error_says_what_to_do(
+    db: Path, damage: Callable[[Path], None]
+) -> None:
+    """Not "cannot create": it exists. And no rebuild brings it back."""
+    projects, _ = open_registry(db)
+    projects.add("local/one")
+    damage(db)
+    with pytest.raises(IndexUnavailableError) as caught:
+        open_registry(db)
+    message = str(caught.value)
+    assert message.startswith(f"cannot open the registry at {db}: ")
+    assert "restore it from a backup" in message
+    assert "remove it and register" in message and "\n" not in message
+    # One that could not be made is not damaged: nothing to restore.
+    (db.parent / "other").write_text("a file where a directory goes")
+    with pytest.raises(IndexUnavailableError, match="cannot create the registry at") as made:
+        open_registry(db.parent / "other" / "registry.sqlite3")
+    assert "restore" not in str(made.value)

@@ -99,9 +99,25 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
+#: What to do with a registry SQLite finds damaged: unlike the indexes, no
+#: rebuild brings back the projects and resources it holds.
+_DAMAGED_HINT = (
+    " (it holds the projects and resources, which no reindex rebuilds: restore it from "
+    "a backup, or remove it and register the projects and resources again)"
+)
+_DAMAGE_CODES = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
+
+
+def _damage_hint(exc: BaseException) -> str:
+    """:data:`_DAMAGED_HINT` when ``exc`` says the file is damaged, else ''."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return _DAMAGED_HINT if code is not None and code & 0xFF in _DAMAGE_CODES else ""
+
+
 class _Database:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
+        existed = self.path.exists()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
@@ -112,8 +128,9 @@ class _Database:
             finally:
                 conn.close()
         except (OSError, sqlite3.Error) as exc:
+            verb = "open" if existed else "create"
             raise IndexUnavailableError(
-                f"cannot create the registry at {self.path}: {exc}"
+                f"cannot {verb} the registry at {self.path}: {exc}{_damage_hint(exc)}"
             ) from exc
 
     @contextmanager
@@ -121,7 +138,9 @@ class _Database:
         try:
             conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
         except sqlite3.Error as exc:
-            raise IndexUnavailableError(f"cannot open the registry {self.path}: {exc}") from exc
+            raise IndexUnavailableError(
+                f"cannot open the registry at {self.path}: {exc}{_damage_hint(exc)}"
+            ) from exc
         try:
             conn.execute("PRAGMA foreign_keys=ON")
             conn.execute("BEGIN IMMEDIATE")
@@ -131,7 +150,9 @@ class _Database:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             if isinstance(exc, sqlite3.Error) and not isinstance(exc, sqlite3.IntegrityError):
-                raise IndexUnavailableError(f"registry {self.path}: {exc}") from exc
+                raise IndexUnavailableError(
+                    f"registry {self.path}: {exc}{_damage_hint(exc)}"
+                ) from exc
             raise
         finally:
             conn.close()
