@@ -28,7 +28,11 @@ from hypothesis import strategies as st
 from ulid import ULID
 
 from cleveragents.domain.models.acms.backends import IndexUnit
-from cleveragents.domain.models.acms.errors import QueryError, QueryLimitError
+from cleveragents.domain.models.acms.errors import (
+    QueryError,
+    QueryLimitError,
+    QueryTimeoutError,
+)
 from cleveragents.domain.models.acms.uko import unit_uri
 from cleveragents.infrastructure.acms import tantivy_query, tantivy_text
 from cleveragents.infrastructure.acms.tantivy_text import TantivyTextBackend
@@ -256,7 +260,7 @@ def test_deadline_stops_a_slow_query_and_others_are_answered_meanwhile(
         assert backend.search("json", scope=SCOPE, max_results=3)
         with PlainQueries(backend) as plain:
             started = time.monotonic()
-            with pytest.raises(QueryLimitError, match=r"time limit of 0\.25 s") as info:
+            with pytest.raises(QueryTimeoutError, match=r"time limit of 0\.25 s") as info:
                 backend.search(SLOW, scope=SCOPE, syntax="tantivy")
             stopped = time.monotonic()
         assert isinstance(info.value, QueryError)
@@ -340,7 +344,7 @@ def test_a_small_plain_search_runs_on_the_callers_thread_others_on_a_worker(
     assert [t is me for t in search_threads] == expected
 
 
-def test_an_inline_search_past_its_deadline_is_a_query_limit_error(
+def test_an_inline_search_past_its_deadline_is_a_query_timeout_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, search_threads: list[threading.Thread]
 ) -> None:
     monkeypatch.setattr(tantivy_text, "INLINE_MIN_TIMEOUT", 0.05)
@@ -354,7 +358,8 @@ def test_an_inline_search_past_its_deadline_is_a_query_limit_error(
             return slow(self, *args)
 
         monkeypatch.setattr(TantivyTextBackend, "_search_shards", slower)
-        with pytest.raises(QueryLimitError, match=r"time limit of 0\.1 s"):
+        # A time-out, not a cap: a service answers 503 (try again), not 400.
+        with pytest.raises(QueryTimeoutError, match=r"time limit of 0\.1 s"):
             backend.search("json", scope=SCOPE)
     assert search_threads == [threading.current_thread()] * 2  # both inline
 

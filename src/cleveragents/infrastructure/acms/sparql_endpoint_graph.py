@@ -60,6 +60,7 @@ from cleveragents.domain.models.acms.errors import (
     IndexUnavailableError,
     QueryError,
     QueryLimitError,
+    QueryTimeoutError,
 )
 from cleveragents.domain.models.acms.uko import UKO, resource_id_of, resource_uri
 from cleveragents.domain.models.acms.ulids import canonical_ulid, validate_scope
@@ -223,8 +224,9 @@ class SparqlEndpointGraphBackend:
             QueryError: refused by the guard (malformed, update, SERVICE,
                 FROM, FROM NAMED, GRAPH), a SELECT of other than three
                 variables, or refused by the server.
-            QueryLimitError: no answer within ``timeout``, an answer over
-                ``max_response_bytes`` or over ``max_rows`` triples.
+            QueryTimeoutError: no answer within ``timeout``.
+            QueryLimitError: an answer over ``max_response_bytes`` or over
+                ``max_rows`` triples.
             IndexUnavailableError: the endpoint cannot be reached or failed.
         """
         validate_non_empty(query, "query")
@@ -248,7 +250,7 @@ class SparqlEndpointGraphBackend:
             max_bytes=self._max_bytes,
             form=form,
             headers={"accept": _N_TRIPLES if rdf else _RESULTS_JSON},
-            on_timeout=QueryLimitError,
+            on_timeout=QueryTimeoutError,
             on_refused=QueryError,
         )
         if rdf:

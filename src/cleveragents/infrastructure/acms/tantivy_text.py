@@ -37,7 +37,7 @@ cut-off are read all, at most the units in scope (2,000 units alike,
 every one tied: ~15 ms, 30 ms at worst).  That against the
 ~0.14 ms the hand-off to a worker thread and back costs every query (two
 thread wake-ups; a third of a warm query over one small resource).  Past
-its deadline such a search still raises :class:`QueryLimitError`, once it
+its deadline such a search still raises :class:`QueryTimeoutError`, once it
 returns (a worker-thread search returns at the deadline).
 """
 
@@ -72,7 +72,7 @@ from cleveragents.domain.models.acms.errors import (
     REBUILD_HINT,
     IndexUnavailableError,
     QueryError,
-    QueryLimitError,
+    QueryTimeoutError,
 )
 from cleveragents.domain.models.acms.text_query import (
     LineMatcher,
@@ -422,7 +422,7 @@ class TantivyTextBackend:
         lock_timeout: seconds a write waits for another process's writer lock
             before :class:`IndexUnavailableError`.
         query_timeout: seconds a search may take before it is abandoned with
-            :class:`QueryLimitError` (positive, finite).
+            :class:`QueryTimeoutError` (positive, finite).
         max_open_shards: shards kept open between searches; beyond it the
             least recently searched are closed (and reopened on need).  A
             search over more resources than this opens them all for its
@@ -732,7 +732,7 @@ class TantivyTextBackend:
             ValueError: empty query, non-positive ``max_results``, an invalid
                 scope member, a bad option, or (tantivy syntax) a query over a
                 limit or one the parser rejects (:class:`QueryError`).
-            QueryLimitError: the search ran past ``query_timeout``.
+            QueryTimeoutError: the search ran past ``query_timeout``.
             IndexUnavailableError: the index cannot be read, or a shard has
                 the schema of an older version (run a reindex).
         """
@@ -793,7 +793,9 @@ class TantivyTextBackend:
 
     def _timed_out(self) -> NoReturn:
         _log.warning("acms.tantivy_text.query_timed_out", seconds=self._timeout)
-        raise QueryLimitError(
+        # A time-out, not a cap: the same query may be answered when the
+        # machine is less busy (a service answers 503, not 400).
+        raise QueryTimeoutError(
             f"the text query ran past its time limit of {self._timeout:g} s"
         ) from None
 
