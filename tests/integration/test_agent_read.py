@@ -13,6 +13,7 @@ rules its indexing applied, numbered as the indexer numbers it.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -214,3 +215,51 @@ def test_context_names_its_own_argument_when_it_is_empty(world) -> None:  # type
     _, session, _, _ = world
     with pytest.raises(ValueError, match=r"^task must be a non-empty string$"):
         session.context("   ")
+
+
+@pytest.mark.parametrize(
+    ("tool", "arg"),
+    [
+        ("read", "pkg/\ud800.py"),
+        ("read", "uko://{rid}/pkg/\ud800.py"),
+        ("read", "pkg/core.py\udbff#L1"),
+        ("symbols", "pkg/\ud800.py"),
+        ("triples", "pkg/\ud800.py"),
+        ("triples", "uko://{rid}/pkg/\ud800.py"),
+        ("traverse", "pkg/\ud800.py"),
+        ("traverse", "uko://{rid}/\udc00"),
+    ],
+)
+def test_a_path_that_is_not_valid_text_is_one_clear_error(world, tool: str, arg: str) -> None:  # type: ignore[no-untyped-def]
+    """A lone surrogate (JSON's ``"\\ud800"``) encodes to no file name: an
+    error saying so, not Python's "'utf-8' codec can't encode"."""
+    _, session, rid, _ = world
+    with pytest.raises(ValueError) as err:
+        getattr(session, tool)(arg.replace("{rid}", rid))
+    message = str(err.value)
+    assert "is not valid text" in message and "codec" not in message, message
+    assert "\n" not in message
+    message.encode("utf-8")  # printable as it is, surrogates escaped
+
+
+def test_a_path_of_undecodable_bytes_is_read_a_lone_surrogate_refused(tmp_path: Path) -> None:
+    """What the indexer keeps of a non-UTF-8 file name (surrogate escapes,
+    ``os.fsdecode``) is a path: read, listed and walked by it.  Only what
+    no file name decodes to is refused."""
+    root = tmp_path / "repo"
+    (root / "pkg").mkdir(parents=True)
+    name = os.fsdecode(b"pkg/caf\xe9.py")
+    (root / name).write_text("def cafe():\n    pass\n")
+    ops = bootstrap(tmp_path / "data", embedding_dimension=16)
+    try:
+        ops.add_project("local/r")
+        ops.add_resource(str(root), "local/r")
+        ops.reindex()
+        session = ops.agent_session(projects=["local/r"])
+        assert session.read(name)["total_lines"] == 2
+        assert [r["name"] for r in session.symbols(name)["results"]] == ["cafe"]
+        assert session.traverse(name, depth=1)["results"]
+        with pytest.raises(ValueError, match="is not valid text"):
+            session.read(name.replace("\udce9", "\ud800"))
+    finally:
+        ops._store().close()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -690,6 +691,7 @@ class AgentSession:
             raise TypeError(f"{what} must be a string")
         if not node.strip():
             raise ValueError(f"{what} must not be empty")
+        _check_path_text(node, what)
         if _IRI_START.match(node) or node.startswith("_:"):
             owner = resource_id_of(node)
             if owner is not None and owner not in view.scope:
@@ -904,6 +906,7 @@ class AgentSession:
         chars = check_budget(budget)
         if not isinstance(uri, str):
             raise TypeError("uri must be a string")
+        _check_path_text(uri, "uri")
         if not _IRI_START.match(uri):
             uri = self._file_of_path(uri)
         rid = resource_id_of(uri)
@@ -1026,6 +1029,24 @@ class AgentSession:
             # The hits the search already left out are left out of the context too.
             left_out=dropped["more"] if isinstance(dropped, dict) else 0,
         )
+
+
+def _check_path_text(value: str, what: str) -> None:
+    """Refuse a path or URI no file name decodes to: one holding a lone
+    surrogate (JSON's ``"\\ud800"``) other than the escapes ``os.fsdecode``
+    gives undecodable bytes (``\\udc80``-``\\udcff``, as indexed paths keep
+    them), in one line rather than the codec's error.
+
+    Raises:
+        ValueError: ``value`` does not encode as a file name.
+    """
+    try:
+        os.fsencode(value)
+    except UnicodeEncodeError:
+        raise ValueError(
+            f"the {what} {value[:200]!r} is not valid text: it holds a lone surrogate, "
+            "as no indexed path or name does"
+        ) from None
 
 
 def _no_node(what: str, node: str) -> str:
