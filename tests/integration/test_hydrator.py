@@ -164,6 +164,26 @@ def test_directory_type_walks_without_git(repo: Path, container: Any) -> None:
     assert paths == EXPECTED_FRAGMENTS | {"ignored.log"}
 
 
+@pytest.mark.parametrize("kind", ["git-checkout", "directory"])
+def test_symlinks_are_counted_as_skipped_and_never_followed(
+    repo: Path, container: Any, kind: str
+) -> None:
+    """The reindex summary's ``skipped`` counts them: left out with only a
+    debug log, they read as "skipped: 0" while the files they name were not
+    indexed."""
+    (repo / "pkg" / "util_link.py").symlink_to("util.py")  # inside the resource
+    (repo / "etc_dir").symlink_to("/etc", target_is_directory=True)
+    stats = container.indexer().index_resource(RID, repo, kind)
+    # passwd_link, loop (committed), util_link.py and etc_dir (untracked).
+    assert stats.skipped.get("symlink") == 4, stats.skipped
+    assert stats.files_skipped >= 4
+    indexed = indexed_paths(container, RID)
+    assert not {"passwd_link", "loop", "pkg/util_link.py", "etc_dir"} & indexed
+    assert not any(p.startswith("etc_dir/") for p in indexed)
+    again = container.indexer().index_resource(RID, repo, kind)  # every run counts them
+    assert again.skipped.get("symlink") == 4
+
+
 def test_rerun_reads_nothing_and_touching_one_file_reindexes_only_it(
     repo: Path, container: Any
 ) -> None:
@@ -177,7 +197,10 @@ def test_rerun_reads_nothing_and_touching_one_file_reindexes_only_it(
         0,
         0,
     )
-    assert again.files_unchanged == again.files_seen - again.files_skipped
+    # Symlinks are skipped at listing, so never seen.
+    assert again.files_unchanged == (
+        again.files_seen - again.files_skipped + again.skipped.get("symlink", 0)
+    )
 
     # mtime only: read, hash equal, no index write.
     os.utime(repo / "README.md", ns=(1, 1))

@@ -318,7 +318,8 @@ class Indexer:
 
         ``progress(done, total)`` is called after each file;
         ``reembed_progress`` as for :meth:`session`.  Files the
-        ``secrets`` deny-list leaves out count as ``skipped["secret"]``;
+        ``secrets`` deny-list leaves out count as ``skipped["secret"]``,
+        symbolic links (never followed) as ``skipped["symlink"]``;
         directories in ``exclude`` (the data directory) are never listed.
 
         Raises:
@@ -343,6 +344,8 @@ class Indexer:
         ):
             for _ in listing.secret_skipped:
                 session.stats.skip("secret")
+            for _ in listing.symlinks:  # never followed, but not unsaid
+                session.stats.skip("symlink")
             session.visit_all(listed, progress)
         return session.stats
 

@@ -169,10 +169,13 @@ class Listing:
         files: The regular files to consider, sorted by path.
         secret_skipped: ``(path, rule pattern)`` of each file the secret
             deny-list left out, sorted by path; none of them was looked at.
+        symlinks: The paths of the symbolic links left out (never
+            followed), sorted: a reindex counts them as skipped.
     """
 
     files: tuple[ListedFile, ...]
     secret_skipped: tuple[tuple[str, str], ...] = ()
+    symlinks: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,6 +326,7 @@ def _listed(
     candidates: Iterable[str],
     secrets: SecretFilter,
     secret_skipped: list[tuple[str, str]],
+    symlinks: list[str] | None = None,
 ) -> Generator[ListedFile, None, None]:
     """``lstat`` each candidate through an ``O_NOFOLLOW`` chain of directory descriptors.
 
@@ -333,7 +337,7 @@ def _listed(
     never following a link.  A directory component that is a symlink (or
     not a directory) cannot be opened, so nothing under it is listed.  A path
     the secret filter denies is appended to ``secret_skipped`` before
-    anything of it is looked at.
+    anything of it is looked at; a symlink to ``symlinks``.
     """
     paths = sorted(set(candidates))
     if not paths:
@@ -367,7 +371,9 @@ def _listed(
                 _skip(rel_path, dir_reason)
                 continue
             found = _regular_file(
-                rel_path, functools.partial(lstat, name, dir_fd=dir_fd, follow_symlinks=False)
+                rel_path,
+                functools.partial(lstat, name, dir_fd=dir_fd, follow_symlinks=False),
+                symlinks,
             )
             if found is not None:
                 yield found
@@ -405,10 +411,12 @@ def _excluded(
     return True
 
 
-def _regular_file(rel_path: str, stat_of: Callable[[], os.stat_result]) -> ListedFile | None:
+def _regular_file(
+    rel_path: str, stat_of: Callable[[], os.stat_result], symlinks: list[str] | None = None
+) -> ListedFile | None:
     """``rel_path`` as listed when ``stat_of()`` (which never follows a link)
     shows a regular file; else None, the skip logged (vanished, unreadable,
-    a symlink or not a regular file)."""
+    a symlink, then appended to ``symlinks``, or not a regular file)."""
     try:
         st = stat_of()
     except FileNotFoundError:
@@ -420,7 +428,12 @@ def _regular_file(rel_path: str, stat_of: Callable[[], os.stat_result]) -> Liste
         return None
     mode = st.st_mode
     if not stat.S_ISREG(mode):
-        _skip(rel_path, "symlink" if stat.S_ISLNK(mode) else "not_regular")
+        if stat.S_ISLNK(mode):
+            _skip(rel_path, "symlink")
+            if symlinks is not None:
+                symlinks.append(rel_path)
+        else:
+            _skip(rel_path, "not_regular")
         return None
     return ListedFile(rel_path, st.st_size, st.st_mtime_ns)
 
@@ -431,6 +444,7 @@ def _scan_directory(
     secrets: SecretFilter,
     files: list[ListedFile],
     secret_skipped: list[tuple[str, str]],
+    symlinks: list[str] | None = None,
 ) -> list[str]:
     """List the files of one open directory into ``files``; return its
     subdirectories' names (``SKIP_DIRS`` left out) for the caller to enter.
@@ -470,7 +484,7 @@ def _scan_directory(
                     add(ListedFile(rel_path, st.st_size, st.st_mtime_ns))
                     continue
                 found = _regular_file(
-                    rel_path, functools.partial(entry.stat, follow_symlinks=False)
+                    rel_path, functools.partial(entry.stat, follow_symlinks=False), symlinks
                 )
                 if found is not None:
                     add(found)
@@ -484,11 +498,12 @@ def _walk_listed(
     secrets: SecretFilter,
     secret_skipped: list[tuple[str, str]],
     exclude: frozenset[str] = frozenset(),
+    symlinks: list[str] | None = None,
 ) -> list[ListedFile]:
     """The listing of a walked (non-git) resource, sorted by path, in one pass
     (see :func:`_walk_batches`)."""
     files: list[ListedFile] = []
-    for batch in _walk_batches(root, secrets, secret_skipped, exclude):
+    for batch in _walk_batches(root, secrets, secret_skipped, exclude, symlinks):
         files += batch
     files.sort()  # by path: the first field, unique
     secret_skipped.sort()
@@ -500,6 +515,7 @@ def _walk_batches(
     secrets: SecretFilter,
     secret_skipped: list[tuple[str, str]],
     exclude: frozenset[str] = frozenset(),
+    symlinks: list[str] | None = None,
 ) -> Generator[list[ListedFile], None, None]:
     """The files of a walked (non-git) resource, one directory's at a time,
     unsorted; a caller that stops early does not walk the rest.
@@ -522,7 +538,7 @@ def _walk_batches(
     stack: list[tuple[int, str, Iterator[str]]] = [(root_fd, "", iter(()))]
     try:
         files: list[ListedFile] = []
-        names = _scan_directory(root_fd, "", secrets, files, secret_skipped)
+        names = _scan_directory(root_fd, "", secrets, files, secret_skipped, symlinks)
         stack[-1] = (root_fd, "", iter(names))
         yield files
         while stack:
@@ -544,7 +560,7 @@ def _walk_batches(
                 continue
             stack.append((sub, path + "/", iter(())))
             files = []
-            names = _scan_directory(sub, path + "/", secrets, files, secret_skipped)
+            names = _scan_directory(sub, path + "/", secrets, files, secret_skipped, symlinks)
             stack[-1] = (sub, path + "/", iter(names))
             yield files
     finally:
@@ -618,14 +634,15 @@ def list_resource(
     root_str = os.fspath(root)
     inside = excluded_below(root_str, exclude)
     secret_skipped: list[tuple[str, str]] = []
+    symlinks: list[str] = []
     if resource_type in _GIT_TYPES:
         candidates: Iterable[str] = _git_paths(root_str)
         if inside:
             candidates = [p for p in candidates if not _under_any(p, inside)]
-        files = tuple(_listed(root_str, candidates, secrets, secret_skipped))
+        files = tuple(_listed(root_str, candidates, secrets, secret_skipped, symlinks))
     else:
-        files = tuple(_walk_listed(root_str, secrets, secret_skipped, inside))
-    return Listing(files, tuple(secret_skipped))
+        files = tuple(_walk_listed(root_str, secrets, secret_skipped, inside, symlinks))
+    return Listing(files, tuple(secret_skipped), tuple(sorted(symlinks)))
 
 
 def excluded_below(
