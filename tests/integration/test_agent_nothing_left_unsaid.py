@@ -67,6 +67,9 @@ def world(
     root = tmp_path / "repo"
     (root / "pkg").mkdir(parents=True)
     (root / "pkg" / "core.py").write_text(CORE)
+    (root / "pkg" / "a#b.py").write_text(
+        "def café():\n    return tapir()\n\n\ndef tapir():\n    return 1\n"
+    )
     (root / "big.txt").write_text("".join(f"row {n}\n" for n in range(1, BIG_LINES + 1)))
     (root / "wide.txt").write_text(f"before\n{WIDE}\nafter\n")
     (root / "animals").mkdir()
@@ -204,6 +207,20 @@ def test_every_node_tool_takes_a_path_and_symbol(world) -> None:  # type: ignore
     assert [r["caller"] for r in session.callers("pkg/core.py#sym=helper")["results"]] == [
         "Loader.run"
     ]
+
+
+def test_a_path_holding_a_hash_and_a_symbol_not_ascii_are_nodes(world) -> None:  # type: ignore[no-untyped-def]
+    """Found by review: ``a#b.py`` was split at its ``#`` (it answered before
+    the path#sym form came in), and ``#sym=café`` was joined unquoted to
+    the file's URI, which the index holds as ``#sym=caf%C3%A9``."""
+    session, rid = world[1], world[2]
+    hashed = file_uri(rid, "pkg/a#b.py")
+    assert session.triples("pkg/a#b.py")["nodes"] == [hashed]
+    assert session.triples("pkg/a#b.py")["results"]
+    symbol = hashed + "#sym=caf%C3%A9"
+    for given in ("pkg/a#b.py#sym=café", "pkg/a#b.py#sym=caf%C3%A9"):
+        assert session.triples(given)["nodes"] == [symbol]
+        assert [r["name"] for r in session.callees(given)["results"]] == ["tapir"]
 
 
 # ---------------------------------------------------------------- 6. unknown

@@ -152,3 +152,25 @@ def test_an_echoed_argument_is_cut_to_leave_the_envelope_room(
     assert given_text.startswith(answer[key])
     assert len(answer[key]) + answer.get("query_cut", 0) == len(given_text)
     assert ("query_cut" in answer) == (answer[key] != given_text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    length=st.integers(150, 300),
+    extra=st.integers(0, 40),
+    count=st.integers(1, 3),
+    key=st.sampled_from(["query", "target", "subject"]),
+)
+def test_an_answer_with_no_hit_fitting_holds_its_marker_within_the_budget(
+    length, extra, count, key
+) -> None:
+    """Found by review: an envelope that fit with ``"truncated": false`` but
+    not with the ``{"more": N}`` it then carried went up to 5 characters over
+    the budget (a 198-character IRI at budgets 259-263)."""
+    envelope = {"tool": "callers", **_echo("x" * length, key)}
+    base = len(render({**envelope, "results": [], "truncated": False}))
+    budget = max(MIN_BUDGET, base + extra)
+    items = [{"uri": "u" * 2_000}] * count  # never fits, cannot shrink
+    answer = fit(envelope, items, budget)
+    assert len(render(answer)) <= budget
+    assert answer["truncated"] == {"more": count}

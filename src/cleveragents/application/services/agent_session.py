@@ -45,6 +45,7 @@ from cleveragents.domain.models.acms.uko import (
     name_uri,
     path_of,
     resource_id_of,
+    unit_uri,
 )
 from cleveragents.domain.models.acms.ulids import canonical_ulid
 
@@ -80,6 +81,8 @@ READ_FILE_BYTES = 1024 * 1024
 _MAX_LINE_CHARS = 200
 _MAX_LINES_PER_HIT = 8
 _MAX_READ_LINES = 2_000
+# The most "#" positions a node argument is split at to find a file path.
+_MAX_HASH_SPLITS = 8
 _TERM = re.compile(r"[A-Za-z][a-z]+|[A-Z]+(?![a-z])|\d+|[^\W\d_]+")
 _WORD = re.compile(r"\w+")
 _RANGE = re.compile(r"^L(\d+)(?:-L(\d+))?$")
@@ -282,17 +285,14 @@ def fit(
         raise ValueError("left_out must not be negative")
     results: list[dict[str, Any]] = []
     marker_room = len(render({"truncated": {"more": len(items) + left_out}})) + 1
-    used = len(render({**envelope, "results": [], "truncated": False}))
-    if used > budget:
-        # A long argument echoed: cut it further, to leave room for the
-        # marker that counts every result (none may fit after it).
-        empty: dict[str, Any] | bool = (
-            {"more": len(items) + left_out} if items or left_out else False
-        )
+    # The answer with no result fitting carries the marker that counts them
+    # all: a long argument echoed is cut further to leave room for it.
+    empty: dict[str, Any] | bool = {"more": len(items) + left_out} if items or left_out else False
+    if len(render({**envelope, "results": [], "truncated": empty})) > budget:
         envelope = _echo_to_fit({**envelope, "results": [], "truncated": empty}, budget)
         envelope = {k: v for k, v in envelope.items() if k not in ("results", "truncated")}
-        used = len(render({**envelope, "results": [], "truncated": False}))
-    if used > budget:
+    used = len(render({**envelope, "results": [], "truncated": False}))
+    if len(render({**envelope, "results": [], "truncated": empty})) > budget:
         raise ValueError(f"a budget of {budget} characters cannot hold this answer's envelope")
     for i, item in enumerate(items):
         remaining = len(items) - i - 1 + left_out
@@ -702,11 +702,19 @@ class AgentSession:
                 raise ValueError(_no_node(what, node))
             return [node]
         # A fragment (``#sym=Name``, ``#L10-L42``) names a node of that file,
-        # as read takes it.
-        path, mark, fragment = node.partition("#")
-        path = path[2:] if path.startswith("./") else path
+        # as read takes it, unless the whole is an indexed path (``a#b.py``).
+        # The fragment is quoted as the index quotes it (``#sym=café``).
+        whole = node[2:] if node.startswith("./") else node
+        path, fragment = whole, ""
+        # The longest indexed prefix ending before a "#" (a few tried: each
+        # try is a catalog lookup per resource).
+        cuts = [i for i, c in enumerate(whole) if c == "#"][-_MAX_HASH_SPLITS:]
+        for i in [len(whole), *reversed(cuts)]:
+            if any(self._is_indexed(rid, whole[:i]) for rid in view.scope):
+                path, fragment = whole[:i], whole[i + 1 :]
+                break
         nodes = [
-            file_uri(rid, path) + mark + fragment
+            unit_uri(rid, path, unquote(fragment)) if fragment else file_uri(rid, path)
             for rid in sorted(view.scope)
             if path.strip("/") and self._is_indexed(rid, path)
         ]
