@@ -200,3 +200,17 @@ def test_type_git_checkout_outside_any_work_tree_is_refused_at_registration(
     assert added.returncode == 0 and added.stderr == "", added.stderr
     (listed,) = json.loads(run_acms(env, "--json", "resource", "list").stdout)
     assert listed["resource_type"] == "directory"
+
+
+def test_type_git_checkout_given_as_a_home_relative_path_is_a_work_tree(
+    checkout: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    """Found by review: git -C does not expand "~", so a quoted ``~/repo``
+    (or one sent by an API caller) was refused as "not a git work tree"."""
+    env = {**env, "HOME": str(tmp_path)}
+    done = run_acms(
+        env, "resource", "add", "~/pyenv", "--project", "local/p", "--type", "git-checkout"
+    )
+    assert done.returncode == 0, done.stderr
+    (row,) = json.loads(run_acms(env, "--json", "resource", "list").stdout)
+    assert row["location"] == str(checkout.resolve())

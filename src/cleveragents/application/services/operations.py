@@ -93,6 +93,7 @@ def _inside_git_work_tree(path: str | os.PathLike[str]) -> bool | None:
     Raises:
         ResourceListingError: git refuses the checkout ("dubious ownership").
     """
+    path = os.path.expanduser(path)  # git -C does not expand "~" (a shell does)
     try:
         out = subprocess.run(
             ["git", "-C", str(path), "rev-parse", "--is-inside-work-tree"],
