@@ -113,7 +113,7 @@ def test_a_file_name_that_is_not_utf8_neither_stops_the_watch_nor_loses_a_change
         (repo / "c.py").write_text("def numbat_marker():\n    return 3\n")
         _wait(lambda: _found(env, "numbat_marker"), seconds=20)
         assert watcher.poll() is None, (tmp_path / "watch.log").read_text()
-        assert "acms.watch.undecodable_path" in (tmp_path / "watch.log").read_text()
+        assert "acms.watch.changes_lost" in (tmp_path / "watch.log").read_text()
     finally:
         watcher.send_signal(signal.SIGTERM)
         assert watcher.wait(timeout=30) == 0

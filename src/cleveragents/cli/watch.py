@@ -74,6 +74,7 @@ def run(
     def wanted(change: watchfiles.Change, path: str) -> bool:
         return default(change, path) and not os.path.realpath(path).startswith(own)
 
+    failures = 0  # watcher errors in a row
     while not stop.is_set():
         roots = _roots(ops)
         if not roots:
@@ -102,14 +103,18 @@ def run(
             except StopIteration:
                 break
             except WatchfilesRustInternalError as exc:
-                # watchfiles cannot name a path that is not UTF-8 and drops
-                # the whole batch of changes.  Catch up on every watched
-                # resource now (the reindex reads such names as bytes), then
-                # watch again: the new watch catches up once more when live.
-                _log.warning("acms.watch.undecodable_path", error=str(exc)[:200])
+                # watchfiles cannot name a path that is not UTF-8 (or failed
+                # otherwise) and drops the whole batch of changes.  Catch up
+                # on every watched resource now (the reindex reads such names
+                # as bytes), then watch again: the new watch catches up once
+                # more when live.  An error that keeps coming is retried ever
+                # more slowly (up to a minute), not in a tight loop.
+                _log.warning("acms.watch.changes_lost", error=str(exc)[:200], retry=failures)
                 _reindex(ops, set(roots), lock_timeout)
-                stop.wait(debounce)
+                stop.wait(min(60.0, debounce * 2**failures))
+                failures += 1
                 break
+            failures = 0
             touched = resources_for((path for _, path in changes or ()), roots)
             if not caught_up:
                 caught_up = True
