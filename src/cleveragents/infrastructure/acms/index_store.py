@@ -115,42 +115,6 @@ INDEX_NAMES = ("text", "vectors", "graph", "catalog")
 _LOCAL_META = "local_indexes"
 
 
-def _refuse_lost_index(root: Path, name: str) -> None:
-    """Raise if the live index ``name`` of ``root`` is gone while the catalog
-    lists indexed files.
-
-    Opening a missing live index makes an empty one (a data directory's
-    first use).  Once files are indexed, a missing one is damage (deleted,
-    or a restore that left it out): an empty index in its place would
-    answer every query with nothing, and the catalog would keep every
-    reindex from writing it again.  A missing catalog is not refused: every
-    file then looks new, and the next reindex writes them all again.  Only
-    a catalog that local sessions wrote counts (its ``local_indexes`` mark:
-    from a data directory's first local session after this check came in).
-    """
-    live = root / name
-    if name == "catalog" or live.exists() or live.is_symlink():
-        return
-    catalog = root / "catalog"
-    if not catalog.exists():
-        return
-    from cleveragents.infrastructure.acms.sqlite_catalog import SqliteCatalog
-
-    found = SqliteCatalog(catalog / CATALOG_FILE)
-    try:
-        # Written by local indexes (a data directory the remote profile
-        # indexed has catalog rows and no local index: not damage).
-        indexed = found.get_meta(_LOCAL_META) == "1" and bool(found.resource_ids())
-    finally:
-        found.close()
-    if indexed:
-        label = {"vectors": "vector"}.get(name, name)
-        raise IndexUnavailableError(
-            f"the {label} index {live} is missing while the catalog lists indexed files: "
-            "`acms reindex --rebuild` builds every index again from the files"
-        )
-
-
 # In its own directory so a rebuild swaps it like the indexes it describes.
 CATALOG_FILE = "catalog.sqlite3"
 REGISTRY_FILE = "registry.sqlite3"
@@ -422,7 +386,7 @@ class ManagedIndexStore:
     def _at(cls, root: Path, dimension: int, *, live: bool, **options: object) -> ManagedIndexStore:
         def where(name: str) -> Path:
             if live:
-                _refuse_lost_index(root, name)
+                store._refuse_lost(name)  # store: assigned below, before any use
                 return live_index_path(root, name)
             path = root / name
             file_modes.make_private_dirs(path)
@@ -546,12 +510,40 @@ class ManagedIndexStore:
         """Embedding dimension of the vector index."""
         return self._dimension
 
+    def _refuse_lost(self, name: str) -> None:
+        """Raise if the live index ``name`` is gone while the catalog lists
+        indexed files.
+
+        Opening a missing live index makes an empty one (a data directory's
+        first use).  Once files are indexed, a missing one is damage (deleted,
+        or a restore that left it out): an empty index in its place would
+        answer every query with nothing, and the catalog would keep every
+        reindex from writing it again.  A missing catalog is not refused:
+        every file then looks new, and the next reindex writes them all
+        again.  Only a catalog that local sessions wrote counts (its
+        ``local_indexes`` mark: from a data directory's first local session
+        after this check came in); the remote profile's has rows and no
+        local index.
+        """
+        root = self.data_dir
+        if not self._live or root is None or name == "catalog":
+            return
+        live = root / name
+        if live.exists() or live.is_symlink() or not (root / "catalog").exists():
+            return
+        catalog = self.catalog
+        if catalog.get_meta(_LOCAL_META) == "1" and catalog.resource_ids():
+            label = {"vectors": "vector"}.get(name, name)
+            raise IndexUnavailableError(
+                f"the {label} index {live} is missing while the catalog lists indexed files: "
+                "`acms reindex --rebuild` builds every index again from the files"
+            )
+
     def check_present(self) -> None:
         """Raise :class:`IndexUnavailableError` if a live index is missing
-        while the catalog lists indexed files (see :func:`_refuse_lost_index`)."""
-        if self._live and self.data_dir is not None:
-            for name in INDEX_NAMES:
-                _refuse_lost_index(self.data_dir, name)
+        while the catalog lists indexed files (see :meth:`_refuse_lost`)."""
+        for name in INDEX_NAMES:
+            self._refuse_lost(name)
 
     def open_all(self) -> None:
         """Open the four stores now rather than on first use.
@@ -593,7 +585,7 @@ class ManagedIndexStore:
         if self._live and self.data_dir is not None:
             # Every index exists once a session has written the catalog, even
             # one the resource gives nothing to (binary files only): a link
-            # missing beside catalog rows is then damage (_refuse_lost_index).
+            # missing beside catalog rows is then damage (_refuse_lost).
             self.check_present()
             for name in INDEX_NAMES:
                 live_index_path(self.data_dir, name)
