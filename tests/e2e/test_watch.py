@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import IO
 
 from cleveragents.cli.watch import resources_for
 
@@ -39,6 +40,33 @@ def _wait(predicate, seconds: float = 60) -> float:  # type: ignore[no-untyped-d
     raise AssertionError("not within the time allowed")
 
 
+def _indexed(repo: Path, data: Path) -> dict[str, str]:
+    """``repo`` (holding ``a.py``) registered in project local/w of ``data``
+    and indexed; the environment that names that data directory."""
+    repo.mkdir()
+    (repo / "a.py").write_text("def first():\n    return 1\n")
+    env = {**os.environ, "ACMS_DATA_DIR": str(data)}
+    env.pop("ACMS_PROFILE", None)
+    assert _acms(env, "project", "add", "local/w").returncode == 0
+    assert _acms(env, "resource", "add", str(repo), "--project", "local/w").returncode == 0
+    assert _acms(env, "reindex").returncode == 0
+    return env
+
+
+def _watcher(
+    env: dict[str, str], rescan: str, log: Path
+) -> tuple[subprocess.Popen[bytes], IO[bytes]]:
+    """``acms watch`` started, its stderr to ``log``; and that file, to close."""
+    out = log.open("wb")
+    watcher = subprocess.Popen(
+        [sys.executable, "-m", "cleveragents.cli.watch", "--rescan", rescan],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=out,
+    )
+    return watcher, out
+
+
 def test_resources_for_maps_paths_to_every_containing_resource(tmp_path: Path) -> None:
     (tmp_path / "a" / "b").mkdir(parents=True)
     roots = {"A": str(tmp_path / "a"), "B": str(tmp_path / "a" / "b"), "C": str(tmp_path / "c")}
@@ -49,21 +77,9 @@ def test_resources_for_maps_paths_to_every_containing_resource(tmp_path: Path) -
 
 def test_a_saved_file_becomes_searchable_and_new_resources_are_watched(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
-    repo.mkdir()
-    (repo / "a.py").write_text("def first():\n    return 1\n")
-    data = repo / "data"  # inside the watched tree on purpose: its writes must not loop
-    env = {**os.environ, "ACMS_DATA_DIR": str(data)}
-    env.pop("ACMS_PROFILE", None)
-    assert _acms(env, "project", "add", "local/w").returncode == 0
-    assert _acms(env, "resource", "add", str(repo), "--project", "local/w").returncode == 0
-    assert _acms(env, "reindex").returncode == 0
-    log = (tmp_path / "watch.log").open("wb")
-    watcher = subprocess.Popen(
-        [sys.executable, "-m", "cleveragents.cli.watch", "--rescan", "0.5"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=log,
-    )
+    # The data directory inside the watched tree on purpose: its writes must not loop.
+    env = _indexed(repo, repo / "data")
+    watcher, log = _watcher(env, "0.5", tmp_path / "watch.log")
     try:
         time.sleep(1.5)  # let it start watching
         (repo / "b.py").write_text("def zanzibar_marker():\n    return 2\n")
@@ -90,20 +106,8 @@ def test_a_file_name_that_is_not_utf8_neither_stops_the_watch_nor_loses_a_change
     """watchfiles cannot name such a path and drops the batch it was in: the
     watcher catches up on every resource and keeps watching."""
     repo = tmp_path / "repo"
-    repo.mkdir()
-    (repo / "a.py").write_text("def first():\n    return 1\n")
-    env = {**os.environ, "ACMS_DATA_DIR": str(tmp_path / "data")}
-    env.pop("ACMS_PROFILE", None)
-    assert _acms(env, "project", "add", "local/w").returncode == 0
-    assert _acms(env, "resource", "add", str(repo), "--project", "local/w").returncode == 0
-    assert _acms(env, "reindex").returncode == 0
-    log = (tmp_path / "watch.log").open("wb")
-    watcher = subprocess.Popen(
-        [sys.executable, "-m", "cleveragents.cli.watch", "--rescan", "30"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=log,
-    )
+    env = _indexed(repo, tmp_path / "data")
+    watcher, log = _watcher(env, "30", tmp_path / "watch.log")
     try:
         time.sleep(1.5)  # let it start watching
         with open(os.path.join(os.fsencode(repo), b"bad\xffname.py"), "wb") as fh:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,19 @@ def world(tmp_path: Path) -> Iterator[tuple[AcmsOperations, AgentSession, str, P
 
 def lines_of(answer: dict[str, object]) -> list[tuple[int, str]]:
     return [(r["line"], r["text"]) for r in answer["results"]]  # type: ignore[attr-defined]
+
+
+@contextmanager
+def indexed_session(root: Path, data: Path) -> Iterator[AgentSession]:
+    """``root`` indexed alone in project local/r of ``data``; its session."""
+    ops = bootstrap(data, embedding_dimension=16)
+    try:
+        ops.add_project("local/r")
+        ops.add_resource(str(root), "local/r")
+        ops.reindex()
+        yield ops.agent_session(projects=["local/r"])
+    finally:
+        ops._store().close()
 
 
 def test_a_file_that_took_in_a_secret_since_indexing_is_not_served(world) -> None:  # type: ignore[no-untyped-def]
@@ -170,13 +184,7 @@ def test_every_file_the_indexer_takes_can_be_read(tmp_path: Path) -> None:
     body = "".join(f"def generated_{i}(x):\n    return x + {i}\n\n" for i in range(20_000))
     (root / "big.py").write_text(body)
     assert 800_000 < len(body) < DEFAULT_INDEX_FILE_BYTES
-    ops = bootstrap(tmp_path / "data", embedding_dimension=16)
-    try:
-        ops.add_project("local/r")
-        ops.add_resource(str(root), "local/r")
-        ops.reindex()
-        session = ops.agent_session(projects=["local/r"])
-
+    with indexed_session(root, tmp_path / "data") as session:
         answer = session.read("big.py#L59998-L59999")
 
         assert READ_FILE_BYTES >= DEFAULT_INDEX_FILE_BYTES
@@ -185,8 +193,6 @@ def test_every_file_the_indexer_takes_can_be_read(tmp_path: Path) -> None:
             (59999, "    return x + 19999"),
         ]
         assert answer["total_lines"] == 60_000
-    finally:
-        ops._store().close()
 
 
 def test_a_long_query_is_echoed_cut_and_leaves_the_budget_to_the_hits(world) -> None:  # type: ignore[no-untyped-def]
@@ -250,16 +256,9 @@ def test_a_path_of_undecodable_bytes_is_read_a_lone_surrogate_refused(tmp_path: 
     (root / "pkg").mkdir(parents=True)
     name = os.fsdecode(b"pkg/caf\xe9.py")
     (root / name).write_text("def cafe():\n    pass\n")
-    ops = bootstrap(tmp_path / "data", embedding_dimension=16)
-    try:
-        ops.add_project("local/r")
-        ops.add_resource(str(root), "local/r")
-        ops.reindex()
-        session = ops.agent_session(projects=["local/r"])
+    with indexed_session(root, tmp_path / "data") as session:
         assert session.read(name)["total_lines"] == 2
         assert [r["name"] for r in session.symbols(name)["results"]] == ["cafe"]
         assert session.traverse(name, depth=1)["results"]
         with pytest.raises(ValueError, match="is not valid text"):
             session.read(name.replace("\udce9", "\ud800"))
-    finally:
-        ops._store().close()
