@@ -678,13 +678,16 @@ class PlannerPool:
         pool, self._pool = self._pool, None
         if pool is None:
             return
+        processes: list[multiprocessing.process.BaseProcess] = []
         if getattr(pool, "_broken", False):
             # CPython 3.11's executor, once broken, joins the surviving workers
             # without reading their results: one blocked sending a large
             # result into the full pipe never exits, and the shutdown below
             # waits forever (seen once in the test suite).  Their work is
             # abandoned anyway (the batch is retried file by file): end them.
-            for process in list((getattr(pool, "_processes", None) or {}).values()):
+            with contextlib.suppress(Exception):  # the executor's thread changes it too
+                processes = list((getattr(pool, "_processes", None) or {}).values())
+            for process in processes:
                 with contextlib.suppress(Exception):
                     process.kill()
         pool.shutdown(wait=True, cancel_futures=True)
