@@ -29,6 +29,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, str], str
     base = tmp_path_factory.mktemp("clisession")
     (base / "p" / "pkg").mkdir(parents=True)
     (base / "p" / "pkg" / "core.py").write_text(CODE)
+    (base / "p" / "pkg" / "uses.py").write_text("def measure(items):\n    return len(items)\n")
     env = cli_env(base / "data")
     assert acms(env, "project", "add", "local/a").returncode == 0
     rid = acms(env, "resource", "add", str(base / "p"), "--project", "local/a").stdout.strip()
@@ -51,6 +52,31 @@ def test_code_graph_commands(world: tuple[dict[str, str], str]) -> None:
         acms(env, "--json", "callees", "AardvarkEngine.run", "--project", "local/a").stdout
     )
     assert [c["name"] for c in callees["results"]] == ["aardvark_helper"]
+
+
+def test_an_empty_code_graph_answer_says_whether_the_name_is_defined(
+    world: tuple[dict[str, str], str],
+) -> None:
+    # "no results" alone read the same for a typo and for a function nobody calls.
+    env, _ = world
+    typo = acms(env, "callers", "aardvrak_helper", "--project", "local/a")
+    assert (typo.returncode, typo.stdout.strip()) == (
+        0,
+        "no results: nothing in scope defines this name or calls it",
+    )
+    uncalled = acms(env, "callers", "AardvarkEngine.run", "--project", "local/a")
+    assert uncalled.stdout.strip() == "no results"
+    library = acms(env, "callers", "len", "--project", "local/a")
+    assert library.stdout.splitlines() == [
+        "pkg/uses.py:2  measure",
+        "(nothing in scope defines this name: a library or built-in one)",
+    ]
+    assert (
+        json.loads(acms(env, "--json", "callers", "len", "--project", "local/a").stdout)["defined"]
+        == 0
+    )
+    none = acms(env, "callees", "aardvrak_helper", "--project", "local/a")
+    assert none.stdout.strip() == "no results: nothing in scope defines this name"
 
 
 @pytest.mark.parametrize("command", ["callers", "callees"])
@@ -115,7 +141,11 @@ def test_a_path_of_two_resources_names_each_lines_resource(tmp_path) -> None:  #
         f"        1-3  class        class Other  [{second}]",
         f"        2-3  method       def run(self)  [{second}]",
     ]
-    assert callers == [f"m.py:2  main  [{first}]", f"m.py:3  Other.run  [{second}]"]
+    assert callers == [
+        f"m.py:2  main  [{first}]",
+        f"m.py:3  Other.run  [{second}]",
+        "(nothing in scope defines this name: a library or built-in one)",  # helper
+    ]
     assert alone == ["        1-2  function     def main()"]  # one resource: as before
 
 

@@ -248,6 +248,25 @@ def test_an_unknown_start_is_an_error_and_a_symbol_without_callers_is_not(world)
     assert session.triples(file_uri(rid, "pkg/core.py"))["results"]
 
 
+def test_callers_and_callees_count_the_definitions_so_a_typo_is_not_an_uncalled_name(world) -> None:  # type: ignore[no-untyped-def]
+    wide, narrow, rid = world[0], world[1], world[2]
+    # Empty either way; only ``defined`` tells a typo from a name never called.
+    assert (narrow.callers("Nope")["results"], narrow.callers("Nope")["defined"]) == ([], 0)
+    assert (narrow.callers("use_long")["results"], narrow.callers("use_long")["defined"]) == ([], 1)
+    assert narrow.callees("Nope") | {"results": []} == narrow.callees("Nope")
+    assert narrow.callees("Nope")["defined"] == 0
+    assert narrow.callees("Loader.run")["defined"] == 1
+    assert narrow.callers(file_uri(rid, "pkg/core.py") + "#sym=helper")["defined"] == 1
+    # A definition outside the scope is not counted: the narrow session sees
+    # neither it nor its caller, the wide one both.
+    assert (
+        narrow.callers("elsewhere_only")["defined"],
+        narrow.callers("elsewhere_only")["results"],
+    ) == (0, [])
+    assert wide.callers("elsewhere_only")["defined"] == 1
+    assert [r["caller"] for r in wide.callers("elsewhere_only")["results"]] == ["x"]
+
+
 def test_a_node_of_a_resource_outside_the_scope_is_refused_whether_it_exists_or_not(world) -> None:  # type: ignore[no-untyped-def]
     narrow, oid = world[1], world[3]
     for name in ("elsewhere_only", "Nope"):

@@ -963,6 +963,13 @@ def _session_text(answer: dict[str, Any]) -> str:
             lines[-1] += f"  [{resource_id_of(r['uri'])}]"
     if answer.get("truncated"):
         lines.append(f"… {answer['truncated']['more']} more (raise --budget)")
+    if answer.get("defined") == 0:  # callers, callees: say why it is empty
+        lines.append(
+            "(nothing in scope defines this name: a library or built-in one)"
+            if lines
+            else "no results: nothing in scope defines this name"
+            + ("" if tool == "callees" else " or calls it")
+        )
     return "\n".join(lines) if lines else "no results"
 
 

@@ -398,7 +398,8 @@ def tool_functions(session: AgentSession) -> dict[str, Callable[..., dict[str, A
         projects: Projects = None,
         resources: Resources = None,
     ) -> dict[str, Any]:
-        """Who calls a function (a name, a qualified name or a symbol URI), with lines."""
+        """Who calls a function (a name, a qualified name or a symbol URI), with lines;
+        ``defined`` counts its definitions in scope (0: a typo or a library name)."""
         return session.callers(target, budget=budget, projects=projects, resources=resources)
 
     def callees(
@@ -413,7 +414,8 @@ def tool_functions(session: AgentSession) -> dict[str, Callable[..., dict[str, A
         projects: Projects = None,
         resources: Resources = None,
     ) -> dict[str, Any]:
-        """What a function calls, each name with its definitions in scope."""
+        """What a function calls, each name with its definitions in scope; ``defined``
+        counts the function's own definitions in scope (0: no such name)."""
         return session.callees(source, budget=budget, projects=projects, resources=resources)
 
     def status(budget: Budget = DEFAULT_BUDGET) -> dict[str, Any]:

@@ -785,7 +785,10 @@ class AgentSession:
         """Who calls ``target`` (a bare or qualified name, or a symbol URI):
         each calling symbol (or file, for module-level calls) with the lines
         of its calls.  Calls are resolved by name within the scope, so a call
-        of another function of the same name counts too (best effort)."""
+        of another function of the same name counts too (best effort).
+        ``defined`` counts the target's definitions in scope: 0 with calls is
+        a library or built-in name; 0 without, a name nothing in scope
+        defines or calls (a typo, or a file indexed without its symbols)."""
         chars = check_budget(budget)
         view = self._view(projects, resources)
         bare, targets = self._targets(view, target)
@@ -798,7 +801,10 @@ class AgentSession:
                 found.setdefault(caller, self._call_row(view, caller, bare))
 
         items = sorted(found.values(), key=lambda r: (r["path"], r["lines"][:1], r["uri"]))
-        return fit({"tool": "callers", **_echo(target, "target")}, items, chars)
+        # ``defined``: the in-scope definitions the target stands for, so an
+        # empty answer tells "defined, never called" from "no such name".
+        defined = len(targets - {name_uri(bare)})
+        return fit({"tool": "callers", **_echo(target, "target"), "defined": defined}, items, chars)
 
     def callees(
         self,
@@ -809,7 +815,9 @@ class AgentSession:
         resources: Sequence[str] | None = None,
     ) -> dict[str, Any]:
         """What ``source`` (a name or a symbol URI) calls: each called name
-        with the definitions of it in scope (none for library calls)."""
+        with the definitions of it in scope (none for library calls).
+        ``defined`` counts the definitions of ``source`` whose calls these
+        are: 0 is a name nothing in scope defines."""
         chars = check_budget(budget)
         view = self._view(projects, resources)
         _, sources = self._targets(view, source, definitions_only=True)
@@ -829,7 +837,8 @@ class AgentSession:
                     name, defs = callee.rsplit("sym=", 1)[-1], [callee]
                 items.append({"from": sym, "name": name, "definitions": defs[:20]})
         items.sort(key=lambda r: (r["from"], r["name"]))
-        return fit({"tool": "callees", **_echo(source, "source")}, items, chars)
+        envelope = {"tool": "callees", **_echo(source, "source"), "defined": len(sources)}
+        return fit(envelope, items, chars)
 
     def _targets(
         self, view: ScopedView, target: str, *, definitions_only: bool = False
