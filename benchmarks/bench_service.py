@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -25,20 +23,9 @@ import time
 from pathlib import Path
 
 import httpx
+from service_harness import free_port, indexed, wait_serving
 
 from cleveragents.acms import open_data_dir
-
-
-def _acms(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "cleveragents.acms", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-        check=True,
-    )
-    return done.stdout.strip()
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -57,14 +44,8 @@ def main() -> int:
         stdlib = Path(sysconfig.get_paths()["stdlib"])
         for pkg in ("json", "email"):
             shutil.copytree(stdlib / pkg, src / pkg, ignore=shutil.ignore_patterns("__pycache__"))
-        env = {**os.environ, "ACMS_DATA_DIR": str(tmp / "data")}
-        env.pop("ACMS_PROFILE", None)
-        _acms(env, "project", "add", "local/b")
-        _acms(env, "resource", "add", str(src), "--project", "local/b")
-        _acms(env, "reindex")
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        env = indexed(tmp / "data", src, "local/b")
+        port = free_port()
         server = subprocess.Popen(
             [
                 sys.executable,
@@ -84,12 +65,7 @@ def main() -> int:
             session = open_data_dir(tmp / "data", projects=["local/b"])
             url = f"http://127.0.0.1:{port}/api"
             with httpx.Client(timeout=30) as http:
-                for _ in range(600):
-                    try:
-                        http.post(f"{url}/status")
-                        break
-                    except httpx.HTTPError:
-                        time.sleep(0.1)
+                wait_serving(http, url)
                 for tool, call, body in (
                     (
                         "search_text",
