@@ -275,3 +275,77 @@ def test_stopping_the_http_server_mid_query_is_prompt_and_leaves_no_worker(
             assert answers and answers[0].status_code == 503, answers
     finally:
         server.stop()  # closes its pipes, whether it still runs or not
+
+
+def _mcp_post(
+    client: httpx.Client, url: str, message: dict[str, Any], session: str | None = None
+) -> httpx.Response:
+    headers = {"Accept": "application/json, text/event-stream"}
+    if session is not None:
+        headers["Mcp-Session-Id"] = session
+    return client.post(url, json=message, headers=headers)
+
+
+def test_a_call_cancelled_over_streamable_http_stops_its_worker(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """The stdio test above, through ``/mcp``: the cancel arrives as its own
+    POST while the call's response stream is still open."""
+    server = HttpServer(env, tmp_path / "stderr", "--project", "local/big")
+    url = f"{server.base}/mcp"
+    try:
+        _warm(server)
+        with httpx.Client(timeout=60) as client:
+            init = _mcp_post(
+                client,
+                url,
+                {
+                    "jsonrpc": "2.0",
+                    "id": 0,
+                    "method": "initialize",
+                    "params": {
+                        "protocolVersion": LATEST_PROTOCOL_VERSION,
+                        "capabilities": {},
+                        "clientInfo": {"name": "test", "version": "0"},
+                    },
+                },
+            )
+            assert init.status_code == 200, init.text
+            session = init.headers["mcp-session-id"]
+            notice = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+            assert _mcp_post(client, url, notice, session).status_code == 202
+            answers: list[httpx.Response] = []
+            call = {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "tools/call",
+                "params": {"name": "sparql", "arguments": {"query": ENDLESS}},
+            }
+            streaming = httpx.Client(timeout=60)
+            running = threading.Thread(
+                target=lambda: answers.append(_mcp_post(streaming, url, call, session))
+            )
+            running.start()
+            worker = _worker_of(server.proc.pid)
+            cancel = {
+                "jsonrpc": "2.0",
+                "method": "notifications/cancelled",
+                "params": {"requestId": 1, "reason": "the agent moved on"},
+            }
+            assert _mcp_post(client, url, cancel, session).status_code == 202
+            assert _gone(worker), "the cancelled call's worker still runs"
+            status = {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "tools/call",
+                "params": {"name": "status", "arguments": {}},
+            }
+            answer = _mcp_post(client, url, status, session)
+            assert answer.status_code == 200 and "local/big" in answer.text, answer.text
+            running.join(10)
+            streaming.close()
+            # The cancelled call's stream ends with the SDK's "Request cancelled".
+            assert answers and '"code":-32800' in answers[0].text, answers
+        assert server.proc.poll() is None
+    finally:
+        server.stop()
