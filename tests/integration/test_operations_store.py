@@ -164,9 +164,9 @@ def index_once(data: Path, tree: Path, project: str) -> str:
 
 
 @contextmanager
-def reopened(data: Path) -> Iterator[AcmsOperations]:
+def reopened(data: Path, dimension: int = 16) -> Iterator[AcmsOperations]:
     """``data`` opened afresh (as a new process would), closed on leaving."""
-    ops = bootstrap(data, embedding_dimension=16)
+    ops = bootstrap(data, embedding_dimension=dimension)
     try:
         yield ops
     finally:
@@ -444,3 +444,46 @@ def test_a_new_data_dir_and_a_resource_of_binary_files_answer_empty_not_lost(
         assert ops.status()["resources"][0]["files"] == 0
         assert ops.view(ops.scope(["local/b"], [])).search("anything") == []
         assert ops.verify() == []
+
+
+@pytest.mark.parametrize("repair", ["rebuild", "restore"])
+@pytest.mark.parametrize("lost", ["text", "vectors", "graph", "dimension"])
+def test_a_resource_is_removed_while_an_index_only_a_rebuild_repairs_is_lost(
+    tmp_path: Path, tree: Path, lost: str, repair: str
+) -> None:
+    """A live index lost (or a vector index of another dimension) while
+    another resource's files are indexed: the removal used to fail part way,
+    the resource still registered with its catalog rows gone and its dirty
+    marker left (a restored index then showed it with ``files=0`` and made
+    the next reindex read it all again); with its directory gone too, the
+    rebuild named the removal and the removal named the rebuild."""
+    data = tmp_path / "data"
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "wombat.py").write_text("def wombat_function():\n    return 2\n")
+    gone = index_once(data, tree, "local/l")
+    index_once(data, other, "local/k")
+    dimension = 8 if lost == "dimension" else 16
+    if lost != "dimension":
+        (data / lost).rename(data / (lost + ".away"))
+    shutil.rmtree(tree)
+    with reopened(data, dimension) as ops:
+        ops.remove_resource(gone)
+        assert [r.resource_id for r in ops.list_resources()] == list(
+            ops.project("local/k").resource_ids
+        )
+        assert ops._store().catalog.get_meta(f"dirty:{gone}") is None
+        with pytest.raises(IndexUnavailableError, match="--rebuild"):
+            ops.status()  # the other resource's files still need the lost index
+        if repair == "rebuild":
+            ops.rebuild()  # no longer refused for the directory that is gone
+    if repair == "restore":
+        dimension = 16
+        if lost != "dimension":
+            (data / (lost + ".away")).rename(data / lost)
+    with reopened(data, dimension) as ops:
+        # Restored, the index still holds the resource's units: pruned.
+        assert ops.reindex().pruned == ([gone] if repair == "restore" else [])
+        assert ops.verify() == []
+        assert [row["files"] for row in ops.status()["resources"]] == [1]
+        assert ops.view(ops.scope(["local/k"], [])).search("wombat_function")

@@ -62,7 +62,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from cleveragents._logging import get_logger
 from cleveragents._malloc import keep_large_blocks_mapped, release_memory
@@ -111,6 +111,8 @@ __all__ = [
 ]
 
 INDEX_NAMES = ("text", "vectors", "graph", "catalog")
+# The indexes that hold a resource's units (the catalog records them).
+_UNIT_INDEXES = ("text", "vectors", "graph")
 # Catalog meta key: "1" once a session of this store's local indexes wrote.
 _LOCAL_META = "local_indexes"
 
@@ -525,19 +527,36 @@ class ManagedIndexStore:
         after this check came in); the remote profile's has rows and no
         local index.
         """
-        root = self.data_dir
-        if not self._live or root is None or name == "catalog":
-            return
-        live = root / name
-        if live.exists() or live.is_symlink() or not (root / "catalog").exists():
-            return
-        catalog = self.catalog
-        if catalog.get_meta(_LOCAL_META) == "1" and catalog.resource_ids():
+        if self._lost(name):
             label = {"vectors": "vector"}.get(name, name)
             raise IndexUnavailableError(
-                f"the {label} index {live} is missing while the catalog lists indexed files: "
-                "`acms reindex --rebuild` builds every index again from the files"
+                f"the {label} index {self._root() / name} is missing while the catalog "
+                "lists indexed files: `acms reindex --rebuild` builds every index again "
+                "from the files"
             )
+
+    def _lost(self, name: str) -> bool:
+        """Whether the live index ``name`` is gone while the catalog lists
+        indexed files (see :meth:`_refuse_lost`)."""
+        root = self.data_dir
+        if not self._live or root is None or name == "catalog":
+            return False
+        live = root / name
+        if live.exists() or live.is_symlink() or not (root / "catalog").exists():
+            return False
+        catalog = self.catalog
+        return catalog.get_meta(_LOCAL_META) == "1" and bool(catalog.resource_ids())
+
+    def _rebuild_only(self, name: str) -> bool:
+        """Whether the live index ``name`` is one only a rebuild repairs: lost
+        (see :meth:`_refuse_lost`), or a vector index of another dimension."""
+        if self._lost(name):
+            return True
+        try:
+            self._get(name)
+        except DimensionChangedError:
+            return True
+        return False
 
     def check_present(self) -> None:
         """Raise :class:`IndexUnavailableError` if a live index is missing
@@ -623,18 +642,29 @@ class ManagedIndexStore:
         The catalog rows go first, under the dirty marker: a crash part way
         leaves units no row names, which the resource's next session sweeps
         (or the next prune deletes), never rows naming units that are gone.
+
+        An index only a rebuild repairs (lost, or of another dimension) is
+        left as it is, checked before anything is written: the rebuild makes
+        it without this resource, and one restored instead still holds the
+        resource's units, which the next prune deletes.  Refused part way,
+        the removal left the resource registered with its rows gone and its
+        marker set; and a rebuild refuses while a resource whose directory is
+        gone is registered, so removing it must not need the rebuild.
         """
         rid = canonical_ulid(resource_id)
         catalog = self.catalog
+        skipped = [name for name in _UNIT_INDEXES if self._rebuild_only(name)]
+        if skipped:
+            _log.warning(
+                "index_store.resource_delete_left_to_rebuild", resource_id=rid, indexes=skipped
+            )
         catalog.set_meta(_dirty_key(rid), "delete")
         catalog.remove(rid)
         checkpoint("resource.delete")
-        self.text.delete(rid)
-        checkpoint("resource.delete")
-        self.vector.delete(rid)
-        checkpoint("resource.delete")
-        self.graph.delete(rid)
-        checkpoint("resource.delete")
+        for name in _UNIT_INDEXES:
+            if name not in skipped:
+                cast("TextIndex | VectorIndex | GraphIndex", self._get(name)).delete(rid)
+            checkpoint("resource.delete")
         for key in (_identity_key(rid), _stamp_key(rid), _dirty_key(rid)):
             catalog.delete_meta(key)
         if self.planning_dir is not None:
