@@ -3,7 +3,10 @@ Tantivy / FAISS / rdflib indexes on disk, incrementally."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
+import stat
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
@@ -184,6 +187,31 @@ def test_symlinks_are_counted_as_skipped_and_never_followed(
     assert again.skipped.get("symlink") == 4
 
 
+@pytest.mark.parametrize("kind", ["git-checkout", "directory"])
+def test_binary_extensions_and_special_files_are_counted_as_skipped(
+    repo: Path, container: Any, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Left out at listing with only a debug log, as symlinks were: the
+    summary's ``skipped`` left out a binary by its extension, and a FIFO, a
+    socket or a device file of a walked resource (git lists none of them)."""
+    monkeypatch.chdir(repo)  # a relative bind keeps under the 108-byte sun_path limit
+    specials = ["fifo", "app.sock"]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.bind("app.sock")
+        with contextlib.suppress(PermissionError):  # a device needs CAP_MKNOD
+            os.mknod(repo / "null", stat.S_IFCHR | 0o600, os.makedev(1, 3))
+            specials.append("null")
+        stats = container.indexer().index_resource(RID, repo, kind)
+        again = container.indexer().index_resource(RID, repo, kind)  # every run counts them
+    walked = len(specials) if kind == "directory" else 0
+    # image.png by its extension; nul.txt by its content, when it is read.
+    assert stats.skipped.get("binary") == 2, stats.skipped
+    assert again.skipped.get("binary") == 1, again.skipped
+    assert stats.skipped.get("not_regular", 0) == walked == again.skipped.get("not_regular", 0)
+    assert again.files_skipped == sum(again.skipped.values())
+    assert not {"image.png", *specials} & indexed_paths(container, RID)
+
+
 def test_rerun_reads_nothing_and_touching_one_file_reindexes_only_it(
     repo: Path, container: Any
 ) -> None:
@@ -197,10 +225,10 @@ def test_rerun_reads_nothing_and_touching_one_file_reindexes_only_it(
         0,
         0,
     )
-    # Symlinks are skipped at listing, so never seen.
-    assert again.files_unchanged == (
-        again.files_seen - again.files_skipped + again.skipped.get("symlink", 0)
-    )
+    # Symlinks and binaries by their extension are skipped at listing, so never seen.
+    at_listing = len(list_resource(repo, "git-checkout").left_out)
+    assert at_listing == 3  # passwd_link, loop, image.png
+    assert again.files_unchanged == again.files_seen - again.files_skipped + at_listing
 
     # mtime only: read, hash equal, no index write.
     os.utime(repo / "README.md", ns=(1, 1))

@@ -235,7 +235,8 @@ def test_a_file_that_kills_its_worker_is_indexed_without_its_parser_and_quaranti
     monkeypatch.setenv(FAULT_ENV_VAR, "crash:pkg/bad.py")  # a parser crash, in any process
     with capture_logs() as logs:
         stats = run(ix, tree, 2, full=True)  # every file through the workers
-    assert stats.files_skipped == 0 and stats.files_indexed == stats.files_seen, stats
+    # blob.bin alone is skipped (by its extension, at listing: never seen).
+    assert stats.skipped == {"binary": 1} and stats.files_indexed == stats.files_seen, stats
     crashed = [e for e in logs if e["event"] == "indexer.planner_crashed"]
     assert [e["path"] for e in crashed] == ["pkg/bad.py"]
     store = ix.store
@@ -536,7 +537,7 @@ def test_a_suspect_no_worker_can_settle_is_indexed_without_the_parser_and_kept(
     alone = Indexer(ix.store, HashingEmbedder(DIM), code_parser=TreeSitterCodeParser())
     with capture_logs() as logs:
         stats = run(alone, tree, 1)
-    assert stats.files_skipped == 0 and stats.files_indexed == 1, stats
+    assert stats.skipped == {"binary": 1} and stats.files_indexed == 1, stats  # blob.bin
     assert [e["path"] for e in logs if e["event"] == "indexer.suspect_unsettled"] == ["pkg/core.py"]
     assert alone.store.text.search("suspected", scope=frozenset({RID}))
     assert (planning / f"{RID}.suspect").exists()

@@ -219,8 +219,8 @@ def _hydrate_resource(
             )
             for _ in listing.secret_skipped:
                 session.stats.skip("secret")
-            for _ in listing.symlinks:
-                session.stats.skip("symlink")
+            for _path, reason in listing.left_out:
+                session.stats.skip(reason)
         stored = 0
         total_bytes = 0
         for f in listed:  # binary extensions and skip directories never get listed

@@ -319,7 +319,9 @@ class Indexer:
         ``progress(done, total)`` is called after each file;
         ``reembed_progress`` as for :meth:`session`.  Files the
         ``secrets`` deny-list leaves out count as ``skipped["secret"]``,
-        symbolic links (never followed) as ``skipped["symlink"]``;
+        symbolic links (never followed) as ``skipped["symlink"]``, binaries
+        by their extension as ``skipped["binary"]`` and FIFOs, sockets and
+        devices as ``skipped["not_regular"]``;
         directories in ``exclude`` (the data directory) are never listed.
 
         Raises:
@@ -344,8 +346,8 @@ class Indexer:
         ):
             for _ in listing.secret_skipped:
                 session.stats.skip("secret")
-            for _ in listing.symlinks:  # never followed, but not unsaid
-                session.stats.skip("symlink")
+            for _path, reason in listing.left_out:  # never read, but not unsaid
+                session.stats.skip(reason)
             session.visit_all(listed, progress)
         return session.stats
 

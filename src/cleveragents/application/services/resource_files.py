@@ -169,13 +169,15 @@ class Listing:
         files: The regular files to consider, sorted by path.
         secret_skipped: ``(path, rule pattern)`` of each file the secret
             deny-list left out, sorted by path; none of them was looked at.
-        symlinks: The paths of the symbolic links left out (never
-            followed), sorted: a reindex counts them as skipped.
+        left_out: ``(path, reason)`` of each other file left out by what it
+            is, sorted: ``"symlink"`` (never followed), ``"binary"`` (by its
+            extension, never looked at) or ``"not_regular"`` (a FIFO, socket
+            or device); a reindex counts them as skipped.
     """
 
     files: tuple[ListedFile, ...]
     secret_skipped: tuple[tuple[str, str], ...] = ()
-    symlinks: tuple[str, ...] = ()
+    left_out: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,7 +328,7 @@ def _listed(
     candidates: Iterable[str],
     secrets: SecretFilter,
     secret_skipped: list[tuple[str, str]],
-    symlinks: list[str] | None = None,
+    left_out: list[tuple[str, str]] | None = None,
 ) -> Generator[ListedFile, None, None]:
     """``lstat`` each candidate through an ``O_NOFOLLOW`` chain of directory descriptors.
 
@@ -337,7 +339,8 @@ def _listed(
     never following a link.  A directory component that is a symlink (or
     not a directory) cannot be opened, so nothing under it is listed.  A path
     the secret filter denies is appended to ``secret_skipped`` before
-    anything of it is looked at; a symlink to ``symlinks``.
+    anything of it is looked at; a symlink, a binary by its extension or a
+    file that is not a regular one to ``left_out``, with its reason.
     """
     paths = sorted(set(candidates))
     if not paths:
@@ -365,7 +368,7 @@ def _listed(
             if name in ("", ".", "..") or "\0" in name or rel_path.startswith("/"):
                 _skip(rel_path, "outside_root")
                 continue
-            if _excluded(rel_path, name, rule_for, secret_skipped):
+            if _excluded(rel_path, name, rule_for, secret_skipped, left_out):
                 continue
             if dir_fd is None:
                 _skip(rel_path, dir_reason)
@@ -373,7 +376,7 @@ def _listed(
             found = _regular_file(
                 rel_path,
                 functools.partial(lstat, name, dir_fd=dir_fd, follow_symlinks=False),
-                symlinks,
+                left_out,
             )
             if found is not None:
                 yield found
@@ -390,12 +393,16 @@ def _excluded(
     name: str,
     rule_for: Callable[[str], SecretRule | None],
     secret_skipped: list[tuple[str, str]],
+    left_out: list[tuple[str, str]] | None = None,
 ) -> bool:
     """Whether a listed file is left out: a binary by its extension (skip
-    logged), or a path the secret filter denies (recorded in ``secret_skipped``)."""
+    logged, and recorded in ``left_out``), or a path the secret filter
+    denies (recorded in ``secret_skipped``)."""
     dot = name.rfind(".")
     if dot >= 0 and name[dot:].lower() in BINARY_EXTENSIONS:
         _skip(rel_path, "binary")
+        if left_out is not None:
+            left_out.append((rel_path, "binary"))
         return True
     secret = rule_for(rel_path)
     if secret is None:
@@ -412,11 +419,14 @@ def _excluded(
 
 
 def _regular_file(
-    rel_path: str, stat_of: Callable[[], os.stat_result], symlinks: list[str] | None = None
+    rel_path: str,
+    stat_of: Callable[[], os.stat_result],
+    left_out: list[tuple[str, str]] | None = None,
 ) -> ListedFile | None:
     """``rel_path`` as listed when ``stat_of()`` (which never follows a link)
     shows a regular file; else None, the skip logged (vanished, unreadable,
-    a symlink, then appended to ``symlinks``, or not a regular file)."""
+    a symlink or not a regular file, these two then appended to ``left_out``
+    with their reason: the ``lstat`` already says what the file is)."""
     try:
         st = stat_of()
     except FileNotFoundError:
@@ -428,12 +438,10 @@ def _regular_file(
         return None
     mode = st.st_mode
     if not stat.S_ISREG(mode):
-        if stat.S_ISLNK(mode):
-            _skip(rel_path, "symlink")
-            if symlinks is not None:
-                symlinks.append(rel_path)
-        else:
-            _skip(rel_path, "not_regular")
+        reason = "symlink" if stat.S_ISLNK(mode) else "not_regular"
+        _skip(rel_path, reason)
+        if left_out is not None:
+            left_out.append((rel_path, reason))
         return None
     return ListedFile(rel_path, st.st_size, st.st_mtime_ns)
 
@@ -444,7 +452,7 @@ def _scan_directory(
     secrets: SecretFilter,
     files: list[ListedFile],
     secret_skipped: list[tuple[str, str]],
-    symlinks: list[str] | None = None,
+    left_out: list[tuple[str, str]] | None = None,
 ) -> list[str]:
     """List the files of one open directory into ``files``; return its
     subdirectories' names (``SKIP_DIRS`` left out) for the caller to enter.
@@ -474,7 +482,7 @@ def _scan_directory(
                 # anything else takes the functions, which log the skip.
                 dot = name.rfind(".")
                 if (dot >= 0 and name[dot:].lower() in binary) or rule_for(rel_path) is not None:
-                    _excluded(rel_path, name, rule_for, secret_skipped)
+                    _excluded(rel_path, name, rule_for, secret_skipped, left_out)
                     continue
                 try:
                     st = entry.stat(follow_symlinks=False)
@@ -484,7 +492,7 @@ def _scan_directory(
                     add(ListedFile(rel_path, st.st_size, st.st_mtime_ns))
                     continue
                 found = _regular_file(
-                    rel_path, functools.partial(entry.stat, follow_symlinks=False), symlinks
+                    rel_path, functools.partial(entry.stat, follow_symlinks=False), left_out
                 )
                 if found is not None:
                     add(found)
@@ -498,12 +506,12 @@ def _walk_listed(
     secrets: SecretFilter,
     secret_skipped: list[tuple[str, str]],
     exclude: frozenset[str] = frozenset(),
-    symlinks: list[str] | None = None,
+    left_out: list[tuple[str, str]] | None = None,
 ) -> list[ListedFile]:
     """The listing of a walked (non-git) resource, sorted by path, in one pass
     (see :func:`_walk_batches`)."""
     files: list[ListedFile] = []
-    for batch in _walk_batches(root, secrets, secret_skipped, exclude, symlinks):
+    for batch in _walk_batches(root, secrets, secret_skipped, exclude, left_out):
         files += batch
     files.sort()  # by path: the first field, unique
     secret_skipped.sort()
@@ -515,7 +523,7 @@ def _walk_batches(
     secrets: SecretFilter,
     secret_skipped: list[tuple[str, str]],
     exclude: frozenset[str] = frozenset(),
-    symlinks: list[str] | None = None,
+    left_out: list[tuple[str, str]] | None = None,
 ) -> Generator[list[ListedFile], None, None]:
     """The files of a walked (non-git) resource, one directory's at a time,
     unsorted; a caller that stops early does not walk the rest.
@@ -538,7 +546,7 @@ def _walk_batches(
     stack: list[tuple[int, str, Iterator[str]]] = [(root_fd, "", iter(()))]
     try:
         files: list[ListedFile] = []
-        names = _scan_directory(root_fd, "", secrets, files, secret_skipped, symlinks)
+        names = _scan_directory(root_fd, "", secrets, files, secret_skipped, left_out)
         stack[-1] = (root_fd, "", iter(names))
         yield files
         while stack:
@@ -560,7 +568,7 @@ def _walk_batches(
                 continue
             stack.append((sub, path + "/", iter(())))
             files = []
-            names = _scan_directory(sub, path + "/", secrets, files, secret_skipped, symlinks)
+            names = _scan_directory(sub, path + "/", secrets, files, secret_skipped, left_out)
             stack[-1] = (sub, path + "/", iter(names))
             yield files
     finally:
@@ -634,15 +642,15 @@ def list_resource(
     root_str = os.fspath(root)
     inside = excluded_below(root_str, exclude)
     secret_skipped: list[tuple[str, str]] = []
-    symlinks: list[str] = []
+    left_out: list[tuple[str, str]] = []
     if resource_type in _GIT_TYPES:
         candidates: Iterable[str] = _git_paths(root_str)
         if inside:
             candidates = [p for p in candidates if not _under_any(p, inside)]
-        files = tuple(_listed(root_str, candidates, secrets, secret_skipped, symlinks))
+        files = tuple(_listed(root_str, candidates, secrets, secret_skipped, left_out))
     else:
-        files = tuple(_walk_listed(root_str, secrets, secret_skipped, inside, symlinks))
-    return Listing(files, tuple(secret_skipped), tuple(sorted(symlinks)))
+        files = tuple(_walk_listed(root_str, secrets, secret_skipped, inside, left_out))
+    return Listing(files, tuple(secret_skipped), tuple(sorted(left_out)))
 
 
 def excluded_below(
