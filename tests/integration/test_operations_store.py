@@ -192,6 +192,22 @@ def test_status_counts_each_index_without_loading_a_graph(
         assert row["files"] == 2
 
 
+def test_status_counts_the_files_a_reindex_indexed_empty_ones_too(
+    ops: AcmsOperations, tree: Path
+) -> None:
+    """``files`` counted only the files with units: an empty file (an
+    ``__init__.py``) is indexed, its file node in the graph, with none, and
+    was left out; a binary one is skipped and recorded without a node."""
+    (tree / "pkg" / "__init__.py").write_text("")
+    (tree / "blob.txt").write_bytes(b"a\0b")
+    ops.add_project("local/a")
+    ops.add_resource(str(tree), "local/a")
+    report = ops.reindex()
+    assert report.total.skipped == {"binary": 1}
+    (row,) = ops.status()["resources"]
+    assert row["files"] == report.total.files_indexed == 2
+
+
 def test_session_read_asks_the_catalog_and_loads_no_graph(
     ops: AcmsOperations, tree: Path, tmp_path: Path
 ) -> None:

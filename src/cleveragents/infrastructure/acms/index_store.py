@@ -755,9 +755,13 @@ class ManagedIndexStore:
         self.check_present()
 
     def counts(self, resource_id: str) -> dict[str, int]:
-        """Of one resource: its files with units and its graph's file subjects
+        """Of one resource: its indexed files and its graph's file subjects
         as the catalog records them, the units each index holds, and its
         files indexed without tree-sitter because their content crashed it.
+
+        A file is indexed when its row names units or subjects (the reindex
+        summary's ``indexed``): an empty file has no unit but its file node,
+        a binary one is recorded with neither (the summary skips it).
 
         It costs the resource's metadata, not its data: an index that can
         (:class:`CountedUnits`) counts from its own commit records, and the
@@ -767,7 +771,7 @@ class ManagedIndexStore:
         rid = canonical_ulid(resource_id)
         records = self.catalog.records(rid)
         return {
-            "files": sum(1 for rec in records.values() if rec.unit_uris),
+            "files": sum(1 for rec in records.values() if rec.unit_uris or rec.graph_subjects),
             "text_units": _unit_count(self.text, rid),
             "vector_units": _unit_count(self.vector, rid),
             # Each file's subjects are URIs under the file (the planner's rule).

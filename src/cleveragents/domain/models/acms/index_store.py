@@ -336,7 +336,8 @@ class MaintainedStore(IndexStore, Protocol):
         ...
 
     def counts(self, resource_id: str) -> dict[str, int]:
-        """Files and units per index of one resource."""
+        """Indexed files (binary ones, recorded without units or subjects,
+        left out) and units per index of one resource."""
         ...
 
     def check_reachable(self) -> None:
