@@ -20,6 +20,10 @@ CODE = (
 )
 
 
+# A line past the 200 characters a hit's line shows.
+WIDE = "SCALES = [" + ", ".join(f"'pangolin_scale_{i}'" for i in range(30)) + "]\n"
+
+
 def acms(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return run_acms(env, *args)
 
@@ -30,6 +34,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, str], str
     (base / "p" / "pkg").mkdir(parents=True)
     (base / "p" / "pkg" / "core.py").write_text(CODE)
     (base / "p" / "pkg" / "uses.py").write_text("def measure(items):\n    return len(items)\n")
+    (base / "p" / "pkg" / "wide.py").write_text(WIDE)
     env = cli_env(base / "data")
     assert acms(env, "project", "add", "local/a").returncode == 0
     rid = acms(env, "resource", "add", str(base / "p"), "--project", "local/a").stdout.strip()
@@ -115,6 +120,22 @@ def test_search_shows_the_matching_lines(world: tuple[dict[str, str], str]) -> N
     env, _ = world
     out = acms(env, "search", "text", "aardvark_helper", "--project", "local/a").stdout
     assert "       5          return aardvark_helper()" in out
+
+
+@pytest.mark.parametrize("command", [("search", "hybrid"), ("context",)])
+def test_a_cut_line_says_how_much_was_left_out_as_the_json_does(
+    world: tuple[dict[str, str], str], command: tuple[str, ...]
+) -> None:
+    """A hit's line past 200 characters (or cut to fit the budget) carries
+    ``cut`` in the JSON; the human output showed it as if it ended there."""
+    env, _ = world
+    args = (*command, "pangolin_scale_3", "--project", "local/a")
+    answer = json.loads(acms(env, "--json", *args).stdout)
+    (hit,) = [r for r in answer["results"] if r["path"] == "pkg/wide.py"]
+    (line,) = hit["lines"]
+    assert line["cut"] == len(WIDE) - 1 - 200
+    shown = acms(env, *args).stdout.splitlines()
+    assert f"       1  {line['text']}… {line['cut']} more characters" in shown
 
 
 def test_a_path_of_two_resources_names_each_lines_resource(tmp_path) -> None:  # type: ignore[no-untyped-def]

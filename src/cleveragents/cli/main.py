@@ -737,7 +737,7 @@ def _hits(results: Sequence[TextResult | VectorResult], query: str = "") -> str:
             start = 1
         shown = matching_lines(r.content, start, terms, max_lines=4) if terms else []
         if shown:
-            out += [f"  {n['line']:>6}  {printable(n['text'])}" for n in shown]
+            out += [f"  {n['line']:>6}  {printable(n['text'])}{_cut_mark(n)}" for n in shown]
         else:
             out.append(f"         {_snippet(r.content)}")
     return "\n".join(out)
@@ -945,9 +945,12 @@ def _session_text(answer: dict[str, Any]) -> str:
         if tool in ("search", "context"):
             where = f"{r['path']}:{r['start_line']}-{r['end_line']}"
             lines.append(f"{r['score']:.3f}  {printable(where)}  {printable(r['uri'])}")
-            lines += [f"  {n['line']:>6}  {printable(n['text'])}" for n in r.get("lines", [])]
+            lines += [
+                f"  {n['line']:>6}  {printable(n['text'])}{_cut_mark(n)}"
+                for n in r.get("lines", [])
+            ]
         elif tool == "read":
-            lines.append(f"{r['line']:>6}  {printable(r['text'])}")
+            lines.append(f"{r['line']:>6}  {printable(r['text'])}{_cut_mark(r)}")
         elif tool == "symbols":
             span = f"{r.get('line', '?')}-{r.get('end_line', '?')}"
             sig = r.get("signature") or r.get("name", "")
@@ -971,6 +974,15 @@ def _session_text(answer: dict[str, Any]) -> str:
             + ("" if tool == "callees" else " or calls it")
         )
     return "\n".join(lines) if lines else "no results"
+
+
+def _cut_mark(line: dict[str, Any]) -> str:
+    """What ends a line shown cut short (past 200 characters, or to fit the
+    budget): how much was left out, as the JSON's ``cut`` says, in the style
+    of the ``… N more`` that ends an answer the budget cut.  Without it the
+    line reads as if it ended there."""
+    cut = line.get("cut")
+    return f"… {cut} more characters" if cut else ""
 
 
 def _project(ops: Any, args: argparse.Namespace, out: Output) -> int:  # noqa: ANN401
