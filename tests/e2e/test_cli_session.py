@@ -138,6 +138,45 @@ def test_a_cut_line_says_how_much_was_left_out_as_the_json_does(
     assert f"       1  {line['text']}… {line['cut']} more characters" in shown
 
 
+def test_a_hit_the_budget_shortened_says_how_many_lines_it_lost(
+    world: tuple[dict[str, str], str],
+) -> None:
+    """At a small budget a hit kept fewer of its lines, and neither the JSON
+    nor the text said so (``truncated`` counts hits, not lines)."""
+    env, _ = world
+    for budget in range(300, 1_000, 50):
+        args = (
+            "context",
+            "aardvark engine helper",
+            "--budget",
+            str(budget),
+            "--project",
+            "local/a",
+        )
+        answer = json.loads(acms(env, "--json", *args).stdout)
+        short = [r for r in answer["results"] if r.get("lines_cut")]
+        if short:
+            break
+    else:
+        pytest.fail("no budget shortened a hit")
+    whole = json.loads(
+        acms(
+            env,
+            "--json",
+            "context",
+            "aardvark engine helper",
+            "--budget",
+            "20000",
+            "--project",
+            "local/a",
+        ).stdout
+    )
+    (full,) = [r for r in whole["results"] if r["uri"] == short[0]["uri"]]
+    assert len(short[0].get("lines", [])) + short[0]["lines_cut"] == len(full["lines"])
+    shown = acms(env, *args).stdout.splitlines()
+    assert f"  … {short[0]['lines_cut']} more lines (raise --budget)" in shown
+
+
 def test_a_path_of_two_resources_names_each_lines_resource(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """``symbols m.py`` over two resources that both have ``m.py`` listed
     both files' definitions as if they were one file."""

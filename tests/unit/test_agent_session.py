@@ -46,6 +46,12 @@ def test_an_answer_never_exceeds_its_budget(items, budget, query) -> None:
     assert answer["truncated"] == ({"more": len(items) - kept} if kept < len(items) else False)
     # Best first: what is kept is a prefix of the ranking (by URI).
     assert [r["uri"] for r in answer["results"]] == [i["uri"] for i in items[:kept]]
+    # A hit shortened to fit keeps a prefix of its lines and counts the rest.
+    for got, item in zip(answer["results"], items, strict=False):
+        shown = got.get("lines", [])
+        assert len(shown) + got.get("lines_cut", 0) == len(item["lines"])
+        assert ("lines_cut" in got) == (len(shown) < len(item["lines"]))
+        assert [n["line"] for n in shown] == [n["line"] for n in item["lines"][: len(shown)]]
 
 
 numbered = st.fixed_dictionaries(
@@ -100,6 +106,7 @@ def test_a_hit_too_large_is_shortened_before_it_is_dropped() -> None:
     item = {"uri": "u", "lines": [{"line": n, "text": "y" * 150} for n in range(8)]}
     answer = fit({}, [item], 400)
     assert answer["results"] and len(answer["results"][0]["lines"]) < 8
+    assert answer["results"][0]["lines_cut"] == 8 - len(answer["results"][0]["lines"])
     assert len(render(answer)) <= 400
 
 

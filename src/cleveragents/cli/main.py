@@ -949,6 +949,8 @@ def _session_text(answer: dict[str, Any]) -> str:
                 f"  {n['line']:>6}  {printable(n['text'])}{_cut_mark(n)}"
                 for n in r.get("lines", [])
             ]
+            if r.get("lines_cut"):  # the budget took some of the hit's lines
+                lines.append(f"  … {r['lines_cut']} more lines (raise --budget)")
         elif tool == "read":
             lines.append(f"{r['line']:>6}  {printable(r['text'])}{_cut_mark(r)}")
         elif tool == "symbols":

@@ -231,17 +231,20 @@ def _count(value: object, name: str, high: int) -> int:
 def _shrunk(item: dict[str, Any], room: int) -> Iterable[dict[str, Any]]:
     """Ever smaller versions of an item for ``room`` characters: a hit with
     fewer lines, then its first line cut; an item's ``text`` cut to the most
-    that fits.  A cut text carries ``cut``: the characters left out."""
+    that fits.  A cut text carries ``cut``: the characters left out; a hit
+    that lost lines ``lines_cut``: how many (its range still spans them)."""
     lines = item.get("lines")
     if isinstance(lines, list):
         for n in range(len(lines) - 1, 0, -1):
-            yield {**item, "lines": lines[:n]}
+            yield {**item, "lines": lines[:n], "lines_cut": len(lines) - n}
         first = lines[0] if lines else None
         if isinstance(first, dict) and isinstance(first.get("text"), str):
+            left = {"lines_cut": len(lines) - 1} if len(lines) > 1 else {}
             for width in (80, 40):
                 if width < len(first["text"]):
-                    yield {**item, "lines": [_cut(first, width)]}
-        yield {k: v for k, v in item.items() if k != "lines"}
+                    yield {**item, "lines": [_cut(first, width)], **left}
+        rest = {k: v for k, v in item.items() if k != "lines"}
+        yield {**rest, "lines_cut": len(lines)} if lines else rest
     text = item.get("text")
     if isinstance(text, str) and text:
         widest = _widest_cut(item, room)
