@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import IO
 
 from cleveragents.cli.watch import resources_for
+from cleveragents.infrastructure.acms.reindex_lock import ReindexLock
 
 
 def _acms(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -54,12 +55,12 @@ def _indexed(repo: Path, data: Path) -> dict[str, str]:
 
 
 def _watcher(
-    env: dict[str, str], rescan: str, log: Path
+    env: dict[str, str], rescan: str, log: Path, *args: str
 ) -> tuple[subprocess.Popen[bytes], IO[bytes]]:
     """``acms watch`` started, its stderr to ``log``; and that file, to close."""
     out = log.open("wb")
     watcher = subprocess.Popen(
-        [sys.executable, "-m", "cleveragents.cli.watch", "--rescan", rescan],
+        [sys.executable, "-m", "cleveragents.cli.watch", "--rescan", rescan, *args],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=out,
@@ -118,6 +119,34 @@ def test_a_file_name_that_is_not_utf8_neither_stops_the_watch_nor_loses_a_change
         _wait(lambda: _found(env, "numbat_marker"), seconds=20)
         assert watcher.poll() is None, (tmp_path / "watch.log").read_text()
         assert "acms.watch.changes_lost" in (tmp_path / "watch.log").read_text()
+    finally:
+        watcher.send_signal(signal.SIGTERM)
+        assert watcher.wait(timeout=30) == 0
+        log.close()
+
+
+def test_a_reindex_that_fails_for_a_while_is_retried_and_the_watch_goes_on(
+    tmp_path: Path,
+) -> None:
+    """A failed reindex (here the lock held by another writer past
+    ``--lock-timeout``; a remote server down is the same) ended the watch:
+    every later save went unindexed.  It is retried until it succeeds."""
+    repo = tmp_path / "repo"
+    env = _indexed(repo, tmp_path / "data")
+    log_path = tmp_path / "watch.log"
+    watcher, log = _watcher(env, "1", log_path, "--lock-timeout", "0")
+    try:
+        time.sleep(1.5)  # let it start watching
+        with ReindexLock(tmp_path / "data", timeout=10):
+            (repo / "b.py").write_text("def quoll_marker():\n    return 2\n")
+            _wait(lambda: "acms.watch.reindex_failed" in log_path.read_text(), seconds=20)
+            assert watcher.poll() is None, log_path.read_text()
+            assert not _found(env, "quoll_marker")
+        _wait(lambda: _found(env, "quoll_marker"), seconds=30)
+        assert "acms.watch.recovered" in log_path.read_text()
+        (repo / "c.py").write_text("def dibbler_marker():\n    return 3\n")
+        _wait(lambda: _found(env, "dibbler_marker"), seconds=20)
+        assert watcher.poll() is None, log_path.read_text()
     finally:
         watcher.send_signal(signal.SIGTERM)
         assert watcher.wait(timeout=30) == 0

@@ -11,6 +11,10 @@ live first, then catches up).  An
 incremental reindex reads only the files whose size or mtime changed, so a
 saved file is searchable about debounce + its own indexing time after the
 write.  Exit with SIGINT or SIGTERM; a reindex in progress finishes first.
+A reindex that fails for a reason that passes (a remote server down, the
+lock held past ``--lock-timeout``, an index missing until a rebuild) is
+logged (``acms.watch.reindex_failed``) and retried, ever more slowly up to a
+minute apart, until it succeeds (``acms.watch.recovered``): the watch goes on.
 
 It uses the profile of ``$ACMS_PROFILE`` (default ``local``; ``remote``
 writes to the servers the environment names).  Its log is JSON lines on
@@ -75,6 +79,7 @@ def run(
         return default(change, path) and not os.path.realpath(path).startswith(own)
 
     failures = 0  # watcher errors in a row
+    retry = _Retry(debounce)
     while not stop.is_set():
         roots = _roots(ops)
         if not roots:
@@ -110,7 +115,7 @@ def run(
                 # more when live.  An error that keeps coming is retried ever
                 # more slowly (up to a minute), not in a tight loop.
                 _log.warning("acms.watch.changes_lost", error=str(exc)[:200], retry=failures)
-                _reindex(ops, set(roots), lock_timeout)
+                retry.reindex(ops, set(roots), lock_timeout, stop)
                 stop.wait(min(60.0, debounce * 2**failures))
                 failures += 1
                 break
@@ -119,15 +124,65 @@ def run(
             if not caught_up:
                 caught_up = True
                 touched = set(roots)
+            touched |= retry.pending & set(roots)
             if touched:
-                _reindex(ops, touched, lock_timeout)
+                retry.reindex(ops, touched, lock_timeout, stop)
             if _roots(ops) != roots:
                 break  # resources added or removed: watch the new set
 
 
-def _reindex(ops: Any, touched: set[str], lock_timeout: float) -> None:  # noqa: ANN401
-    report = ops.reindex(resources=sorted(touched), lock_timeout=lock_timeout)
-    _log.info("acms.watch.reindexed", resources=sorted(touched), seconds=round(report.seconds, 3))
+class _Retry:
+    """Reindexes that failed for a reason that passes (a remote server down
+    or restarting, another reindex holding the lock past ``--lock-timeout``,
+    an index being rebuilt), retried instead of ending the watch.
+
+    Ending it left the index stale with nobody told but a log line: the
+    changes of every later save were never indexed.  The failed resources
+    stay ``pending`` and join the next reindex (the next change, or the
+    watch's rescan timeout), after a wait that doubles with each failure in
+    a row, from the debounce (at least 1 s) up to a minute.  A session the
+    failure stopped half way left its dirty marker: the retry repairs it.
+    """
+
+    def __init__(self, debounce: float) -> None:
+        self.base = max(1.0, debounce)
+        self.failures = 0
+        self.pending: set[str] = set()
+
+    def reindex(
+        self,
+        ops: Any,  # noqa: ANN401 - AcmsOperations
+        touched: set[str],
+        lock_timeout: float,
+        stop: threading.Event,
+    ) -> None:
+        from cleveragents.domain.models.acms.errors import (
+            BusyError,
+            IndexUnavailableError,
+            ResourceListingError,
+        )
+
+        try:
+            report = ops.reindex(resources=sorted(touched), lock_timeout=lock_timeout)
+        except (IndexUnavailableError, BusyError, ResourceListingError) as exc:
+            wait = min(60.0, self.base * 2**self.failures)
+            self.failures += 1
+            self.pending = set(touched)
+            _log.warning(
+                "acms.watch.reindex_failed",
+                resources=sorted(touched),
+                error=str(exc)[:300],
+                failures=self.failures,
+                retry_in=wait,
+            )
+            stop.wait(wait)
+            return
+        if self.failures:
+            _log.info("acms.watch.recovered", failures=self.failures)
+        self.failures, self.pending = 0, set()
+        _log.info(
+            "acms.watch.reindexed", resources=sorted(touched), seconds=round(report.seconds, 3)
+        )
 
 
 _PROG = "acms watch"
