@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 
 from cleveragents.cli.main import EXIT_FAILURE, EXIT_USAGE, guarded
-from cleveragents.domain.models.acms.errors import IndexUnavailableError, QueryError
+from cleveragents.domain.models.acms.errors import (
+    IndexUnavailableError,
+    QueryError,
+    QueryLimitError,
+    QueryTimeoutError,
+)
 
 
 class NativePanic(BaseException):
@@ -17,6 +22,9 @@ class NativePanic(BaseException):
     [
         (QueryError("invalid query: x"), EXIT_USAGE, "acms: error: invalid query"),
         (IndexUnavailableError("disk gone"), EXIT_FAILURE, "acms: failed: disk gone"),
+        # A server too slow is not the caller's mistake (HTTP: 503); a cap is (400).
+        (QueryTimeoutError("no answer within 3 s"), EXIT_FAILURE, "acms: failed: no answer"),
+        (QueryLimitError("over 10,000 rows"), EXIT_USAGE, "acms: error: over 10,000 rows"),
         (RuntimeError("boom\nsecond line"), EXIT_FAILURE, "acms: internal error: RuntimeError"),
         (NativePanic("rust panicked"), EXIT_FAILURE, "acms: internal error: NativePanic"),
     ],

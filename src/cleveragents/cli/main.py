@@ -41,6 +41,7 @@ from cleveragents.domain.models.acms.errors import (
     ConflictError,
     NotFoundError,
     QueryError,
+    QueryTimeoutError,
 )
 
 __all__ = [
@@ -1213,6 +1214,11 @@ def guarded(prog: str, body: Callable[[], int]) -> int:
     except UsageError as exc:
         _err(f"{prog}: error: {one_line(exc)}")
         return EXIT_USAGE
+    except QueryTimeoutError as exc:
+        # Out of time (a slow or stalled server, a busy machine): not the
+        # caller's mistake, as HTTP's 503 says; a row or size cap is.
+        _err(f"{prog}: failed: {one_line(exc)}")
+        return EXIT_FAILURE
     except (ValueError, TypeError, NotFoundError, ConflictError) as exc:
         # Bad input: malformed ULID, unknown project, bad query syntax, ...
         _err(f"{prog}: error: {one_line(exc)}")
