@@ -92,6 +92,16 @@ def sigterm_unwinds() -> Iterator[None]:
         return
 
     retry: list[threading.Timer] = []
+    waiting = threading.Event()  # a delivery again is due
+
+    def deliver_again() -> None:
+        # Cleared before the kill: the handler it runs may land inside
+        # multiprocessing again and must then be able to ask for another.
+        # (Asking whether the timer thread was still alive lost the signal
+        # when the handler ran before that thread ended: the reindex then
+        # ran to its end, exit 0.)
+        waiting.clear()
+        os.kill(os.getpid(), signal.SIGTERM)
 
     def terminate(signum: int, frame: types.FrameType | None) -> None:
         if _inside_multiprocessing(frame):
@@ -100,8 +110,9 @@ def sigterm_unwinds() -> Iterator[None]:
             # worker unknown to the pool, which does not wait for it, and it
             # dies with a traceback once the pool's semaphores are gone.
             # Delivered again in a moment, from outside.
-            if not any(timer.is_alive() for timer in retry):
-                retry[:] = [threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGTERM))]
+            if not waiting.is_set():
+                waiting.set()
+                retry[:] = [threading.Timer(0.05, deliver_again)]
                 retry[0].daemon = True
                 retry[0].start()
             return
