@@ -69,11 +69,19 @@ def test_acms_search_answers_from_the_remote_profile(remote: dict[str, Any]) -> 
     assert done.returncode == 0, done.stderr
     hits = json.loads(done.stdout)
     assert hits and all(h["uko_uri"].startswith(f"uko://{remote['rid']}/") for h in hits)
-    # The local indexes of the same data directory hold nothing: the answer
-    # above came from the servers.
-    local = search(remote["local"])
-    assert local.returncode == 0, local.stderr
-    assert json.loads(local.stdout) == []
+    # The same data directory in the local profile (ACMS_PROFILE forgotten)
+    # has no local index: an error saying which profile indexed it, where it
+    # answered "no results" and made empty local indexes.
+    for command in (
+        ("--json", "search", "text", "quokkasample", "--project", "local/sample"),
+        ("status",),
+    ):
+        local = run_acms(remote["local"], *command)
+        assert local.returncode == 1, local.stderr
+        (line,) = local.stderr.strip().splitlines()
+        assert "the remote profile indexed this data directory" in line
+        assert "ACMS_PROFILE=remote" in line and "--rebuild" in line
+    assert not any((remote["data"] / name).exists() for name in ("text", "vectors", "graph"))
     status = json.loads(run_acms(remote["env"], "--json", "status").stdout)
     assert status["profile"] == "remote"
     (row,) = status["resources"]
@@ -116,5 +124,58 @@ def test_a_select_of_other_than_three_variables_does_not_suggest_results_there(
     done = run_acms(remote["env"], "sparql", query, "--project", "local/sample")
     assert done.returncode == 2 and "exactly three variables" in done.stderr
     assert "--results" not in done.stderr  # which the remote profile refuses
-    local = run_acms(remote["local"], "sparql", query, "--project", "local/sample")
-    assert local.returncode == 2 and "--results answers any SELECT" in local.stderr
+    # (In the local profile that error suggests --results: test_cli.py.)
+
+
+def test_switching_profiles_either_way_indexes_every_file_again(
+    milvus_server: ServerProcess, oxigraph_server: ServerProcess, tmp_path: Path
+) -> None:
+    """The two profiles share one catalog: a file changed and indexed in one
+    profile read as unchanged in the other, whose indexes stayed stale for
+    good.  A switch now indexes every file again (the identity each session
+    records names the profile)."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "a.py").write_text("def numbatmarker():\n    return 1\n")
+    local = cli_env(tmp_path / "data")
+    remote = {
+        **local,
+        "ACMS_PROFILE": "remote",
+        "ACMS_MILVUS_URI": milvus_server.uri,
+        "ACMS_SPARQL_QUERY_URL": oxigraph_server.uri + "/query",
+        "ACMS_SPARQL_UPDATE_URL": oxigraph_server.uri + "/update",
+        "ACMS_SPARQL_STORE_URL": oxigraph_server.uri + "/store",
+        "ACMS_MILVUS_TEXT_COLLECTION": unique_name("switch_text"),
+        "ACMS_MILVUS_VECTOR_COLLECTION": unique_name("switch_vectors"),
+        "ACMS_REMOTE_TIMEOUT": "20",
+    }
+
+    def found(env: dict[str, str], word: str) -> bool:
+        done = run_acms(env, "--json", "search", "text", word, "--project", "local/s")
+        assert done.returncode == 0, done.stderr
+        return bool(json.loads(done.stdout))
+
+    assert run_acms(local, "project", "add", "local/s").returncode == 0
+    rid = run_acms(local, "resource", "add", str(repo), "--project", "local/s").stdout.strip()
+    try:
+        assert run_acms(local, "reindex").returncode == 0
+        assert found(local, "numbatmarker")
+        # To the remote profile: no --full needed any more.
+        moved = json.loads(run_acms(remote, "--json", "reindex").stdout)
+        assert moved["total"]["files_indexed"] == 1, moved
+        assert found(remote, "numbatmarker")
+        (repo / "a.py").write_text("def bilbymarker():\n    return 2\n")
+        assert run_acms(remote, "reindex").returncode == 0
+        assert found(remote, "bilbymarker")
+        # Back to local: the change made in the remote profile is indexed here too.
+        back = json.loads(run_acms(local, "--json", "reindex").stdout)
+        assert back["total"]["files_indexed"] == 1, back
+        assert found(local, "bilbymarker") and not found(local, "numbatmarker")
+    finally:
+        with pytest.MonkeyPatch.context() as patch:
+            for key, value in remote.items():
+                patch.setenv(key, value)
+            c = build_container("remote", tmp_path / "data")
+            for backend in (c.text_backend(), c.vector_backend(), c.graph_backend()):
+                backend.delete(rid)
+                backend.close()

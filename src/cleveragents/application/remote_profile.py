@@ -203,6 +203,8 @@ class _RemoteIndexStore(ManagedIndexStore):
     server one trivial question (``acms status``, the image's health check,
     calls it once, with or without resources registered)."""
 
+    remote = True
+
     def check_reachable(self) -> None:
         for index in (self.text, self.vector, self.graph):
             ping = getattr(index, "ping", None)

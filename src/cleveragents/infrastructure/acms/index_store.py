@@ -115,6 +115,8 @@ INDEX_NAMES = ("text", "vectors", "graph", "catalog")
 _UNIT_INDEXES = ("text", "vectors", "graph")
 # Catalog meta key: "1" once a session of this store's local indexes wrote.
 _LOCAL_META = "local_indexes"
+# Catalog meta key: "1" once a session of the remote profile's indexes wrote.
+_REMOTE_META = "remote_indexes"
 
 
 # In its own directory so a rebuild swaps it like the indexes it describes.
@@ -340,6 +342,11 @@ class ManagedIndexStore:
     so a command that queries one engine never imports the others.
     """
 
+    #: The indexes are the remote profile's servers (its subclass says so):
+    #: sessions mark the catalog ``remote_indexes`` and record the identity
+    #: with ``|remote``, so that switching profiles indexes every file again.
+    remote = False
+
     def __init__(
         self,
         *,
@@ -522,18 +529,34 @@ class ManagedIndexStore:
         answer every query with nothing, and the catalog would keep every
         reindex from writing it again.  A missing catalog is not refused:
         every file then looks new, and the next reindex writes them all
-        again.  Only a catalog that local sessions wrote counts (its
-        ``local_indexes`` mark: from a data directory's first local session
-        after this check came in); the remote profile's has rows and no
-        local index.
+        again.  A catalog the remote profile wrote (its ``remote_indexes``
+        mark, or no mark of either profile) has rows and no local index:
+        opened by mistake in the local profile (``ACMS_PROFILE`` unset), it
+        answered every query with nothing, and ``status`` or ``--verify``
+        made empty local indexes in its data directory.
         """
-        if self._lost(name):
-            label = {"vectors": "vector"}.get(name, name)
+        if not self._lost(name):
+            return
+        label = {"vectors": "vector"}.get(name, name)
+        where = self._root() / name
+        rebuild = "`acms reindex --rebuild` builds every index again from the files"
+        catalog = self.catalog
+        if catalog.get_meta(_LOCAL_META) == "1":
             raise IndexUnavailableError(
-                f"the {label} index {self._root() / name} is missing while the catalog "
-                "lists indexed files: `acms reindex --rebuild` builds every index again "
-                "from the files"
+                f"the {label} index {where} is missing while the catalog lists indexed "
+                f"files: {rebuild}"
             )
+        remote = catalog.get_meta(_REMOTE_META) == "1"
+        raise IndexUnavailableError(
+            f"the {label} index {where} does not exist while the catalog lists indexed files"
+            + (
+                ": the remote profile indexed this data directory, so set ACMS_PROFILE=remote "
+                "(and the servers' settings) to use it, or, to index it here instead, "
+                if remote
+                else ": if the remote profile indexed it, set ACMS_PROFILE=remote; if not, "
+            )
+            + rebuild
+        )
 
     def _lost(self, name: str) -> bool:
         """Whether the live index ``name`` is gone while the catalog lists
@@ -544,8 +567,7 @@ class ManagedIndexStore:
         live = root / name
         if live.exists() or live.is_symlink() or not (root / "catalog").exists():
             return False
-        catalog = self.catalog
-        return catalog.get_meta(_LOCAL_META) == "1" and bool(catalog.resource_ids())
+        return bool(self.catalog.resource_ids())
 
     def _rebuild_only(self, name: str) -> bool:
         """Whether the live index ``name`` is one only a rebuild repairs: lost
@@ -608,8 +630,20 @@ class ManagedIndexStore:
             self.check_present()
             for name in INDEX_NAMES:
                 live_index_path(self.data_dir, name)
-        if self._local and self.catalog.get_meta(_LOCAL_META) != "1":
-            self.catalog.set_meta(_LOCAL_META, "1")
+        mark = _LOCAL_META if self._local else _REMOTE_META if self.remote else None
+        if mark is not None and self.catalog.get_meta(mark) != "1":
+            self.catalog.set_meta(mark, "1")
+        if identity is not None and self.remote:
+            # Units the other profile's indexes hold are not in these: the
+            # two profiles share the catalog, so a switch either way must
+            # index every file again (it said "unchanged" and the switched-to
+            # indexes stayed stale) ...
+            identity = f"{identity}|remote"
+        recorded = None if identity is None else self.catalog.get_meta(_identity_key(rid))
+        if recorded is not None and recorded.endswith("|remote") != self.remote:
+            # ... and sweep what these indexes still hold of files changed or
+            # gone since they last wrote (a symbol renamed meanwhile).
+            self.mark_dirty([rid])
         # This process writes batch after batch: large blocks stay out of the
         # C heap (see cleveragents._malloc; 218 -> 199 MB peak at one job).
         keep_large_blocks_mapped()
