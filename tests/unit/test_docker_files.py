@@ -223,6 +223,14 @@ def test_runs_as_a_non_root_user(dockerfile):
     assert group not in {"root", "0"}, user.args
 
 
+def test_the_data_directory_is_owner_only(dockerfile):
+    # The store only makes the directories it creates 0700; /data exists
+    # already, and `acms status` (CMD and HEALTHCHECK) warns on a 0755 one.
+    runs = " ".join(ins.args for ins in dockerfile if ins.keyword == "RUN")
+    assert re.search(r"\bchown acms:acms /data\b", runs), runs
+    assert re.search(r"\bchmod 0?700 /data\b", runs), runs
+
+
 def env_settings(instructions: list[Instruction]) -> dict[str, str]:
     settings: dict[str, str] = {}
     for ins in instructions:
