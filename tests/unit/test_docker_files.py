@@ -192,6 +192,10 @@ def test_image_contains_the_package_and_scripts(dockerfile):
     assert image_path_to_repo_path(dockerfile, "/app/scripts/reindex.py") == (
         ROOT / "scripts" / "reindex.py"
     )
+    # quickstart.py without a PATH indexes <its dir>/../data/sample.
+    assert image_path_to_repo_path(dockerfile, "/app/data/sample/inventory/store.py") == (
+        ROOT / "data" / "sample" / "inventory" / "store.py"
+    )
     installs = [
         ins.args for ins in dockerfile if ins.keyword == "RUN" and "pip install" in ins.args
     ]
