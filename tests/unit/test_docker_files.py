@@ -513,6 +513,14 @@ def test_remote_compose_pins_every_image(remote_compose):
         assert ":" in image.rsplit("/", 1)[-1] and not image.endswith(":latest"), (name, image)
 
 
+def test_remote_compose_runs_the_oxigraph_version_the_tests_run(remote_compose):
+    with (ROOT / "pyproject.toml").open("rb") as f:
+        dev = tomllib.load(f)["project"]["optional-dependencies"]["dev"]
+    (pin,) = [d for d in dev if d.startswith("oxigraph==")]
+    image = remote_compose["services"]["oxigraph"]["image"]
+    assert image == f"ghcr.io/oxigraph/oxigraph:{pin.removeprefix('oxigraph==')}"
+
+
 def test_remote_reindex_job_options_exist(remote_compose, tmp_path):
     script = ROOT / "scripts" / "reindex.py"
     env = {**os.environ, "ACMS_DATA_DIR": str(tmp_path / "data")}
