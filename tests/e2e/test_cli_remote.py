@@ -105,8 +105,16 @@ def test_a_bogus_profile_is_one_line_naming_the_valid_ones(remote: dict[str, Any
             ("sparql", "--results", "SELECT ?s WHERE { ?s ?p ?o }", "--project", "local/sample"),
             "needs the local profile (ACMS_PROFILE is remote)",
         ),
+        (
+            ("search", "text", "quokkasample", "--path", "*.py", "--project", "local/sample"),
+            "does not support the path and lang filters",
+        ),
+        (
+            ("search", "text", "quokkasample", "--lang", "python", "--project", "local/sample"),
+            "does not support the path and lang filters",
+        ),
     ],
-    ids=["reindex --rebuild", "sparql --results"],
+    ids=["reindex --rebuild", "sparql --results", "search text --path", "search text --lang"],
 )
 def test_what_the_remote_profile_cannot_do_is_refused_naming_it(
     remote: dict[str, Any], args: tuple[str, ...], says: str
@@ -115,6 +123,17 @@ def test_what_the_remote_profile_cannot_do_is_refused_naming_it(
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and says in lines[0], done.stderr
+
+
+def test_hybrid_search_filters_by_path_there(remote: dict[str, Any]) -> None:
+    # Hybrid search filters the text ranking itself, so unlike `search text`
+    # its --path and --lang work in the remote profile (README says so).
+    args = ("--json", "search", "hybrid", "quokkasample", "--project", "local/sample")
+    done = run_acms(remote["env"], *args, "--path", "inventory/*.py")
+    assert done.returncode == 0, done.stderr
+    hits = json.loads(done.stdout)["results"]
+    paths = {h.get("path") or h["metadata"]["path"] for h in hits}
+    assert paths and all(p.startswith("inventory/") for p in paths), paths
 
 
 def test_a_select_of_other_than_three_variables_does_not_suggest_results_there(
