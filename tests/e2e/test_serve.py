@@ -410,3 +410,39 @@ def test_the_readme_agent_host_example_runs(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "inventory/" in done.stdout
     assert "context:" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "says"),
+    [
+        ((), 2, "usage: "),
+        (("only-one",), 2, "usage: "),
+        (("DATA", "local/nope"), 1, "agent_host_example: no project named 'local/nope'"),
+        (("DATA", "local/empty"), 1, "agent_host_example: no results: is local/empty indexed?"),
+    ],
+    ids=["no arguments", "one argument", "unknown project", "nothing indexed"],
+)
+def test_the_agent_host_example_fails_in_one_line(
+    tmp_path: Path, args: tuple[str, ...], code: int, says: str
+) -> None:
+    repo = Path(__file__).resolve().parents[2]
+    data = tmp_path / "data"
+    env = {**os.environ, "ACMS_DATA_DIR": str(data)}
+    env.pop("ACMS_PROFILE", None)
+    _cli(env, "project", "add", "local/empty")
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(repo / "scripts" / "agent_host_example.py"),
+            *(str(data) if a == "DATA" else a for a in args),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == code, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0], done.stderr
+    assert "Traceback" not in done.stderr
