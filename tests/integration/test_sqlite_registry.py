@@ -210,3 +210,82 @@ def test_a_damaged_registry_cannot_be_opened_and_the_error_says_what_to_do(
     with pytest.raises(IndexUnavailableError, match="cannot create the registry at") as made:
         open_registry(db.parent / "other" / "registry.sqlite3")
     assert "restore" not in str(made.value)
+
+
+_OPEN = """
+import sys
+from cleveragents.infrastructure.acms.sqlite_registry import open_registry
+try:
+    open_registry(sys.argv[1])
+except Exception as exc:
+    print(type(exc).__name__, exc)
+else:
+    print("opened")
+"""
+
+
+def _open_on_a_read_only_directory(db: Path) -> str:
+    """Open the registry in a child that sees ``db``'s directory read-only:
+    mode 0500 for a non-root user; a read-only bind mount in a private mount
+    namespace for root, whom file modes do not stop (skipped where it cannot
+    make one)."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
+    child = [sys.executable, "-c", _OPEN, str(db)]
+    directory = db.parent
+    if os.geteuid() != 0:
+        directory.chmod(0o500)
+        try:
+            done = subprocess.run(child, capture_output=True, text=True, env=env, timeout=60)
+        finally:
+            directory.chmod(0o700)
+        return done.stdout.strip()
+    if shutil.which("unshare") is None:
+        pytest.skip("root, and no unshare to make a read-only mount")
+    script = 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" || exit 99; shift; exec "$@"'
+    done = subprocess.run(
+        ["unshare", "-m", "sh", "-c", script, "sh", str(directory), *child],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"root, and no read-only bind mount here: {done.stderr.strip()[:200]}")
+    return done.stdout.strip()
+
+
+def test_a_read_only_data_directory_is_named_in_the_error(db: Path) -> None:
+    """SQLite says only "unable to open database file" (it cannot make its
+    -wal/-shm files there); the message says why."""
+    projects, _ = open_registry(db)
+    projects.add("local/one")
+    said = _open_on_a_read_only_directory(db)
+    assert said.startswith(f"IndexUnavailableError cannot open the registry at {db}: "), said
+    assert said.endswith(
+        f"(the data directory is read-only: {db.parent}; acms writes there even to answer a query)"
+    ), said
+    assert "restore" not in said  # not damaged
+
+
+def test_a_read_only_registry_file_is_named_in_the_error(db: Path) -> None:
+    from cleveragents.infrastructure.acms.sqlite_registry import _readonly_hint
+
+    projects, _ = open_registry(db)
+    projects.add("local/one")
+    # A real SQLITE_READONLY error: the file opened for reading only.
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        with pytest.raises(sqlite3.OperationalError) as caught:
+            conn.execute("INSERT INTO projects VALUES ('local/two', 'now')")
+    finally:
+        conn.close()
+    assert caught.value.sqlite_errorcode & 0xFF == sqlite3.SQLITE_READONLY
+    assert _readonly_hint(db, caught.value) == (
+        f" (the registry is read-only: {db}; acms writes it even to answer a query)"
+    )
+    assert _readonly_hint(db, sqlite3.OperationalError("database is locked")) == ""

@@ -114,6 +114,32 @@ def _damage_hint(exc: BaseException) -> str:
     return _DAMAGED_HINT if code is not None and code & 0xFF in _DAMAGE_CODES else ""
 
 
+def _readonly_hint(path: Path, exc: BaseException) -> str:
+    """Why a registry cannot be written, when it is read-only, else ''.
+
+    SQLite says only "unable to open database file" when it cannot create its
+    ``-wal``/``-shm`` files beside the registry (a read-only mount, a
+    directory the user cannot write), and "attempt to write a readonly
+    database" for a file it could open only for reading.
+    """
+    directory = path.parent
+    if directory.is_dir() and not os.access(directory, os.W_OK):
+        return (
+            f" (the data directory is read-only: {directory}; acms writes there "
+            "even to answer a query)"
+        )
+    code = getattr(exc, "sqlite_errorcode", None)
+    if (code is not None and code & 0xFF == sqlite3.SQLITE_READONLY) or (
+        "readonly database" in str(exc)
+    ):
+        return f" (the registry is read-only: {path}; acms writes it even to answer a query)"
+    return ""
+
+
+def _hints(path: Path, exc: BaseException) -> str:
+    return f"{_damage_hint(exc)}{_readonly_hint(path, exc)}"
+
+
 class _Database:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
@@ -130,7 +156,7 @@ class _Database:
         except (OSError, sqlite3.Error) as exc:
             verb = "open" if existed else "create"
             raise IndexUnavailableError(
-                f"cannot {verb} the registry at {self.path}: {exc}{_damage_hint(exc)}"
+                f"cannot {verb} the registry at {self.path}: {exc}{_hints(self.path, exc)}"
             ) from exc
 
     @contextmanager
@@ -139,7 +165,7 @@ class _Database:
             conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
         except sqlite3.Error as exc:
             raise IndexUnavailableError(
-                f"cannot open the registry at {self.path}: {exc}{_damage_hint(exc)}"
+                f"cannot open the registry at {self.path}: {exc}{_hints(self.path, exc)}"
             ) from exc
         try:
             conn.execute("PRAGMA foreign_keys=ON")
@@ -151,7 +177,7 @@ class _Database:
                 conn.execute("ROLLBACK")
             if isinstance(exc, sqlite3.Error) and not isinstance(exc, sqlite3.IntegrityError):
                 raise IndexUnavailableError(
-                    f"registry {self.path}: {exc}{_damage_hint(exc)}"
+                    f"registry {self.path}: {exc}{_hints(self.path, exc)}"
                 ) from exc
             raise
         finally:
