@@ -31,7 +31,8 @@ import math
 import os
 import re
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -39,6 +40,7 @@ from dependency_injector import providers
 
 from cleveragents._logging import get_logger
 from cleveragents.domain.models.acms.backends import GraphIndex, TextIndex, VectorIndex
+from cleveragents.domain.models.acms.errors import IndexUnavailableError
 from cleveragents.infrastructure.acms.index_store import ManagedIndexStore
 
 if TYPE_CHECKING:
@@ -164,15 +166,19 @@ def _without_userinfo(url: str, name: str) -> tuple[str, tuple[str, str] | None]
     return bare, (urllib.parse.unquote(user), urllib.parse.unquote(password))
 
 
-def _milvus_text(s: RemoteSettings) -> TextIndex:
+def _milvus_text(s: RemoteSettings, required: Callable[[], bool]) -> TextIndex:
     from cleveragents.infrastructure.acms.milvus_text import MilvusTextBackend
 
     return MilvusTextBackend(
-        s.milvus_uri, token=s.milvus_token, collection=s.text_collection, timeout=s.timeout
+        s.milvus_uri,
+        token=s.milvus_token,
+        collection=s.text_collection,
+        timeout=s.timeout,
+        required=required,
     )
 
 
-def _milvus_vector(s: RemoteSettings, dimension: int) -> VectorIndex:
+def _milvus_vector(s: RemoteSettings, dimension: int, required: Callable[[], bool]) -> VectorIndex:
     from cleveragents.infrastructure.acms.milvus_vector import MilvusVectorBackend
 
     return MilvusVectorBackend(
@@ -181,6 +187,7 @@ def _milvus_vector(s: RemoteSettings, dimension: int) -> VectorIndex:
         token=s.milvus_token,
         collection=s.vector_collection,
         timeout=s.timeout,
+        required=required,
     )
 
 
@@ -199,17 +206,62 @@ def _sparql_graph(s: RemoteSettings) -> GraphIndex:
 
 
 class _RemoteIndexStore(ManagedIndexStore):
-    """The index store over the servers: :meth:`check_reachable` asks each
-    server one trivial question (``acms status``, the image's health check,
-    calls it once, with or without resources registered)."""
+    """The index store over the servers.
+
+    The remote counterpart of the local profile's lost-index check
+    (:meth:`ManagedIndexStore.check_present`): a Milvus collection missing on
+    the server while the catalog lists indexed files is an error of every
+    read and of ``status``, never an empty answer, and only a writer
+    (:meth:`writing`) creates one.  ``status`` also asks the SPARQL endpoint,
+    per resource whose graph the catalog says holds subjects, whether it
+    holds any triple of it (one ``ASK`` each).
+    """
+
+    def indexed(self) -> bool:
+        """Whether the catalog lists indexed files (so the servers should
+        hold units): one indexed read of the catalog."""
+        return bool(self.catalog.resource_ids())
 
     remote = True
 
     def check_reachable(self) -> None:
+        """Ask each server one trivial question (``acms status``, the image's
+        health check, calls it once, with or without resources registered);
+        a Milvus collection missing while the catalog lists indexed files is
+        an error here."""
         for index in (self.text, self.vector, self.graph):
             ping = getattr(index, "ping", None)
             if callable(ping):
                 ping()
+
+    def counts(self, resource_id: str) -> dict[str, int]:
+        """As :meth:`ManagedIndexStore.counts`; a resource whose graph the
+        catalog says holds subjects and the endpoint holds nothing of is an
+        error (the endpoint lost its data, or the URLs name another dataset),
+        not a count the catalog made up."""
+        counts = super().counts(resource_id)
+        holds = getattr(self.graph, "holds", None)
+        if counts["graph_subjects"] and callable(holds) and not holds(resource_id):
+            where = getattr(self.graph, "query_url", "the SPARQL endpoint")
+            raise IndexUnavailableError(
+                f"the SPARQL endpoint {where} holds no triple of resource {resource_id}, "
+                f"while the catalog records {counts['graph_subjects']} graph subjects (the "
+                "endpoint lost its data, or ACMS_SPARQL_* name another dataset): run "
+                "`acms reindex --full` to write the remote indexes again"
+            )
+        return counts
+
+    @contextmanager
+    def writing(self, *, timeout: float = 60.0) -> Iterator[ManagedIndexStore]:
+        """As :meth:`ManagedIndexStore.writing`; the writer creates the Milvus
+        collections the server does not hold (its reads, e.g. the units a
+        resource had, then see them empty rather than refused)."""
+        with super().writing(timeout=timeout) as store:
+            for index in (self.text, self.vector):
+                create = getattr(index, "create_missing", None)
+                if callable(create):
+                    create()
+            yield store
 
 
 def _remote_store(s: RemoteSettings, data_dir: str, dimension: int) -> ManagedIndexStore:
@@ -224,14 +276,16 @@ def _remote_store(s: RemoteSettings, data_dir: str, dimension: int) -> ManagedIn
 
     root = Path(data_dir).resolve()
     file_modes.make_private_dirs(root)
-    return _RemoteIndexStore(
-        text=lambda: _milvus_text(s),
-        vector=lambda: _milvus_vector(s, dimension),
+    store = _RemoteIndexStore(
+        # store: assigned below, before any read asks whether it is required.
+        text=lambda: _milvus_text(s, store.indexed),
+        vector=lambda: _milvus_vector(s, dimension, store.indexed),
         graph=lambda: _sparql_graph(s),
         catalog=lambda: SqliteCatalog(live_index_path(root, "catalog") / CATALOG_FILE),
         dimension=int(dimension),
         data_dir=root,
     )
+    return store
 
 
 def wire_remote(

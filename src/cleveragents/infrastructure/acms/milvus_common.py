@@ -18,6 +18,16 @@ No ``flush`` is needed for visibility (a flush seals segments into object
 storage; it is slow and Milvus itself advises against calling it per write):
 an insert, upsert or delete that returned is visible to the next search.
 
+Only a write creates a collection.  A read (a search, a count, ``status``)
+of a collection the server does not hold never creates it: an empty one
+made there would answer every query with nothing, and a mistyped
+collection name or a server that lost its data would look healthy.  The
+read raises :class:`IndexUnavailableError` naming the server and the
+collection, unless the caller's ``required`` says nothing needs it yet (a
+fresh deployment, nothing indexed: the read is empty, as a new local index
+is).  A backend built without ``required`` (used on its own, by its
+writer) creates its collection when it opens, as a local index is made.
+
 Every call carries ``timeout`` seconds; pymilvus retries an unreachable
 server only until then, and any engine failure becomes an
 :class:`IndexUnavailableError`.  A server restarted with its data holds the
@@ -167,6 +177,10 @@ class MilvusCollection:
             does not exist yet.
         check: a function that raises ``ValueError`` when an existing
             collection does not fit (its ``describe_collection`` dict).
+        required: whether a read of a missing collection is an error (the
+            catalog lists indexed units it should hold); a read never
+            creates it.  ``None``: a backend used on its own, whose owner
+            writes: the collection is created at once when missing.
     """
 
     def __init__(
@@ -178,6 +192,7 @@ class MilvusCollection:
         timeout: float,
         create: Callable[[MilvusClient, str], None],
         check: Callable[[dict[str, Any]], None],
+        required: Callable[[], bool] | None = None,
     ) -> None:
         if not isinstance(uri, str) or not uri.strip():
             raise ValueError("the Milvus uri must be a non-empty string")
@@ -190,17 +205,56 @@ class MilvusCollection:
         self._uri = uri
         self._token = token or ""
         self._client: MilvusClient | None = None
+        self._create = create
+        self._check = check
+        self._required = required
+        self._exists = False
         self._connect()
         try:
-            if not self.call("has_collection", collection):
-                create(self._live(), collection)
-                _log.info("acms.milvus.collection_created", collection=collection)
+            if required is None:
+                self.create_missing()
             else:
-                check(self.call("describe_collection", collection))
-            self.call("load_collection", collection)
+                self._look()
         except BaseException:
             self.close()
             raise
+
+    def _look(self) -> bool:
+        """Whether the server holds the collection (checked and loaded when it
+        does); asks only while it was not seen, or after it went missing."""
+        if not self._exists and self.call("has_collection", self.name):
+            self._check(self.call("describe_collection", self.name))
+            self.call("load_collection", self.name)
+            self._exists = True
+        return self._exists
+
+    def create_missing(self) -> None:
+        """Create the collection if the server does not hold it (writers only)."""
+        if not self._look():
+            self._create(self._live(), self.name)
+            _log.info("acms.milvus.collection_created", collection=self.name)
+            self.call("load_collection", self.name)
+            self._exists = True
+
+    def _readable(self) -> bool:
+        """Whether a read should ask the server: the collection exists.
+
+        Raises:
+            IndexUnavailableError: it does not, and something needs it.
+        """
+        if self._look():
+            return True
+        if self._required is None or self._required():  # None: created, then dropped
+            raise self._missing()
+        return False
+
+    def _missing(self) -> IndexUnavailableError:
+        return IndexUnavailableError(
+            f"the Milvus collection {self.name} does not exist on {_redact(self._uri)} "
+            "(dropped, the server lost its data, or a mistyped collection name): check "
+            "ACMS_MILVUS_TEXT_COLLECTION / ACMS_MILVUS_VECTOR_COLLECTION, then run "
+            "`acms reindex --full` to write the remote indexes again"
+        )
 
     def _connect(self) -> MilvusClient:
         try:
@@ -224,10 +278,11 @@ class MilvusCollection:
             # The last call failed: start a fresh client and load the collection
             # again (a restarted Milvus Lite serves it only after a load).
             client = self._connect()
-            self._translated(
-                "load_collection",
-                lambda: client.load_collection(self.name, timeout=self.timeout),
-            )
+            if self._exists:
+                self._translated(
+                    "load_collection",
+                    lambda: client.load_collection(self.name, timeout=self.timeout),
+                )
             return client
         return self._client
 
@@ -258,11 +313,9 @@ class MilvusCollection:
         except Exception as exc:
             self._drop_client()
             if _code(exc) == _NOT_FOUND:
-                raise IndexUnavailableError(
-                    f"the Milvus collection {self.name} does not exist (dropped, or the "
-                    "server lost its data): start acms again to create it, then reindex "
-                    "in full"
-                ) from exc
+                # Dropped while in use: the next write creates it again.
+                self._exists = False
+                raise self._missing() from exc
             raise IndexUnavailableError(
                 f"Milvus call {what} on {self.name} failed: {_short(exc)}"
             ) from exc
@@ -285,6 +338,8 @@ class MilvusCollection:
         output_fields: list[str],
     ) -> list[dict[str, Any]]:
         """One strong-consistency search; the hits of the single query."""
+        if not self._readable():
+            return []
         hits = self.call(
             "search",
             self.name,
@@ -300,6 +355,8 @@ class MilvusCollection:
 
     def iterate(self, expr: str, output_fields: list[str]) -> Iterator[dict[str, Any]]:
         """Every row matching ``expr`` (a query iterator, any number of rows)."""
+        if not self._readable():
+            return
         it = self.call(
             "query_iterator",
             self.name,
@@ -319,25 +376,41 @@ class MilvusCollection:
                 it.close()
 
     def delete_ids(self, ids: Iterable[str]) -> None:
-        """Delete rows by primary key, in batches."""
+        """Delete rows by primary key, in batches (none from a missing collection)."""
+        if not self._look():
+            return
         keys = sorted(set(ids))
         for i in range(0, len(keys), _DELETE_BATCH):
             self.call("delete", self.name, filter=ids_filter(keys[i : i + _DELETE_BATCH]))
 
     def delete_where(self, expr: str) -> None:
-        """Delete every row matching ``expr``."""
-        self.call("delete", self.name, filter=expr)
+        """Delete every row matching ``expr`` (none from a missing collection)."""
+        if self._look():
+            self.call("delete", self.name, filter=expr)
 
     def upsert(self, rows: list[dict[str, Any]]) -> None:
-        """Insert or replace rows by primary key."""
+        """Insert or replace rows by primary key, creating the collection if need be."""
         if rows:
+            self.create_missing()
             self.call("upsert", self.name, rows)
 
     def ping(self) -> None:
-        """One metadata call (the collection's description): raises
-        :class:`IndexUnavailableError` while the server or the collection is
-        unreachable."""
-        self.call("describe_collection", self.name)
+        """Ask the server now whether it holds the collection (one metadata
+        call; a collection seen before is described, so a dropped one is
+        noticed).
+
+        Raises:
+            IndexUnavailableError: the server is unreachable, or the
+                collection is missing while something needs it (see
+                ``required``).
+        """
+        if self._exists:
+            try:
+                self.call("describe_collection", self.name)
+            except IndexUnavailableError:
+                if self._exists:  # not "does not exist": the server failed
+                    raise
+        self._readable()
 
     def close(self) -> None:
         """Close the client; later calls raise :class:`IndexUnavailableError`."""

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from cleveragents.domain.models.acms.backends import (
@@ -210,6 +210,9 @@ class MilvusTextBackend:
         token: credentials (``user:password`` or API key); never logged.
         collection: collection name.
         timeout: seconds any one server call may take.
+        required: whether a read of the collection, missing on the server, is
+            an error (something indexed should be there); reads then never
+            create it.  None: created when missing, at once (used on its own).
 
     Raises:
         ValueError: invalid arguments or a collection of another layout.
@@ -223,6 +226,7 @@ class MilvusTextBackend:
         token: str | None = None,
         collection: str = "acms_text",
         timeout: float = 10.0,
+        required: Callable[[], bool] | None = None,
     ) -> None:
         self._coll = MilvusCollection(
             uri=uri,
@@ -230,13 +234,20 @@ class MilvusTextBackend:
             collection=collection,
             timeout=timeout,
             create=_create,
+            required=required,
             check=_check,
         )
 
     def ping(self) -> None:
-        """Raise :class:`IndexUnavailableError` while Milvus or the collection
-        is unreachable (``acms status``, the image's health check)."""
+        """Raise :class:`IndexUnavailableError` while Milvus is unreachable, or
+        the collection is missing while something indexed should be in it
+        (``acms status``, the image's health check)."""
         self._coll.ping()
+
+    def create_missing(self) -> None:
+        """Create the collection if Milvus does not hold it: a writer's first
+        step (a read never creates one; see :mod:`.milvus_common`)."""
+        self._coll.create_missing()
 
     def close(self) -> None:
         """Close the client; later calls raise IndexUnavailableError."""

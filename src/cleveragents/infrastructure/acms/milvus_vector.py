@@ -95,6 +95,9 @@ class MilvusVectorBackend:
         token: credentials (``user:password`` or API key); never logged.
         collection: collection name.
         timeout: seconds any one server call may take.
+        required: whether a read of the collection, missing on the server, is
+            an error (something indexed should be there); reads then never
+            create it.  None: created when missing, at once (used on its own).
 
     Raises:
         TypeError / ValueError: invalid arguments, or an existing collection of
@@ -110,6 +113,7 @@ class MilvusVectorBackend:
         token: str | None = None,
         collection: str = "acms_vectors",
         timeout: float = 10.0,
+        required: Callable[[], bool] | None = None,
     ) -> None:
         self._dimension = validate_positive_int(dimension, "dimension")
         self._coll = MilvusCollection(
@@ -118,6 +122,7 @@ class MilvusVectorBackend:
             collection=collection,
             timeout=timeout,
             create=_create(self._dimension),
+            required=required,
             check=_check(self._dimension),
         )
 
@@ -127,9 +132,15 @@ class MilvusVectorBackend:
         return self._dimension
 
     def ping(self) -> None:
-        """Raise :class:`IndexUnavailableError` while Milvus or the collection
-        is unreachable (``acms status``, the image's health check)."""
+        """Raise :class:`IndexUnavailableError` while Milvus is unreachable, or
+        the collection is missing while something indexed should be in it
+        (``acms status``, the image's health check)."""
         self._coll.ping()
+
+    def create_missing(self) -> None:
+        """Create the collection if Milvus does not hold it: a writer's first
+        step (a read never creates one; see :mod:`.milvus_common`)."""
+        self._coll.create_missing()
 
     def close(self) -> None:
         """Close the client; later calls raise IndexUnavailableError."""

@@ -469,6 +469,38 @@ class SparqlEndpointGraphBackend:
         if "boolean" not in _load_json(answer.body):
             raise IndexUnavailableError("the SPARQL endpoint gave no answer to ASK")
 
+    def holds(self, resource_id: str) -> bool:
+        """Whether the endpoint holds any triple in the resource's graph (one
+        ``ASK``): ``acms status`` tells a dataset that lost its data from one
+        that was never written.
+
+        Raises:
+            IndexUnavailableError: as :meth:`ping`.
+        """
+        graph = _graph_of(canonical_ulid(resource_id))
+        self._check_open()
+        answer = self._http.request(
+            "POST",
+            self._query_url,
+            what="SPARQL query",
+            max_bytes=1 << 16,
+            form=[
+                ("query", f"ASK {{ GRAPH <{graph}> {{ ?s ?p ?o }} }}"),
+                ("default-graph-uri", NO_GRAPH),
+                ("named-graph-uri", graph),
+            ],
+            headers={"accept": _RESULTS_JSON},
+        )
+        found = _load_json(answer.body).get("boolean")
+        if not isinstance(found, bool):
+            raise IndexUnavailableError("the SPARQL endpoint gave no answer to ASK")
+        return found
+
+    @property
+    def query_url(self) -> str:
+        """The query endpoint's address (no credentials: they are never in it)."""
+        return self._query_url
+
     # ------------------------------------------------------------ internals
 
     def _check_open(self) -> None:
