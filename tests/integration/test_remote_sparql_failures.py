@@ -124,6 +124,21 @@ def test_a_mistyped_query_url_is_the_server_not_the_query(oxigraph_server: Serve
         b.close()
 
 
+def test_an_unreachable_endpoint_is_named() -> None:
+    """A refused connection said "the SPARQL endpoint cannot be reached"
+    without saying which of the three configured endpoints."""
+    dead = f"http://127.0.0.1:{free_port()}"
+    graph = at(dead + "/query", dead + "/update", dead + "/store", timeout=2)
+    try:
+        with pytest.raises(IndexUnavailableError) as info:
+            graph.ping()
+        assert f"{dead}/query" in str(info.value) and "cannot be reached" in str(info.value)
+        with pytest.raises(IndexUnavailableError, match=f"{dead}/update"):
+            graph.delete(A)
+    finally:
+        graph.close()
+
+
 def test_a_bad_query_is_still_the_query(good: SparqlEndpointGraphBackend) -> None:
     # Passes the guard, refused by Oxigraph (400): the caller's fault.
     with pytest.raises(QueryError, match="400"):

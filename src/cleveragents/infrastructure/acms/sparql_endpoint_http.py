@@ -109,6 +109,9 @@ class BoundedHttp:
         limit = self._timeout if timeout is None else timeout
         deadline = time.monotonic() + limit
         body = bytearray()
+        # Every failure names the server: with three endpoints configured, an
+        # error that does not say which one leaves the operator guessing.
+        where = f"{what} at {_address(url)}"
         try:
             with self._client.stream(
                 method,
@@ -124,23 +127,22 @@ class BoundedHttp:
                     body += chunk
                     if len(body) > max_bytes:
                         raise QueryLimitError(
-                            f"{what}: the answer is larger than the cap of {max_bytes} bytes"
+                            f"{where}: the answer is larger than the cap of {max_bytes} bytes"
                         )
                     if time.monotonic() > deadline:
-                        raise on_timeout(f"{what}: no complete answer within {limit:g} s")
+                        raise on_timeout(f"{where}: no complete answer within {limit:g} s")
                 status = response.status_code
                 content_type = response.headers.get("content-type", "")
         except httpx.TimeoutException as exc:
-            raise on_timeout(f"{what}: no complete answer within {limit:g} s") from exc
+            raise on_timeout(f"{where}: no complete answer within {limit:g} s") from exc
         except httpx.HTTPError as exc:
             raise IndexUnavailableError(
-                f"{what}: the SPARQL endpoint cannot be reached ({type(exc).__name__})"
+                f"{where}: the SPARQL endpoint cannot be reached ({type(exc).__name__})"
             ) from exc
         if time.monotonic() > deadline:
-            raise on_timeout(f"{what}: no complete answer within {limit:g} s")
+            raise on_timeout(f"{where}: no complete answer within {limit:g} s")
         if 200 <= status < 300:
             return HttpAnswer(status, content_type.split(";")[0].strip().lower(), bytes(body))
-        where = f"{what} at {_address(url)}"
         if status in (401, 403):
             raise IndexUnavailableError(
                 f"{where}: the SPARQL endpoint refused the credentials ({status})"
