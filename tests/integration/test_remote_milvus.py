@@ -366,9 +366,13 @@ def test_a_hung_server_is_bounded_by_the_timeout(own_milvus: ServerProcess) -> N
         os.kill(own_milvus.proc.pid, signal.SIGSTOP)
         try:
             t0 = time.monotonic()
-            with pytest.raises(IndexUnavailableError):
+            with pytest.raises(IndexUnavailableError) as info:
                 b.search("needle", scope=frozenset({A}))
             assert time.monotonic() - t0 < 2 + 2
+            # One line that names the server and says what gRPC reported.
+            message = str(info.value)
+            assert own_milvus.uri in message and "\n" not in message, message
+            assert len(message) < 500, message
         finally:
             os.kill(own_milvus.proc.pid, signal.SIGCONT)
         assert len(b.search("needle", scope=frozenset({A}))) == 2
@@ -510,3 +514,32 @@ def test_any_text_parses_to_plain_words_or_a_query_error(query: str) -> None:
         return
     for word in words:
         assert word and word == word.lower() and re.fullmatch(r"\w+", word), word
+
+
+class _FakeRpcError(Exception):
+    """What grpc's _InactiveRpcError looks like: a multi-line ``str`` whose
+    first line says nothing, and the status behind ``code()``/``details()``."""
+
+    def __str__(self) -> str:
+        return "<_InactiveRpcError of RPC that terminated with:\n\tstatus = ...\n>"
+
+    def code(self) -> object:
+        class Status:
+            name = "RESOURCE_EXHAUSTED"
+
+        return Status()
+
+    def details(self) -> str:
+        return "message larger than max\x1b[31m (\r\n" + "x" * 1000 + ")"
+
+
+def test_a_grpc_failure_is_one_bounded_line_with_its_status() -> None:
+    from cleveragents.infrastructure.acms.milvus_common import _short
+
+    wrapped = RuntimeError("<MilvusException: (code=1, message=\n<_InactiveRpcError of RPC")
+    wrapped.__cause__ = _FakeRpcError()
+    for exc in (_FakeRpcError(), wrapped):
+        text = _short(exc)
+        assert text.startswith("gRPC RESOURCE_EXHAUSTED: message larger than max"), text
+        assert len(text) <= 300 and text.isprintable(), text
+    assert _short(RuntimeError("a\x00b\n  c")) == "a b c"

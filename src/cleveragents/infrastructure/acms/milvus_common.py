@@ -317,7 +317,7 @@ class MilvusCollection:
                 self._exists = False
                 raise self._missing() from exc
             raise IndexUnavailableError(
-                f"Milvus call {what} on {self.name} failed: {_short(exc)}"
+                f"Milvus call {what} on {self.name} at {_redact(self._uri)} failed: {_short(exc)}"
             ) from exc
 
     def _drop_client(self) -> None:
@@ -428,9 +428,36 @@ def _code(exc: BaseException) -> object:
     return getattr(exc, "code", None)
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
+_SHORT_CHARS = 300
+
+
 def _short(exc: BaseException) -> str:
-    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return text[:300]
+    """What failed, in one bounded line: the gRPC status code and details
+    when a gRPC error is in the chain (its ``str`` is a multi-line dump that
+    a first line cut before the status), else the error's text, control
+    characters and runs of spaces made one space."""
+    text = ""
+    seen: BaseException | None = exc
+    for _ in range(4):  # the error, then what it wraps
+        if seen is None:
+            break
+        code, details = getattr(seen, "code", None), getattr(seen, "details", None)
+        if callable(code) and callable(details):  # grpc.RpcError
+            try:
+                status = code()
+                text = f"gRPC {getattr(status, 'name', status)}: {details() or ''}"
+            except Exception:  # a broken error object: its text below
+                text = ""
+            if text:
+                break
+        seen = seen.__cause__ or seen.__context__
+    if not text:
+        text = str(exc) or type(exc).__name__
+    text = " ".join(_CONTROL.sub(" ", text).split())
+    if len(text) > _SHORT_CHARS:
+        text = text[: _SHORT_CHARS - 3] + "..."
+    return text or type(exc).__name__
 
 
 def encode_varchar(text: str, field: str) -> str:
