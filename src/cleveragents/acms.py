@@ -55,15 +55,32 @@ def open_data_dir(
     no longer referenced releases them too.
 
     Raises:
-        NotFoundError: an unknown project or resource.  ValueError: a
-        malformed ULID, or an unknown profile.  TypeError: a name that is
-        not a string.
+        NotFoundError: an unknown project or resource; a data directory that
+        does not exist, or (with neither ``projects`` nor ``resources``) that
+        registers no project: a mistyped path would otherwise be made, empty,
+        and every answer would be nothing (``acms serve`` refuses it too).
+        ValueError: a malformed ULID, or an unknown profile.  TypeError: a
+        name that is not a string.
     """
     from cleveragents.bootstrap import bootstrap
+    from cleveragents.domain.models.acms.errors import NotFoundError
 
     names = _names("projects", projects)
     ulids = _names("resources", resources)
-    ops = bootstrap(data_dir, profile=profile)
+    where = os.path.abspath(os.path.expanduser(os.fspath(data_dir)))
+    if not os.path.isdir(where):
+        raise NotFoundError(
+            f"no data directory at {where}: give the one `acms` indexed into "
+            "(its --data-dir, or ACMS_DATA_DIR)"
+        )
+    ops = bootstrap(where, profile=profile)
+    if not names and not ulids and not ops.list_projects():
+        ops.close()
+        raise NotFoundError(
+            f"the data directory {where} registers no project: register and index one "
+            "(`acms project add`, `acms resource add`, `acms reindex`), or give the data "
+            "directory that holds yours"
+        )
     session = ops.agent_session(names, ulids, owned=True)
     # The session owns its indexes: ``close()`` (or a with-block) releases
     # their files and locks, and so does dropping the last reference to it.

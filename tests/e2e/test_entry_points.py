@@ -432,7 +432,7 @@ def test_serve_refuses_a_data_directory_that_holds_nothing_to_serve(tmp_path: Pa
     empty.mkdir()
     done = run_acms(cli_env(empty), "serve", "--mcp")
     assert done.returncode == 2
-    assert "no project to serve: none is registered in" in one_line(done)
+    assert "registers no project: register and index one" in one_line(done)
 
 
 def test_an_empty_data_dir_option_is_refused_not_taken_for_the_working_directory(

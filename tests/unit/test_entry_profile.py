@@ -10,6 +10,7 @@ import pytest
 from cleveragents.acms import open_data_dir
 from cleveragents.application.container import build_container
 from cleveragents.bootstrap import entry_profile
+from cleveragents.domain.models.acms.errors import NotFoundError
 
 
 def test_the_environment_chooses_and_an_explicit_choice_wins(
@@ -81,3 +82,18 @@ def test_anything_else_is_a_type_error(registry: Path, projects: object, message
     with pytest.raises(TypeError) as info:
         open_data_dir(registry, projects=projects)  # type: ignore[arg-type]
     assert str(info.value) == message
+
+
+def test_a_data_directory_that_is_not_there_or_holds_no_project_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mistyped path was made, empty, and the session answered nothing."""
+    monkeypatch.delenv("ACMS_PROFILE", raising=False)
+    missing = tmp_path / "no" / "such"
+    with pytest.raises(NotFoundError, match=r"no data directory at .*no/such"):
+        open_data_dir(missing)
+    assert not missing.exists() and not missing.parent.exists()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(NotFoundError, match="registers no project"):
+        open_data_dir(empty)

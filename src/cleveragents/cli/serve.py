@@ -1073,11 +1073,7 @@ def _serve(args: argparse.Namespace) -> int:
     except (AcmsError, ValueError) as exc:
         print(f"acms serve: {one_line(exc)}", file=sys.stderr)
         return 2
-    chosen = bool(args.project or args.resource)
-    if not chosen and not session.scope.projects:
-        session.close()
-        print(f"acms serve: no project to serve: none is registered in {where}", file=sys.stderr)
-        return 2
+    chosen = bool(args.project or args.resource)  # else every project (none: refused above)
     tools = service_tools(session)
     server = make_mcp_server(session, tools)
     if args.mcp:
