@@ -152,16 +152,26 @@ def main(argv: list[str] | None = None) -> int:
                 ),
             )
             if problems:
-                lost = sorted(
-                    {p.resource_id for p in problems if not getattr(p, "interrupted", False)}
-                )
-                named = "".join(f" --resource {rid}" for rid in lost) if len(lost) <= 5 else ""
-                fix = (
-                    f"; 'reindex --full{named}' writes their units again "
-                    "(or --rebuild, every resource)"
-                    if lost
-                    else ""
-                )
+                lost = {p.resource_id for p in problems if not getattr(p, "interrupted", False)}
+                # Units of a resource this registry does not know (another
+                # deployment's, on shared servers, or one removed): a plain
+                # reindex prunes them; --resource would name an unknown one.
+                known = {r.resource_id for r in ops.list_resources()}
+                ours, strays = sorted(lost & known), lost - known
+                named = "".join(f" --resource {rid}" for rid in ours) if len(ours) <= 5 else ""
+                fixes = []
+                if ours:
+                    # The remote profile has no --rebuild: it swaps local directories.
+                    remote = entry_profile(args.profile) == "remote"
+                    every = "" if remote else " (or --rebuild, every resource)"
+                    fixes.append(f"'reindex --full{named}' writes their units again{every}")
+                if strays:
+                    fixes.append(
+                        f"{len(strays)} resource(s) not registered here hold units (removed "
+                        "ones, or another deployment's on the same servers): a plain "
+                        "'reindex' deletes them"
+                    )
+                fix = "; " + "; ".join(fixes) if fixes else ""
                 print(
                     f"{PROG}: verify failed: {len(problems)} disagreement(s){fix}", file=sys.stderr
                 )

@@ -357,6 +357,28 @@ def test_rebuild_refuses_a_selection_or_full_in_both_entry_points(
         )
 
 
+def test_verify_tells_units_of_a_resource_not_registered_here_apart(tmp_path: Path) -> None:
+    """Units no registered resource owns (a registry restored from an older
+    backup; another deployment's, on shared servers) got the hint
+    'reindex --full --resource <it>', which fails: no such resource."""
+    cli = Cli(tmp_path / "data")
+    cli.run("project", "add", "local/x")
+    cli.run("resource", "add", str(write_project(tmp_path / "x", "xenon")), "--project", "local/x")
+    assert cli.reindex().returncode == 0
+    db = sqlite3.connect(tmp_path / "data" / "registry.sqlite3")
+    with db:  # the registry forgets it; its units stay
+        db.execute("DELETE FROM project_resources")
+        db.execute("DELETE FROM resources")
+    db.close()
+    bad = cli.reindex("--verify")
+    assert bad.returncode == 1
+    assert "--resource" not in bad.stderr
+    assert "1 resource(s) not registered here hold units" in bad.stderr
+    assert "a plain 'reindex' deletes them" in bad.stderr
+    assert cli.reindex().returncode == 0
+    assert cli.reindex("--verify").returncode == 0
+
+
 def test_verify_passes_then_fails_after_tampering(tmp_path: Path) -> None:
     cli = Cli(tmp_path / "data")
     cli.run("project", "add", "local/x")
