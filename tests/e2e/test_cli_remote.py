@@ -198,3 +198,23 @@ def test_switching_profiles_either_way_indexes_every_file_again(
             for backend in (c.text_backend(), c.vector_backend(), c.graph_backend()):
                 backend.delete(rid)
                 backend.close()
+
+
+def test_symbols_answers_from_the_endpoint_as_the_file_defines_them(
+    remote: dict[str, Any],
+) -> None:
+    """``symbols`` reads a file's definitions in one walk of the endpoint
+    (it was one request per symbol); the rows are the file's definitions."""
+    done = run_acms(
+        remote["env"], "--json", "symbols", "inventory/store.py", "--project", "local/sample"
+    )
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)["results"]
+    got = [(r["name"], r["line"], r["kind"]) for r in rows]
+    assert got == [
+        ("OutOfStockError", 6, "class"),
+        ("InventoryStore", 10, "class"),
+        ("InventoryStore.__init__", 13, "method"),
+        ("InventoryStore.add_item", 16, "method"),
+        ("InventoryStore.reserveUnits", 20, "method"),
+    ], got
