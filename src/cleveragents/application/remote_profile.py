@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -81,7 +80,9 @@ class RemoteSettings:
 
 
 def _redact(url: str) -> str:
-    return re.sub(r"//[^/@]*@", "//***@", url)
+    from cleveragents.infrastructure.acms.milvus_common import redact_userinfo
+
+    return redact_userinfo(url)
 
 
 def remote_settings(environ: Mapping[str, str] | None = None) -> RemoteSettings:
@@ -242,7 +243,9 @@ class _RemoteIndexStore(ManagedIndexStore):
         counts = super().counts(resource_id)
         holds = getattr(self.graph, "holds", None)
         if counts["graph_subjects"] and callable(holds) and not holds(resource_id):
-            where = getattr(self.graph, "query_url", "the SPARQL endpoint")
+            url = getattr(self.graph, "query_url", None)
+            # Scheme, host and path: a query string may hold a key.
+            where = _redact(url.partition("?")[0].partition("#")[0]) if url else "(its URL)"
             raise IndexUnavailableError(
                 f"the SPARQL endpoint {where} holds no triple of resource {resource_id}, "
                 f"while the catalog records {counts['graph_subjects']} graph subjects (the "

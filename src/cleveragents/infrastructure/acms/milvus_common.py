@@ -418,9 +418,21 @@ class MilvusCollection:
         self._drop_client()
 
 
-def _redact(uri: str) -> str:
-    # ``http://user:secret@host`` -> ``http://***@host``
-    return re.sub(r"//[^/@]*@", "//***@", uri)
+def redact_userinfo(uri: str) -> str:
+    """``uri`` fit for a message or a log: ``http://user:secret@host`` ->
+    ``http://***@host``.  Everything up to the *last* ``@`` goes, since a
+    password may hold ``@`` or ``/`` (a pattern stopping at the first of
+    either printed the rest of the password); a path holding ``@`` loses
+    more than it must, which a message can afford."""
+    scheme, sep, rest = uri.partition("://")
+    if not sep:
+        scheme, rest = "", uri
+    if "@" not in rest:
+        return uri
+    return f"{scheme}{sep}***@{rest.rpartition('@')[2]}"
+
+
+_redact = redact_userinfo
 
 
 def _code(exc: BaseException) -> object:
