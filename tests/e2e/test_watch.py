@@ -151,3 +151,83 @@ def test_a_reindex_that_fails_for_a_while_is_retried_and_the_watch_goes_on(
         watcher.send_signal(signal.SIGTERM)
         assert watcher.wait(timeout=30) == 0
         log.close()
+
+
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+
+
+def test_a_resource_git_cannot_list_for_a_while_is_retried_not_forgotten(
+    tmp_path: Path,
+) -> None:
+    """A git resource the reindex could not list is in the report's
+    ``failed``, not an exception: the watch logged it as reindexed and never
+    looked at the change again until another file of it changed."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "a.py").write_text("def first():\n    return 1\n")
+    _git(repo, "init", "-q")
+    _git(repo, "add", "a.py")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "a")
+    env = {**os.environ, "ACMS_DATA_DIR": str(tmp_path / "data")}
+    env.pop("ACMS_PROFILE", None)
+    assert _acms(env, "project", "add", "local/w").returncode == 0
+    added = _acms(
+        env, "resource", "add", str(repo), "--project", "local/w", "--type", "git-checkout"
+    )
+    assert added.returncode == 0, added.stderr
+    assert _acms(env, "reindex").returncode == 0
+    log_path = tmp_path / "watch.log"
+    watcher, log = _watcher(env, "1", log_path)
+    try:
+        time.sleep(1.5)
+        (repo / ".git").rename(tmp_path / "git-away")  # git cannot list it now
+        (repo / "b.py").write_text("def platypus_marker():\n    return 2\n")
+        _wait(lambda: "acms.watch.reindex_failed" in log_path.read_text(), seconds=20)
+        (tmp_path / "git-away").rename(repo / ".git")  # no file of the resource changes
+        _wait(lambda: _found(env, "platypus_marker"), seconds=30)
+        assert watcher.poll() is None, log_path.read_text()
+    finally:
+        watcher.send_signal(signal.SIGTERM)
+        watcher.wait(timeout=30)
+        log.close()
+
+
+def test_what_only_a_rebuild_repairs_ends_the_watch(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    env = _indexed(repo, tmp_path / "data")
+    log_path = tmp_path / "watch.log"
+    watcher, log = _watcher(env, "1", log_path)
+    try:
+        time.sleep(1.5)
+        (tmp_path / "data" / "text").unlink()  # the live text index's link, lost
+        (repo / "b.py").write_text("def echidna_marker():\n    return 2\n")
+        assert watcher.wait(timeout=30) == 1
+        assert "acms reindex --rebuild" in log_path.read_text()
+    finally:
+        if watcher.poll() is None:
+            watcher.kill()
+            watcher.wait()
+        log.close()
+
+
+def test_sigterm_is_not_held_up_by_another_writers_lock(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    env = _indexed(repo, tmp_path / "data")
+    log_path = tmp_path / "watch.log"
+    watcher, log = _watcher(env, "1", log_path, "--lock-timeout", "60")
+    try:
+        time.sleep(1.5)
+        with ReindexLock(tmp_path / "data", timeout=10):
+            (repo / "b.py").write_text("def dunnart_marker():\n    return 2\n")
+            _wait(lambda: "acms.watch.waiting_for_lock" in log_path.read_text(), seconds=20)
+            asked = time.monotonic()
+            watcher.send_signal(signal.SIGTERM)
+            code = watcher.wait(timeout=30)
+            assert time.monotonic() - asked < 5, "SIGTERM waited for the lock"
+        assert code == 0, log_path.read_text()  # waiting for a lock is not failing
+    finally:
+        if watcher.poll() is None:
+            watcher.kill()
+            watcher.wait()
+        log.close()

@@ -12,9 +12,12 @@ incremental reindex reads only the files whose size or mtime changed, so a
 saved file is searchable about debounce + its own indexing time after the
 write.  Exit with SIGINT or SIGTERM; a reindex in progress finishes first.
 A reindex that fails for a reason that passes (a remote server down, the
-lock held past ``--lock-timeout``, an index missing until a rebuild) is
+lock held past ``--lock-timeout``, git refusing a resource for a while) is
 logged (``acms.watch.reindex_failed``) and retried, ever more slowly up to a
-minute apart, until it succeeds (``acms.watch.recovered``): the watch goes on.
+minute apart, until it succeeds (``acms.watch.recovered``): the watch goes on
+(stopped while failing, it exits 1).  What only an operator repairs (a lost
+index, another embedding dimension, a data directory of the other profile)
+ends it, exit 1.
 
 It uses the profile of ``$ACMS_PROFILE`` (default ``local``; ``remote``
 writes to the servers the environment names).  Its log is JSON lines on
@@ -29,6 +32,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -65,10 +69,12 @@ def run(
     stop: threading.Event,
     data_dir: str | os.PathLike[str],
     lock_timeout: float = 60.0,
-) -> None:
-    """Watch and reindex until ``stop`` is set.  Changes inside ``data_dir``
-    (the indexes' own writes, when the data directory sits inside a watched
-    resource) are ignored, or every reindex would trigger the next."""
+) -> bool:
+    """Watch and reindex until ``stop`` is set; whether it stopped while its
+    reindexes were failing (see :class:`_Retry`).  Changes inside
+    ``data_dir`` (the indexes' own writes, when the data directory sits
+    inside a watched resource) are ignored, or every reindex would trigger
+    the next."""
     import watchfiles
     from watchfiles._rust_notify import WatchfilesRustInternalError
 
@@ -129,25 +135,37 @@ def run(
                 retry.reindex(ops, touched, lock_timeout, stop)
             if _roots(ops) != roots:
                 break  # resources added or removed: watch the new set
+    return retry.failures > 0
 
 
 class _Retry:
     """Reindexes that failed for a reason that passes (a remote server down
-    or restarting, another reindex holding the lock past ``--lock-timeout``,
-    an index being rebuilt), retried instead of ending the watch.
+    or restarting, another reindex holding the lock, a git resource git
+    refused for a moment), retried instead of ending the watch.
 
     Ending it left the index stale with nobody told but a log line: the
     changes of every later save were never indexed.  The failed resources
-    stay ``pending`` and join the next reindex (the next change, or the
-    watch's rescan timeout), after a wait that doubles with each failure in
-    a row, from the debounce (at least 1 s) up to a minute.  A session the
-    failure stopped half way left its dirty marker: the retry repairs it.
+    (an exception, or the report's ``failed``) stay ``pending`` and join
+    the next reindex (the next change, or the watch's rescan timeout),
+    after a wait that doubles with each failure in a row, from the debounce
+    (at least 1 s) up to a minute; from the third in a row the log line is
+    an error.  A session the failure stopped half way left its dirty
+    marker: the retry repairs it.
+
+    What only an operator repairs (:class:`RepairNeededError`: a lost
+    index, another dimension, the other profile's data directory) is not
+    retried: it ends the watch, exit 1, as it always did.  The lock is
+    waited for a second at a time, so that SIGTERM is not held up by
+    another writer's lock for up to ``--lock-timeout`` (docker's stop
+    timeout is 10 s): only a wait longer than ``--lock-timeout`` in all
+    counts as a failure.
     """
 
     def __init__(self, debounce: float) -> None:
         self.base = max(1.0, debounce)
         self.failures = 0
         self.pending: set[str] = set()
+        self._busy_since: float | None = None
 
     def reindex(
         self,
@@ -159,23 +177,30 @@ class _Retry:
         from cleveragents.domain.models.acms.errors import (
             BusyError,
             IndexUnavailableError,
-            ResourceListingError,
+            RepairNeededError,
         )
 
         try:
-            report = ops.reindex(resources=sorted(touched), lock_timeout=lock_timeout)
-        except (IndexUnavailableError, BusyError, ResourceListingError) as exc:
-            wait = min(60.0, self.base * 2**self.failures)
-            self.failures += 1
-            self.pending = set(touched)
-            _log.warning(
-                "acms.watch.reindex_failed",
-                resources=sorted(touched),
-                error=str(exc)[:300],
-                failures=self.failures,
-                retry_in=wait,
-            )
-            stop.wait(wait)
+            report = ops.reindex(resources=sorted(touched), lock_timeout=min(lock_timeout, 1.0))
+        except RepairNeededError:
+            raise
+        except BusyError as exc:
+            now = time.monotonic()
+            self._busy_since = self._busy_since or now
+            if now - self._busy_since < lock_timeout:
+                self.pending = set(touched)
+                _log.info("acms.watch.waiting_for_lock", resources=sorted(touched))
+                stop.wait(0.5)
+                return
+            self._failed(touched, str(exc), stop)
+            return
+        except IndexUnavailableError as exc:
+            self._failed(touched, str(exc), stop)
+            return
+        self._busy_since = None
+        failed = {rid for rid in report.failed if rid in touched}
+        if failed:
+            self._failed(failed, "; ".join(report.failed[r] for r in sorted(failed)), stop)
             return
         if self.failures:
             _log.info("acms.watch.recovered", failures=self.failures)
@@ -183,6 +208,21 @@ class _Retry:
         _log.info(
             "acms.watch.reindexed", resources=sorted(touched), seconds=round(report.seconds, 3)
         )
+
+    def _failed(self, resources: set[str], error: str, stop: threading.Event) -> None:
+        self._busy_since = None
+        wait = min(60.0, self.base * 2**self.failures)
+        self.failures += 1
+        self.pending = set(resources)
+        log = _log.error if self.failures >= 3 else _log.warning
+        log(
+            "acms.watch.reindex_failed",
+            resources=sorted(resources),
+            error=error[:300],
+            failures=self.failures,
+            retry_in=wait,
+        )
+        stop.wait(wait)
 
 
 _PROG = "acms watch"
@@ -236,7 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     try:
-        run(
+        failing = run(
             ops,
             debounce=args.debounce,
             rescan=args.rescan,
@@ -246,6 +286,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except Exception as exc:
         print(f"{_PROG}: {one_line(exc)}", file=sys.stderr)
+        return 1
+    if failing:
+        # A supervisor must not read "stopped cleanly" into a watch whose
+        # every reindex was failing when it was stopped.
+        print(
+            f"{_PROG}: stopped while its reindexes failed (acms.watch.reindex_failed)",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

@@ -78,7 +78,7 @@ from cleveragents.domain.models.acms.backends import (
     VectorIndex,
     WriteTriple,
 )
-from cleveragents.domain.models.acms.errors import IndexUnavailableError
+from cleveragents.domain.models.acms.errors import IndexUnavailableError, RepairNeededError
 from cleveragents.domain.models.acms.index_store import Catalog, FileDelta, VerifyProblem
 from cleveragents.domain.models.acms.indexing import FileRecord, IndexStats
 from cleveragents.domain.models.acms.uko import PREDICATES, file_uri, path_of, resource_uri
@@ -138,7 +138,7 @@ def coarse_clock_ns() -> int:
     return time.time_ns() - 2_000_000_000  # unknown tick: be generous
 
 
-class DimensionChangedError(IndexUnavailableError):
+class DimensionChangedError(RepairNeededError):
     """The live vector index holds another dimension than the embedder's:
     only ``reindex --rebuild`` replaces it."""
 
@@ -542,12 +542,12 @@ class ManagedIndexStore:
         rebuild = "`acms reindex --rebuild` builds every index again from the files"
         catalog = self.catalog
         if catalog.get_meta(_LOCAL_META) == "1":
-            raise IndexUnavailableError(
+            raise RepairNeededError(
                 f"the {label} index {where} is missing while the catalog lists indexed "
                 f"files: {rebuild}"
             )
         remote = catalog.get_meta(_REMOTE_META) == "1"
-        raise IndexUnavailableError(
+        raise RepairNeededError(
             f"the {label} index {where} does not exist while the catalog lists indexed files"
             + (
                 ": the remote profile indexed this data directory, so set ACMS_PROFILE=remote "

@@ -42,6 +42,7 @@ __all__ = [
     "QueryError",
     "QueryLimitError",
     "QueryTimeoutError",
+    "RepairNeededError",
     "ResourceListingError",
     "ScopeError",
     "ScopeViolationError",
@@ -87,6 +88,12 @@ class WalkLimitError(QueryLimitError):
 
 class IndexUnavailableError(AcmsError):
     """An index could not be opened, read or written."""
+
+
+class RepairNeededError(IndexUnavailableError):
+    """An index that only an operator's act makes usable again (a rebuild,
+    the right profile): trying again later cannot help, so a long-lived
+    writer (``acms watch``) stops on it instead of retrying."""
 
 
 #: Appended to a message about an index that cannot be opened: what an
