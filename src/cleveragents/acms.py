@@ -73,9 +73,15 @@ def open_data_dir(
             f"no data directory at {where}: give the one `acms` indexed into "
             "(its --data-dir, or ACMS_DATA_DIR)"
         )
-    ops = bootstrap(where, profile=profile)
-    if not names and not ulids and not ops.list_projects():
-        ops.close()
+    from cleveragents.infrastructure.acms.index_store import REGISTRY_FILE
+
+    registered = os.path.exists(os.path.join(where, REGISTRY_FILE))
+    ops = None if not registered else bootstrap(where, profile=profile)
+    if ops is None or (not names and not ulids and not ops.list_projects()):
+        # (Checked before opening: opening makes the registry, a file left
+        # behind by a call that refuses.)
+        if ops is not None:
+            ops.close()
         raise NotFoundError(
             f"the data directory {where} registers no project: register and index one "
             "(`acms project add`, `acms resource add`, `acms reindex`), or give the data "

@@ -257,6 +257,8 @@ def test_callers_and_callees_count_the_definitions_so_a_typo_is_not_an_uncalled_
     assert narrow.callees("Nope")["defined"] == 0
     assert narrow.callees("Loader.run")["defined"] == 1
     assert narrow.callers(file_uri(rid, "pkg/core.py") + "#sym=helper")["defined"] == 1
+    # A file's node defines no name itself (it was counted as one).
+    assert narrow.callers(file_uri(rid, "pkg/core.py"))["defined"] == 0
     # A definition outside the scope is not counted: the narrow session sees
     # neither it nor its caller, the wide one both.
     assert (

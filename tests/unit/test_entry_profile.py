@@ -95,5 +95,7 @@ def test_a_data_directory_that_is_not_there_or_holds_no_project_is_refused(
     assert not missing.exists() and not missing.parent.exists()
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(NotFoundError, match="registers no project"):
-        open_data_dir(empty)
+    for given in ({}, {"projects": "local/x"}):
+        with pytest.raises(NotFoundError, match="registers no project"):
+            open_data_dir(empty, **given)  # type: ignore[arg-type]
+    assert list(empty.iterdir()) == []  # refused, it left nothing behind

@@ -808,7 +808,7 @@ class AgentSession:
         items = sorted(found.values(), key=lambda r: (r["path"], r["lines"][:1], r["uri"]))
         # ``defined``: the in-scope definitions the target stands for, so an
         # empty answer tells "defined, never called" from "no such name".
-        defined = len(targets - {name_uri(bare)})
+        defined = sum(1 for t in targets if "#sym=" in t)  # a file's or resource's node is none
         return fit({"tool": "callers", **_echo(target, "target"), "defined": defined}, items, chars)
 
     def callees(
@@ -842,7 +842,8 @@ class AgentSession:
                     name, defs = callee.rsplit("sym=", 1)[-1], [callee]
                 items.append({"from": sym, "name": name, "definitions": defs[:20]})
         items.sort(key=lambda r: (r["from"], r["name"]))
-        envelope = {"tool": "callees", **_echo(source, "source"), "defined": len(sources)}
+        defined = sum(1 for t in sources if "#sym=" in t)
+        envelope = {"tool": "callees", **_echo(source, "source"), "defined": defined}
         return fit(envelope, items, chars)
 
     def _targets(
