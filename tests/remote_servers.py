@@ -26,7 +26,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -188,6 +188,24 @@ def http_server(
 def unique_name(prefix: str) -> str:
     """A collection name no other test in this session uses."""
     return f"{prefix}_{os.getpid()}_{next(_counter)}"
+
+
+def remote_env(
+    base: Mapping[str, str], milvus: ServerProcess, oxigraph: ServerProcess, prefix: str
+) -> dict[str, str]:
+    """``base`` (an environment) with the remote profile over the two servers,
+    in collections of their own (named after ``prefix``)."""
+    return {
+        **base,
+        "ACMS_PROFILE": "remote",
+        "ACMS_MILVUS_URI": milvus.uri,
+        "ACMS_SPARQL_QUERY_URL": oxigraph.uri + "/query",
+        "ACMS_SPARQL_UPDATE_URL": oxigraph.uri + "/update",
+        "ACMS_SPARQL_STORE_URL": oxigraph.uri + "/store",
+        "ACMS_MILVUS_TEXT_COLLECTION": unique_name(prefix + "_text"),
+        "ACMS_MILVUS_VECTOR_COLLECTION": unique_name(prefix + "_vectors"),
+        "ACMS_REMOTE_TIMEOUT": "20",
+    }
 
 
 @pytest.fixture(scope="session")

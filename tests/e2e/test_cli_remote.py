@@ -15,7 +15,7 @@ import pytest
 
 from cleveragents.application.container import build_container
 from cli_process import cli_env, run_acms
-from remote_servers import ServerProcess, milvus_server, oxigraph_server, unique_name
+from remote_servers import ServerProcess, milvus_server, oxigraph_server, remote_env
 
 __all__ = ["milvus_server", "oxigraph_server"]  # fixtures, re-exported for pytest
 
@@ -34,17 +34,7 @@ def remote(
     by ``scripts/reindex.py`` with no ``--profile``: ``ACMS_PROFILE`` decides."""
     data = tmp_path_factory.mktemp("cli_remote") / "data"
     local = cli_env(data)
-    env = {
-        **local,
-        "ACMS_PROFILE": "remote",
-        "ACMS_MILVUS_URI": milvus_server.uri,
-        "ACMS_SPARQL_QUERY_URL": oxigraph_server.uri + "/query",
-        "ACMS_SPARQL_UPDATE_URL": oxigraph_server.uri + "/update",
-        "ACMS_SPARQL_STORE_URL": oxigraph_server.uri + "/store",
-        "ACMS_MILVUS_TEXT_COLLECTION": unique_name("cli_text"),
-        "ACMS_MILVUS_VECTOR_COLLECTION": unique_name("cli_vectors"),
-        "ACMS_REMOTE_TIMEOUT": "20",
-    }
+    env = remote_env(local, milvus_server, oxigraph_server, "cli")
     assert run_acms(env, "project", "add", "local/sample").returncode == 0
     added = run_acms(env, "resource", "add", str(SAMPLE), "--project", "local/sample")
     assert added.returncode == 0, added.stderr
@@ -157,17 +147,7 @@ def test_switching_profiles_either_way_indexes_every_file_again(
     repo.mkdir()
     (repo / "a.py").write_text("def numbatmarker():\n    return 1\n")
     local = cli_env(tmp_path / "data")
-    remote = {
-        **local,
-        "ACMS_PROFILE": "remote",
-        "ACMS_MILVUS_URI": milvus_server.uri,
-        "ACMS_SPARQL_QUERY_URL": oxigraph_server.uri + "/query",
-        "ACMS_SPARQL_UPDATE_URL": oxigraph_server.uri + "/update",
-        "ACMS_SPARQL_STORE_URL": oxigraph_server.uri + "/store",
-        "ACMS_MILVUS_TEXT_COLLECTION": unique_name("switch_text"),
-        "ACMS_MILVUS_VECTOR_COLLECTION": unique_name("switch_vectors"),
-        "ACMS_REMOTE_TIMEOUT": "20",
-    }
+    remote = remote_env(local, milvus_server, oxigraph_server, "switch")
 
     def found(env: dict[str, str], word: str) -> bool:
         done = run_acms(env, "--json", "search", "text", word, "--project", "local/s")

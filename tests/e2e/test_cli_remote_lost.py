@@ -17,7 +17,13 @@ import pytest
 from cleveragents.application.container import build_container
 from cleveragents.infrastructure.acms.sparql_endpoint_graph import SparqlEndpointGraphBackend
 from cli_process import cli_env, run_acms
-from remote_servers import ServerProcess, milvus_server, oxigraph_server, unique_name
+from remote_servers import (
+    ServerProcess,
+    milvus_server,
+    oxigraph_server,
+    remote_env,
+    unique_name,
+)
 
 __all__ = ["milvus_server", "oxigraph_server"]  # fixtures, re-exported for pytest
 
@@ -51,17 +57,7 @@ def remote(
 ) -> Iterator[dict[str, Any]]:
     """The sample resource registered and indexed into fresh collections."""
     data = tmp_path / "data"
-    env = {
-        **cli_env(data),
-        "ACMS_PROFILE": "remote",
-        "ACMS_MILVUS_URI": milvus_server.uri,
-        "ACMS_SPARQL_QUERY_URL": oxigraph_server.uri + "/query",
-        "ACMS_SPARQL_UPDATE_URL": oxigraph_server.uri + "/update",
-        "ACMS_SPARQL_STORE_URL": oxigraph_server.uri + "/store",
-        "ACMS_MILVUS_TEXT_COLLECTION": unique_name("lost_text"),
-        "ACMS_MILVUS_VECTOR_COLLECTION": unique_name("lost_vectors"),
-        "ACMS_REMOTE_TIMEOUT": "20",
-    }
+    env = remote_env(cli_env(data), milvus_server, oxigraph_server, "lost")
     assert run_acms(env, "project", "add", "local/sample").returncode == 0
     added = run_acms(env, "resource", "add", str(SAMPLE), "--project", "local/sample")
     assert added.returncode == 0, added.stderr

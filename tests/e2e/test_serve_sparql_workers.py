@@ -42,6 +42,16 @@ WARM = "SELECT ?s ?p ?o WHERE { ?s ?p ?o } LIMIT 1"
 # How long a killed worker may take to be gone (the parent looks at its
 # call's cancellation every 50 ms; a loaded machine needs slack).
 GONE_WITHIN = 3.0
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 0,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": LATEST_PROTOCOL_VERSION,
+        "capabilities": {},
+        "clientInfo": {"name": "test", "version": "0"},
+    },
+}
 
 
 def _module(i: int) -> str:
@@ -117,18 +127,7 @@ class Stdio:
             env=env,
         )
         self.buffer = b""
-        self.send(
-            {
-                "jsonrpc": "2.0",
-                "id": 0,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": LATEST_PROTOCOL_VERSION,
-                    "capabilities": {},
-                    "clientInfo": {"name": "test", "version": "0"},
-                },
-            }
-        )
+        self.send(INITIALIZE)
         self.answer(0)
         self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         self.call(100, "sparql", {"query": WARM})
@@ -299,16 +298,7 @@ def test_a_call_cancelled_over_streamable_http_stops_its_worker(
             init = _mcp_post(
                 client,
                 url,
-                {
-                    "jsonrpc": "2.0",
-                    "id": 0,
-                    "method": "initialize",
-                    "params": {
-                        "protocolVersion": LATEST_PROTOCOL_VERSION,
-                        "capabilities": {},
-                        "clientInfo": {"name": "test", "version": "0"},
-                    },
-                },
+                INITIALIZE,
             )
             assert init.status_code == 200, init.text
             session = init.headers["mcp-session-id"]

@@ -457,17 +457,7 @@ class SparqlEndpointGraphBackend:
             IndexUnavailableError: the endpoint cannot be reached, failed,
                 answered other than 2xx, or is not a SPARQL endpoint.
         """
-        self._check_open()
-        answer = self._http.request(
-            "POST",
-            self._query_url,
-            what="SPARQL query",
-            max_bytes=1 << 16,
-            form=[("query", "ASK {}"), ("default-graph-uri", NO_GRAPH)],
-            headers={"accept": _RESULTS_JSON},
-        )
-        if "boolean" not in _load_json(answer.body):
-            raise IndexUnavailableError("the SPARQL endpoint gave no answer to ASK")
+        self._ask("ASK {}", [])
 
     def holds(self, resource_id: str) -> bool:
         """Whether the endpoint holds any triple in the resource's graph (one
@@ -478,17 +468,17 @@ class SparqlEndpointGraphBackend:
             IndexUnavailableError: as :meth:`ping`.
         """
         graph = _graph_of(canonical_ulid(resource_id))
+        return self._ask(f"ASK {{ GRAPH <{graph}> {{ ?s ?p ?o }} }}", [("named-graph-uri", graph)])
+
+    def _ask(self, query: str, graphs: list[tuple[str, str]]) -> bool:
+        """The endpoint's answer to the ``ASK`` ``query`` over ``graphs`` only."""
         self._check_open()
         answer = self._http.request(
             "POST",
             self._query_url,
             what="SPARQL query",
             max_bytes=1 << 16,
-            form=[
-                ("query", f"ASK {{ GRAPH <{graph}> {{ ?s ?p ?o }} }}"),
-                ("default-graph-uri", NO_GRAPH),
-                ("named-graph-uri", graph),
-            ],
+            form=[("query", query), ("default-graph-uri", NO_GRAPH), *graphs],
             headers={"accept": _RESULTS_JSON},
         )
         found = _load_json(answer.body).get("boolean")
