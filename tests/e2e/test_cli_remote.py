@@ -65,6 +65,8 @@ def test_acms_search_answers_from_the_remote_profile(remote: dict[str, Any]) -> 
     for command in (
         ("--json", "search", "text", "quokkasample", "--project", "local/sample"),
         ("status",),
+        # It removed the resource here and left its units on the servers.
+        ("resource", "remove", remote["rid"]),
     ):
         local = run_acms(remote["local"], *command)
         assert local.returncode == 1, local.stderr

@@ -558,6 +558,10 @@ class ManagedIndexStore:
             + rebuild
         )
 
+    def _local_wrote(self) -> bool:
+        """Whether a session of local indexes ever wrote this catalog."""
+        return self.catalog.get_meta(_LOCAL_META) == "1"
+
     def _lost(self, name: str) -> bool:
         """Whether the live index ``name`` is gone while the catalog lists
         indexed files (see :meth:`_refuse_lost`)."""
@@ -688,6 +692,11 @@ class ManagedIndexStore:
         rid = canonical_ulid(resource_id)
         catalog = self.catalog
         skipped = [name for name in _UNIT_INDEXES if self._rebuild_only(name)]
+        if skipped and catalog.get_meta(_REMOTE_META) == "1" and not self._local_wrote():
+            # The remote profile's data directory, opened in the local one by
+            # mistake: its units are on the servers, which removing it here
+            # would leave behind.  Refused, as every other command is.
+            self._refuse_lost(skipped[0])
         if skipped:
             _log.warning(
                 "index_store.resource_delete_left_to_rebuild", resource_id=rid, indexes=skipped
