@@ -41,6 +41,7 @@ from cleveragents._logging import get_logger
 from cleveragents.domain.models.acms.backends import GraphIndex, TextIndex, VectorIndex
 from cleveragents.domain.models.acms.errors import IndexUnavailableError
 from cleveragents.infrastructure.acms.index_store import ManagedIndexStore
+from cleveragents.infrastructure.acms.milvus_common import redact_userinfo
 
 if TYPE_CHECKING:
     from cleveragents.application.container import Container
@@ -68,21 +69,15 @@ class RemoteSettings:
     def public(self) -> dict[str, str]:
         """The settings fit to log: addresses (userinfo removed), no secrets."""
         return {
-            "milvus_uri": _redact(self.milvus_uri),
-            "sparql_query_url": _redact(self.sparql_query_url),
-            "sparql_update_url": _redact(self.sparql_update_url),
-            "sparql_store_url": _redact(self.sparql_store_url),
+            "milvus_uri": redact_userinfo(self.milvus_uri),
+            "sparql_query_url": redact_userinfo(self.sparql_query_url),
+            "sparql_update_url": redact_userinfo(self.sparql_update_url),
+            "sparql_store_url": redact_userinfo(self.sparql_store_url),
             "milvus_token": "set" if self.milvus_token else "unset",
             "sparql_auth": "set" if self.sparql_password else "unset",
             "text_collection": self.text_collection,
             "vector_collection": self.vector_collection,
         }
-
-
-def _redact(url: str) -> str:
-    from cleveragents.infrastructure.acms.milvus_common import redact_userinfo
-
-    return redact_userinfo(url)
 
 
 def remote_settings(environ: Mapping[str, str] | None = None) -> RemoteSettings:
@@ -245,7 +240,7 @@ class _RemoteIndexStore(ManagedIndexStore):
         if counts["graph_subjects"] and callable(holds) and not holds(resource_id):
             url = getattr(self.graph, "query_url", None)
             # Scheme, host and path: a query string may hold a key.
-            where = _redact(url.partition("?")[0].partition("#")[0]) if url else "(its URL)"
+            where = redact_userinfo(url.partition("?")[0].partition("#")[0]) if url else "(its URL)"
             raise IndexUnavailableError(
                 f"the SPARQL endpoint {where} holds no triple of resource {resource_id}, "
                 f"while the catalog records {counts['graph_subjects']} graph subjects (the "

@@ -250,7 +250,7 @@ class MilvusCollection:
 
     def _missing(self) -> IndexUnavailableError:
         return IndexUnavailableError(
-            f"the Milvus collection {self.name} does not exist on {_redact(self._uri)} "
+            f"the Milvus collection {self.name} does not exist on {redact_userinfo(self._uri)} "
             "(dropped, the server lost its data, or a mistyped collection name): check "
             "ACMS_MILVUS_TEXT_COLLECTION / ACMS_MILVUS_VECTOR_COLLECTION, then run "
             "`acms reindex --full` to write the remote indexes again"
@@ -266,7 +266,7 @@ class MilvusCollection:
         except Exception as exc:
             # The message may name the server but never the token.
             raise IndexUnavailableError(
-                f"cannot connect to Milvus at {_redact(self._uri)}: {type(exc).__name__}"
+                f"cannot connect to Milvus at {redact_userinfo(self._uri)}: {type(exc).__name__}"
             ) from None
         self._client = client
         return client
@@ -317,7 +317,8 @@ class MilvusCollection:
                 self._exists = False
                 raise self._missing() from exc
             raise IndexUnavailableError(
-                f"Milvus call {what} on {self.name} at {_redact(self._uri)} failed: {_short(exc)}"
+                f"Milvus call {what} on {self.name} at {redact_userinfo(self._uri)} "
+                f"failed: {_short(exc)}"
             ) from exc
 
     def _drop_client(self) -> None:
@@ -430,9 +431,6 @@ def redact_userinfo(uri: str) -> str:
     if "@" not in rest:
         return uri
     return f"{scheme}{sep}***@{rest.rpartition('@')[2]}"
-
-
-_redact = redact_userinfo
 
 
 def _code(exc: BaseException) -> object:
