@@ -3,14 +3,15 @@ resources are picked up, and the indexes' own writes do not loop."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
 
 from cleveragents.cli.watch import resources_for
 from cleveragents.infrastructure.acms.reindex_lock import ReindexLock
@@ -54,18 +55,35 @@ def _indexed(repo: Path, data: Path) -> dict[str, str]:
     return env
 
 
+@contextlib.contextmanager
 def _watcher(
     env: dict[str, str], rescan: str, log: Path, *args: str
-) -> tuple[subprocess.Popen[bytes], IO[bytes]]:
-    """``acms watch`` started, its stderr to ``log``; and that file, to close."""
-    out = log.open("wb")
-    watcher = subprocess.Popen(
-        [sys.executable, "-m", "cleveragents.cli.watch", "--rescan", rescan, *args],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=out,
-    )
-    return watcher, out
+) -> Iterator[subprocess.Popen[bytes]]:
+    """``acms watch`` running, its stderr to ``log``, within the block; left
+    running, it is stopped (SIGTERM, then SIGKILL) when the block ends."""
+    with log.open("wb") as out:
+        watcher = subprocess.Popen(
+            [sys.executable, "-m", "cleveragents.cli.watch", "--rescan", rescan, *args],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=out,
+        )
+        try:
+            yield watcher
+        finally:
+            if watcher.poll() is None:
+                watcher.send_signal(signal.SIGTERM)
+                try:
+                    watcher.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    watcher.kill()
+                    watcher.wait()
+
+
+def _stop(watcher: subprocess.Popen[bytes]) -> int:
+    """SIGTERM, as docker and systemd stop it; its exit code."""
+    watcher.send_signal(signal.SIGTERM)
+    return watcher.wait(timeout=30)
 
 
 def test_resources_for_maps_paths_to_every_containing_resource(tmp_path: Path) -> None:
@@ -80,8 +98,7 @@ def test_a_saved_file_becomes_searchable_and_new_resources_are_watched(tmp_path:
     repo = tmp_path / "repo"
     # The data directory inside the watched tree on purpose: its writes must not loop.
     env = _indexed(repo, repo / "data")
-    watcher, log = _watcher(env, "0.5", tmp_path / "watch.log")
-    try:
+    with _watcher(env, "0.5", tmp_path / "watch.log") as watcher:
         time.sleep(1.5)  # let it start watching
         (repo / "b.py").write_text("def zanzibar_marker():\n    return 2\n")
         _wait(lambda: _found(env, "zanzibar_marker"))
@@ -95,10 +112,7 @@ def test_a_saved_file_becomes_searchable_and_new_resources_are_watched(tmp_path:
         reindexes = (tmp_path / "watch.log").read_text().count("acms.watch.reindexed")
         time.sleep(2)
         assert (tmp_path / "watch.log").read_text().count("acms.watch.reindexed") == reindexes
-    finally:
-        watcher.send_signal(signal.SIGTERM)
-        assert watcher.wait(timeout=30) == 0
-        log.close()
+        assert _stop(watcher) == 0
 
 
 def test_a_file_name_that_is_not_utf8_neither_stops_the_watch_nor_loses_a_change(
@@ -108,8 +122,7 @@ def test_a_file_name_that_is_not_utf8_neither_stops_the_watch_nor_loses_a_change
     watcher catches up on every resource and keeps watching."""
     repo = tmp_path / "repo"
     env = _indexed(repo, tmp_path / "data")
-    watcher, log = _watcher(env, "30", tmp_path / "watch.log")
-    try:
+    with _watcher(env, "30", tmp_path / "watch.log") as watcher:
         time.sleep(1.5)  # let it start watching
         with open(os.path.join(os.fsencode(repo), b"bad\xffname.py"), "wb") as fh:
             fh.write(b"def wombat_marker():\n    return 2\n")
@@ -119,10 +132,7 @@ def test_a_file_name_that_is_not_utf8_neither_stops_the_watch_nor_loses_a_change
         _wait(lambda: _found(env, "numbat_marker"), seconds=20)
         assert watcher.poll() is None, (tmp_path / "watch.log").read_text()
         assert "acms.watch.changes_lost" in (tmp_path / "watch.log").read_text()
-    finally:
-        watcher.send_signal(signal.SIGTERM)
-        assert watcher.wait(timeout=30) == 0
-        log.close()
+        assert _stop(watcher) == 0
 
 
 def test_a_reindex_that_fails_for_a_while_is_retried_and_the_watch_goes_on(
@@ -134,8 +144,7 @@ def test_a_reindex_that_fails_for_a_while_is_retried_and_the_watch_goes_on(
     repo = tmp_path / "repo"
     env = _indexed(repo, tmp_path / "data")
     log_path = tmp_path / "watch.log"
-    watcher, log = _watcher(env, "1", log_path, "--lock-timeout", "0")
-    try:
+    with _watcher(env, "1", log_path, "--lock-timeout", "0") as watcher:
         time.sleep(1.5)  # let it start watching
         with ReindexLock(tmp_path / "data", timeout=10):
             (repo / "b.py").write_text("def quoll_marker():\n    return 2\n")
@@ -148,10 +157,7 @@ def test_a_reindex_that_fails_for_a_while_is_retried_and_the_watch_goes_on(
         (repo / "c.py").write_text("def dibbler_marker():\n    return 3\n")
         _wait(lambda: _found(env, "dibbler_marker"), seconds=20)
         assert watcher.poll() is None, log_path.read_text()
-    finally:
-        watcher.send_signal(signal.SIGTERM)
-        assert watcher.wait(timeout=30) == 0
-        log.close()
+        assert _stop(watcher) == 0
 
 
 def _git(repo: Path, *args: str) -> None:
@@ -179,8 +185,7 @@ def test_a_resource_git_cannot_list_for_a_while_is_retried_not_forgotten(
     assert added.returncode == 0, added.stderr
     assert _acms(env, "reindex").returncode == 0
     log_path = tmp_path / "watch.log"
-    watcher, log = _watcher(env, "1", log_path)
-    try:
+    with _watcher(env, "1", log_path) as watcher:
         time.sleep(1.5)
         (repo / ".git").rename(tmp_path / "git-away")  # git cannot list it now
         (repo / "b.py").write_text("def platypus_marker():\n    return 2\n")
@@ -188,36 +193,25 @@ def test_a_resource_git_cannot_list_for_a_while_is_retried_not_forgotten(
         (tmp_path / "git-away").rename(repo / ".git")  # no file of the resource changes
         _wait(lambda: _found(env, "platypus_marker"), seconds=30)
         assert watcher.poll() is None, log_path.read_text()
-    finally:
-        watcher.send_signal(signal.SIGTERM)
-        watcher.wait(timeout=30)
-        log.close()
 
 
 def test_what_only_a_rebuild_repairs_ends_the_watch(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     env = _indexed(repo, tmp_path / "data")
     log_path = tmp_path / "watch.log"
-    watcher, log = _watcher(env, "1", log_path)
-    try:
+    with _watcher(env, "1", log_path) as watcher:
         time.sleep(1.5)
         (tmp_path / "data" / "text").unlink()  # the live text index's link, lost
         (repo / "b.py").write_text("def echidna_marker():\n    return 2\n")
         assert watcher.wait(timeout=30) == 1
         assert "acms reindex --rebuild" in log_path.read_text()
-    finally:
-        if watcher.poll() is None:
-            watcher.kill()
-            watcher.wait()
-        log.close()
 
 
 def test_sigterm_is_not_held_up_by_another_writers_lock(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     env = _indexed(repo, tmp_path / "data")
     log_path = tmp_path / "watch.log"
-    watcher, log = _watcher(env, "1", log_path, "--lock-timeout", "60")
-    try:
+    with _watcher(env, "1", log_path, "--lock-timeout", "60") as watcher:
         time.sleep(1.5)
         with ReindexLock(tmp_path / "data", timeout=10):
             (repo / "b.py").write_text("def dunnart_marker():\n    return 2\n")
@@ -227,8 +221,3 @@ def test_sigterm_is_not_held_up_by_another_writers_lock(tmp_path: Path) -> None:
             code = watcher.wait(timeout=30)
             assert time.monotonic() - asked < 5, "SIGTERM waited for the lock"
         assert code == 0, log_path.read_text()  # waiting for a lock is not failing
-    finally:
-        if watcher.poll() is None:
-            watcher.kill()
-            watcher.wait()
-        log.close()
