@@ -118,7 +118,7 @@ def test_a_dropped_collection_fails_queries_and_status_until_a_full_reindex(
     assert row["vector_units"] == row["text_units"] > 0
 
 
-def test_a_wiped_graph_fails_status_until_a_full_reindex(remote: dict[str, Any]) -> None:
+def test_a_wiped_graph_fails_status_and_graph_reads_until_a_full_reindex(remote: dict[str, Any]) -> None:
     env, rid = remote["env"], remote["rid"]
     graph = SparqlEndpointGraphBackend(
         env["ACMS_SPARQL_QUERY_URL"],
@@ -131,10 +131,26 @@ def test_a_wiped_graph_fails_status_until_a_full_reindex(remote: dict[str, Any])
         assert not graph.holds(rid)
     finally:
         graph.close()
-    one_error(run_acms(env, "status"), env["ACMS_SPARQL_QUERY_URL"], rid, "reindex --full")
+    url = env["ACMS_SPARQL_QUERY_URL"]
+    one_error(run_acms(env, "status"), url, rid, "reindex --full")
+    # Every graph read that finds nothing says why, instead of "no results".
+    scope = ("--project", "local/sample")
+    reads = [
+        ("traverse", f"uko://{rid}", *scope),
+        ("callers", "StockItem", *scope),
+        ("callees", "reserveUnits", *scope),
+        ("symbols", "inventory/store.py", *scope),
+        ("sparql", "SELECT ?s ?p ?o WHERE { ?s ?p ?o }", *scope),
+    ]
+    for read in reads:
+        one_error(run_acms(env, *read), url, rid, "reindex --full")
     rebuilt = run_acms(env, "reindex", "--full")
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert run_acms(env, "status").returncode == 0
+    for read in reads:  # the control: each answers once the graph is written again
+        done = run_acms(env, *read)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() and "no results" not in done.stdout, done.stdout
 
 
 def test_a_read_of_a_missing_collection_creates_nothing(milvus_server: ServerProcess) -> None:

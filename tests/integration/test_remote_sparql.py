@@ -335,3 +335,61 @@ def test_server_down_mid_query_then_restarted(own_oxigraph: ServerProcess) -> No
         assert got.triples == [(file_uri(A, "f1.py"), UKO + "imports", file_uri(A, "f2.py"))]
     finally:
         b.close()
+
+
+# ---------------------------------------------------------------- a dataset that lost its data
+
+C = "01JD5TD11B000000000000000C"
+
+
+def test_an_empty_answer_over_a_lost_graph_is_an_error(
+    oxigraph_server: ServerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``expected`` (the catalog's subject counts), an empty answer over
+    a graph the endpoint lacks but the catalog says has subjects is an error;
+    a graph rightly empty (``C``) or out of scope is not, and whole graphs
+    cost no catalog read."""
+    from cleveragents.infrastructure.acms import sparql_endpoint_graph as module
+
+    subjects = {A: 1, B: 1, C: 0}
+    read: list[str] = []
+
+    def expected(rid: str) -> int:
+        read.append(rid)
+        return subjects[rid]
+
+    b = endpoint(oxigraph_server, expected=expected)
+    try:
+        for rid in (A, B):
+            b.upsert(rid, [(resource_uri(rid), UKO + "contains", file_uri(rid, "f.py"))])
+        everything = frozenset({A, B, C})
+        assert b.get_triples(file_uri(A, "nothing.py"), scope=everything).triples == []
+        assert read == [C]  # asked of the one graph the endpoint lacks
+        assert b.get_triples(resource_uri(A), scope=everything).triples  # no check
+        assert b.traverse(file_uri(B, "nothing.py"), scope=everything).triples == []
+        assert read == [C]  # confirmed for a while: no second question
+
+        b.delete(A)  # the dataset lost A's graph
+        # Within the confirmation window the loss is not seen yet...
+        assert b.get_triples(file_uri(A, "nothing.py"), scope=everything).triples == []
+        monkeypatch.setattr(module, "_CONFIRMED_FOR", 0.0)
+        nothing = "SELECT ?s ?p ?o WHERE { ?s ?p ?o . FILTER(false) }"
+        calls = [
+            lambda scope: b.get_triples(file_uri(A, "nothing.py"), scope=scope),
+            lambda scope: b.traverse(file_uri(A, "nothing.py"), scope=scope),
+            lambda scope: b.traverse(file_uri(A, "x.py"), scope=scope, direction="in"),
+            lambda scope: b.sparql_query(nothing, scope=scope),
+            lambda scope: b.sparql_query("ASK { ?s ?p <urn:none> }", scope=scope),
+            lambda scope: b.sparql_query(
+                "CONSTRUCT { ?s ?p ?o } WHERE { ?s ?p ?o . FILTER(false) }", scope=scope
+            ),
+        ]
+        for call in calls:
+            with pytest.raises(IndexUnavailableError, match=rf"{A}.*reindex --full") as caught:
+                call(everything)
+            assert oxigraph_server.uri in str(caught.value)
+            assert call(frozenset({B, C})).triples == []  # A out of scope: no error
+        # A non-empty answer is not checked (it would cost every query a question).
+        assert b.get_triples(resource_uri(B), scope=everything).triples
+    finally:
+        emptied(b)

@@ -39,7 +39,6 @@ from dependency_injector import providers
 
 from cleveragents._logging import get_logger
 from cleveragents.domain.models.acms.backends import GraphIndex, TextIndex, VectorIndex
-from cleveragents.domain.models.acms.errors import IndexUnavailableError
 from cleveragents.infrastructure.acms.index_store import ManagedIndexStore
 from cleveragents.infrastructure.acms.milvus_common import redact_userinfo
 
@@ -187,7 +186,7 @@ def _milvus_vector(s: RemoteSettings, dimension: int, required: Callable[[], boo
     )
 
 
-def _sparql_graph(s: RemoteSettings) -> GraphIndex:
+def _sparql_graph(s: RemoteSettings, expected: Callable[[str], int]) -> GraphIndex:
     from cleveragents.infrastructure.acms.sparql_endpoint_graph import SparqlEndpointGraphBackend
 
     return SparqlEndpointGraphBackend(
@@ -198,6 +197,7 @@ def _sparql_graph(s: RemoteSettings) -> GraphIndex:
         password=s.sparql_password,
         timeout=s.timeout,
         write_timeout=s.timeout,
+        expected=expected,
     )
 
 
@@ -210,7 +210,8 @@ class _RemoteIndexStore(ManagedIndexStore):
     read and of ``status``, never an empty answer, and only a writer
     (:meth:`writing`) creates one.  ``status`` also asks the SPARQL endpoint,
     per resource whose graph the catalog says holds subjects, whether it
-    holds any triple of it (one ``ASK`` each).
+    holds any triple of it (one ``ASK`` each); a graph query's empty answer
+    asks the same of the in-scope graphs (the backend's ``expected``).
     """
 
     def indexed(self) -> bool:
@@ -238,15 +239,10 @@ class _RemoteIndexStore(ManagedIndexStore):
         counts = super().counts(resource_id)
         holds = getattr(self.graph, "holds", None)
         if counts["graph_subjects"] and callable(holds) and not holds(resource_id):
-            url = getattr(self.graph, "query_url", None)
-            # Scheme, host and path: a query string may hold a key.
-            where = redact_userinfo(url.partition("?")[0].partition("#")[0]) if url else "(its URL)"
-            raise IndexUnavailableError(
-                f"the SPARQL endpoint {where} holds no triple of resource {resource_id}, "
-                f"while the catalog records {counts['graph_subjects']} graph subjects (the "
-                "endpoint lost its data, or ACMS_SPARQL_* name another dataset): run "
-                "`acms reindex --full` to write the remote indexes again"
-            )
+            from cleveragents.infrastructure.acms.sparql_endpoint_graph import lost_graph_error
+
+            url = getattr(self.graph, "query_url", None) or "(its URL)"
+            raise lost_graph_error(url, resource_id, counts["graph_subjects"])
         return counts
 
     @contextmanager
@@ -278,7 +274,7 @@ def _remote_store(s: RemoteSettings, data_dir: str, dimension: int) -> ManagedIn
         # store: assigned below, before any read asks whether it is required.
         text=lambda: _milvus_text(s, store.indexed),
         vector=lambda: _milvus_vector(s, dimension, store.indexed),
-        graph=lambda: _sparql_graph(s),
+        graph=lambda: _sparql_graph(s, store.recorded_subjects),
         catalog=lambda: SqliteCatalog(live_index_path(root, "catalog") / CATALOG_FILE),
         dimension=int(dimension),
         data_dir=root,

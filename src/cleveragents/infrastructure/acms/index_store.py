@@ -279,6 +279,11 @@ def _contains(rid: str, path: str) -> list[WriteTriple]:
     return [(resource_uri(rid), PREDICATES["contains"], file_uri(rid, path))]
 
 
+def _subjects(records: Mapping[str, FileRecord]) -> int:
+    # Each file's subjects are URIs under the file (the planner's rule).
+    return len({s for rec in records.values() for s in rec.graph_subjects})
+
+
 def _unit_count(index: TextIndex | VectorIndex, rid: str) -> int:
     if isinstance(index, CountedUnits):
         return index.unit_count(rid)
@@ -817,8 +822,7 @@ class ManagedIndexStore:
             "files": sum(1 for rec in records.values() if rec.unit_uris or rec.graph_subjects),
             "text_units": _unit_count(self.text, rid),
             "vector_units": _unit_count(self.vector, rid),
-            # Each file's subjects are URIs under the file (the planner's rule).
-            "graph_subjects": len({s for rec in records.values() for s in rec.graph_subjects}),
+            "graph_subjects": _subjects(records),
             # Files indexed without tree-sitter: their content crashed it.
             "quarantined": sum(
                 1
@@ -826,6 +830,11 @@ class ManagedIndexStore:
                 if (rec := records.get(path)) is not None and rec.sha256 == sha
             ),
         }
+
+    def recorded_subjects(self, resource_id: str) -> int:
+        """The graph subjects the catalog records for a resource (what its
+        graph should hold): the catalog's rows of it, not the graph."""
+        return _subjects(self.catalog.records(canonical_ulid(resource_id)))
 
     def _quarantine_of(self, rid: str) -> list[tuple[str, str]]:
         if self.planning_dir is None:

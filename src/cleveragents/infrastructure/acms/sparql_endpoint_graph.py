@@ -31,6 +31,18 @@ Graph Store ``DELETE``: its 404 means "no such graph" and also "no such
 endpoint", so a mistyped store URL would make every prune a silent no-op;
 only a 2xx answer is a success here (:mod:`.sparql_endpoint_http`).
 
+An empty answer is checked, when the owner gives ``expected`` (the remote
+profile: the catalog's count of a resource's graph subjects): an endpoint
+that lost its data (an in-memory server restarted, a dataset wiped, URLs
+naming another dataset) would otherwise answer every walk and query with
+nothing and exit 0.  One ``SELECT`` asks which in-scope graphs hold no
+triple; a resource among them that the catalog says has subjects is an
+:class:`IndexUnavailableError` naming the endpoint and ``reindex --full``.
+Graphs found present (or rightly empty) are not asked about again for
+``_CONFIRMED_FOR`` seconds, so the session calls that make many small
+lookups (``callers``: a walk per candidate) pay one round trip, not one
+per empty lookup; non-empty answers cost nothing.
+
 Literals are kept as the server returns them: Oxigraph stores typed literals
 by value, so ``"010"^^xsd:integer`` reads back as ``"10"`` (the rdflib
 adapter keeps ``"010"``).
@@ -41,6 +53,8 @@ from __future__ import annotations
 import json
 import math
 import re
+import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -67,7 +81,7 @@ from cleveragents.domain.models.acms.ulids import canonical_ulid, validate_scope
 from cleveragents.infrastructure.acms.sparql_endpoint_http import BoundedHttp
 from cleveragents.infrastructure.acms.sparql_guard import check_query
 
-__all__ = ["NO_GRAPH", "SparqlEndpointGraphBackend"]
+__all__ = ["NO_GRAPH", "SparqlEndpointGraphBackend", "lost_graph_error"]
 
 _log = get_logger("cleveragents.acms.sparql_endpoint")
 
@@ -87,6 +101,9 @@ _RESULTS_JSON = "application/sparql-results+json"
 _N_TRIPLES = "application/n-triples"
 _INTERNAL_MAX_BYTES = 1 << 30
 _VALUES_BATCH = 200
+# Seconds an in-scope graph found present (or rightly empty) is not asked
+# about again by the empty-answer check.
+_CONFIRMED_FOR = 5.0
 
 # An absolute IRI that N-Triples and SPARQL can hold verbatim.
 _IRI_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:[^\x00-\x20\x7f<>\"{}|^`\\\ud800-\udfff]*")
@@ -144,6 +161,21 @@ def _graph_of(rid: str) -> str:
     return resource_uri(rid)
 
 
+def lost_graph_error(query_url: str, resource_id: str, subjects: int) -> IndexUnavailableError:
+    """The error of an endpoint holding no triple of a resource whose graph
+    the catalog records ``subjects`` subjects of (scheme, host and path only:
+    a query string may hold a key)."""
+    from cleveragents.infrastructure.acms.milvus_common import redact_userinfo
+
+    where = redact_userinfo(query_url.partition("?")[0].partition("#")[0])
+    return IndexUnavailableError(
+        f"the SPARQL endpoint {where} holds no triple of resource {resource_id}, "
+        f"while the catalog records {subjects} graph subjects (the endpoint lost its "
+        "data, or ACMS_SPARQL_* name another dataset): run `acms reindex --full` to "
+        "write the remote indexes again"
+    )
+
+
 def _validate_timeout(value: object, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
@@ -175,6 +207,9 @@ class SparqlEndpointGraphBackend:
         max_response_bytes: the largest answer a caller's query may return.
         max_rows: the most triples a query, ``get_triples`` or ``traverse``
             may give; more is a :class:`QueryLimitError`, never a truncation.
+        expected: a resource's graph subjects as its owner's records count
+            them (the catalog); given, an empty scoped answer is checked
+            against it (see the module docstring).
 
     Raises:
         TypeError / ValueError: invalid arguments, a URL with user info.
@@ -192,6 +227,7 @@ class SparqlEndpointGraphBackend:
         write_timeout: float = 120.0,
         max_response_bytes: int = 16 << 20,
         max_rows: int = 10_000,
+        expected: Callable[[str], int] | None = None,
     ) -> None:
         self._query_url = _validate_url(query_url, "query_url")
         self._update_url = _validate_url(update_url, "update_url")
@@ -202,6 +238,10 @@ class SparqlEndpointGraphBackend:
         self._max_rows = validate_positive_int(max_rows, "max_rows")
         self._http = BoundedHttp(timeout=self._timeout, user=user, password=password)
         self._closed = False
+        self._expected = expected
+        # Resource -> when the empty-answer check last found its graph sound.
+        self._confirmed: dict[str, float] = {}
+        self._confirmed_lock = threading.Lock()
 
     def close(self) -> None:
         """Close the HTTP client; later calls raise IndexUnavailableError."""
@@ -258,11 +298,15 @@ class SparqlEndpointGraphBackend:
         else:
             data = _load_json(answer.body)
             if "boolean" in data:
+                if not data["boolean"]:
+                    self._check_empty(canonical)
                 boolean = str(bool(data["boolean"])).lower()
                 return GraphResult(metadata={"boolean": boolean, "rows": "0"})
             triples = self._rows(data, checked.projection)
             if not checked.ordered:
                 triples.sort()
+        if not triples:
+            self._check_empty(canonical)
         kept = [t for t in triples if _in_scope(t, canonical)]
         metadata = {"rows": str(len(kept))}
         if len(kept) != len(triples):
@@ -287,6 +331,8 @@ class SparqlEndpointGraphBackend:
         triples = sorted({t for t, _ in self._edges([subject], canonical)})
         if canonical is not None:
             triples = [t for t in triples if _in_scope(t, canonical)]
+        if not triples:
+            self._check_empty(canonical)
         return GraphResult(triples=triples, metadata={"rows": str(len(triples))})
 
     def traverse(
@@ -364,6 +410,8 @@ class SparqlEndpointGraphBackend:
             frontier = reached
         if canonical is not None:
             out = [t for t in out if _in_scope(t, canonical)]
+        if not out:
+            self._check_empty(canonical)
         return GraphResult(triples=out, metadata={"rows": str(len(out))})
 
     # ------------------------------------------------------------ write side
@@ -496,6 +544,37 @@ class SparqlEndpointGraphBackend:
     def _check_open(self) -> None:
         if self._closed:
             raise IndexUnavailableError("the SPARQL endpoint backend is closed")
+
+    def _check_empty(self, scope: frozenset[str] | None) -> None:
+        """An answer over ``scope`` was empty: a resource in it whose graph
+        the endpoint lacks while ``expected`` counts subjects is an error."""
+        if self._expected is None or not scope:
+            return
+        now = time.monotonic()
+        with self._confirmed_lock:
+            since = self._confirmed
+            asked = sorted(r for r in scope if now - since.get(r, -math.inf) >= _CONFIRMED_FOR)
+        if not asked:
+            return
+        missing: set[str] = set()
+        for batch in _batches(asked):
+            values = " ".join(f"<{_graph_of(r)}>" for r in batch)
+            query = (
+                f"SELECT ?g WHERE {{ VALUES ?g {{ {values} }} "
+                "FILTER NOT EXISTS { GRAPH ?g { ?s ?p ?o } } }"
+            )
+            for row in self._select(query, max_bytes=1 << 20):
+                rid = resource_id_of(row.get("g", {}).get("value", ""))
+                if rid is not None:
+                    missing.add(rid)
+        for rid in sorted(missing):
+            subjects = self._expected(rid)
+            if subjects:
+                raise lost_graph_error(self._query_url, rid, subjects)
+        with self._confirmed_lock:
+            if len(self._confirmed) > 4 * _VALUES_BATCH:
+                self._confirmed.clear()  # bounded: scopes come and go
+            self._confirmed.update((r, now) for r in asked)
 
     def _edges(
         self,
