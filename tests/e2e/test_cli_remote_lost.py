@@ -118,7 +118,9 @@ def test_a_dropped_collection_fails_queries_and_status_until_a_full_reindex(
     assert row["vector_units"] == row["text_units"] > 0
 
 
-def test_a_wiped_graph_fails_status_and_graph_reads_until_a_full_reindex(remote: dict[str, Any]) -> None:
+def test_a_wiped_graph_fails_status_and_graph_reads_until_a_full_reindex(
+    remote: dict[str, Any],
+) -> None:
     env, rid = remote["env"], remote["rid"]
     graph = SparqlEndpointGraphBackend(
         env["ACMS_SPARQL_QUERY_URL"],
