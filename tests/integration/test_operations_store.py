@@ -25,7 +25,7 @@ from cleveragents.domain.models.acms.errors import (
     ConflictError,
     IndexUnavailableError,
 )
-from cleveragents.domain.models.acms.uko import file_uri, path_of
+from cleveragents.domain.models.acms.uko import file_uri, path_of, resource_uri
 from cleveragents.infrastructure.acms.index_store import coarse_clock_ns
 from cleveragents.infrastructure.acms.reindex_lock import ReindexLock
 
@@ -460,6 +460,65 @@ def test_a_new_data_dir_and_a_resource_of_binary_files_answer_empty_not_lost(
         assert ops.status()["resources"][0]["files"] == 0
         assert ops.view(ops.scope(["local/b"], [])).search("anything") == []
         assert ops.verify() == []
+
+
+def lose(data: Path, rid: str, what: str) -> None:
+    """Damage one resource's files as a disk or a careless restore would."""
+    shard = data / "text" / rid
+    graph = data / "graph" / "graphs" / f"{rid}.graph"
+    if what == "text shard":
+        shutil.rmtree(shard)
+    elif what == "text segment":
+        next(shard.glob("*.idx")).unlink()
+    elif what == "text store":
+        with next(shard.glob("*.store")).open("r+b") as fh:
+            fh.truncate(100)
+    elif what == "graph file":
+        graph.unlink()
+    else:  # "graph snapshot": cut inside the first record
+        with graph.open("r+b") as fh:
+            fh.truncate(60)
+
+
+@pytest.mark.parametrize(
+    "what", ["text shard", "text segment", "text store", "graph file", "graph snapshot"]
+)
+def test_one_resources_lost_or_damaged_files_fail_status_and_its_queries(
+    tmp_path: Path, tree: Path, what: str
+) -> None:
+    """A shard or graph file of one resource deleted or cut short, its other
+    indexes whole: ``status`` and the queries that read it fail naming the
+    repair, never answer without that resource (a missing shard or graph
+    file read as "no units"); the other resource answers as before."""
+    data = tmp_path / "data"
+    rid = index_once(data, tree, "local/hit")
+    other = tmp_path / "other"
+    (other / "pkg").mkdir(parents=True)
+    (other / "pkg" / "side.py").write_text("def quokka_function():\n    return 2\n")
+    index_once(data, other, "local/fine")
+    lose(data, rid, what)
+    repair = "--full --resource" if what in ("text shard", "graph file") else "--rebuild"
+    with reopened(data) as ops:
+        with pytest.raises(IndexUnavailableError, match=rf"{rid}.*{repair}"):
+            ops.status()
+        hit = ops.view(ops.scope(["local/hit"], []))
+        with pytest.raises(IndexUnavailableError, match=repair):
+            if what.startswith("text"):
+                hit.search("quokka_function")
+            else:
+                hit.traverse(resource_uri(rid), depth=1)
+        fine = ops.view(ops.scope(["local/fine"], []))
+        assert fine.search("quokka_function")
+        (other_rid,) = {r.resource_id for r in ops.resources.list()} - {rid}
+        assert fine.traverse(resource_uri(other_rid), depth=1).triples
+        if repair == "--rebuild":
+            ops.rebuild()
+        else:  # the resource's full reindex writes it again
+            ops.reindex(resources=[rid], full=True)
+    with reopened(data) as ops:
+        assert ops.status()["resources"]
+        assert ops.verify() == []
+        assert ops.view(ops.scope(["local/hit"], [])).search("quokka_function")
 
 
 @pytest.mark.parametrize("repair", ["rebuild", "restore"])

@@ -1229,6 +1229,32 @@ class GraphStore:
         except OSError as exc:
             raise IndexUnavailableError(f"cannot read graph store {self.root}: {exc}") from exc
 
+    def check(self, rid: str) -> bool:
+        """Whether the resource has a graph file, checking what a load reads
+        first without reading the graph: its header, and that its first
+        record is a whole-length snapshot (``acms status``; a load also
+        checks every record's CRC).
+
+        Raises:
+            IndexUnavailableError: the file is not a graph file or its
+                snapshot is cut short; the store cannot be read.
+        """
+        path = self.path(rid)
+        try:
+            with _opened(path) as opened:
+                if opened is None:
+                    self._check_root()
+                    return False
+                fd, st, _header = opened
+                head = _pread_all(fd, _RECORD.size, _HEADER)
+        except OSError as exc:
+            raise IndexUnavailableError(f"cannot read graph store {self.root}: {exc}") from exc
+        if len(head) == _RECORD.size:
+            kind, length, _crc = _RECORD.unpack(head)
+            if kind == _SNAPSHOT and _HEADER + _RECORD.size + length <= st.st_size:
+                return True
+        raise IndexUnavailableError(f"corrupt graph file {path}: no whole snapshot" + REBUILD_HINT)
+
     def _check_root(self) -> None:
         """On a resource's missing graph file: no graph, unless the store itself
         is gone (deleted, or moved away under a running process), which

@@ -409,7 +409,11 @@ class ManagedIndexStore:
         def text() -> TextIndex:
             from cleveragents.infrastructure.acms.tantivy_text import TantivyTextBackend
 
-            return TantivyTextBackend(where("text"))
+            # The live index: a shard a query finds missing is checked
+            # against the catalog (a fresh rebuild's has nothing to check).
+            return TantivyTextBackend(
+                where("text"), expected=store.recorded_units if live else None
+            )
 
         def vector() -> VectorIndex:
             from cleveragents.infrastructure.acms.faiss_vector import (
@@ -428,7 +432,9 @@ class ManagedIndexStore:
         def graph() -> GraphIndex:
             from cleveragents.infrastructure.acms.rdflib_graph import RdflibGraphBackend
 
-            return RdflibGraphBackend(where("graph"))
+            return RdflibGraphBackend(
+                where("graph"), expected=store.recorded_subjects if live else None
+            )
 
         def catalog() -> Catalog:
             from cleveragents.infrastructure.acms.sqlite_catalog import SqliteCatalog
@@ -814,10 +820,17 @@ class ManagedIndexStore:
         It costs the resource's metadata, not its data: an index that can
         (:class:`CountedUnits`) counts from its own commit records, and the
         subjects come from the catalog, since counting them in the graph
-        loads the graph whole (``verify`` compares the two).
+        loads the graph whole (``verify`` compares the two).  A local text
+        shard is opened and a graph file's head checked (``check_readable``),
+        so a damaged or missing one is an error here, as in a query; ``verify``
+        reads everything.
         """
         rid = canonical_ulid(resource_id)
         records = self.catalog.records(rid)
+        for index in (self.text, self.graph):
+            check = getattr(index, "check_readable", None)
+            if callable(check):
+                check(rid)  # damaged or missing: named here, not by a query
         return {
             "files": sum(1 for rec in records.values() if rec.unit_uris or rec.graph_subjects),
             "text_units": _unit_count(self.text, rid),
@@ -830,6 +843,11 @@ class ManagedIndexStore:
                 if (rec := records.get(path)) is not None and rec.sha256 == sha
             ),
         }
+
+    def recorded_units(self, resource_id: str) -> int:
+        """The text and vector units the catalog records for a resource."""
+        records = self.catalog.records(canonical_ulid(resource_id))
+        return sum(len(rec.unit_uris) for rec in records.values())
 
     def recorded_subjects(self, resource_id: str) -> int:
         """The graph subjects the catalog records for a resource (what its

@@ -248,6 +248,11 @@ class RdflibGraphBackend:
             the latest operation used (on disk only; in memory every graph
             is kept).  SPARQL views copy none; the indexes SPARQL and walks
             backwards build on a graph count as 0.4 triple per triple.
+        expected: a resource's graph subjects as its owner's records count
+            them (the index store's catalog).  Given, a question over a
+            resource whose graph file is missing while it counts subjects is
+            an :class:`IndexUnavailableError` (the file was deleted, or a
+            restore left it out), not an answer without that resource.
 
     Raises:
         TypeError / ValueError: an invalid ``union_cache_size``,
@@ -263,7 +268,9 @@ class RdflibGraphBackend:
         query_timeout: float = 10.0,
         max_rows: int = 10_000,
         cache_triples: int = 500_000,
+        expected: Callable[[str], int] | None = None,
     ) -> None:
+        self._expected = expected
         self._union_cache_size = validate_positive_int(union_cache_size, "union_cache_size")
         self._query_timeout = _validate_timeout(query_timeout)
         self._max_rows = validate_positive_int(max_rows, "max_rows")
@@ -591,7 +598,7 @@ class RdflibGraphBackend:
                 # Not held: read record by record (verify and the repair
                 # sweep ask this of every resource; a load peaks at its graph).
                 return store.live_subjects(rid) or set()
-            res = self._load([rid]).get(rid)
+            res = self._load([rid], queried=False).get(rid)
             found = set() if res is None else {s for s, edges in res.by_subject.items() if edges}
             self._trim({rid})
             return found
@@ -614,10 +621,13 @@ class RdflibGraphBackend:
         """Reads check each graph they use against its file; nothing to do up front."""
         self._check_open()
 
-    def _load(self, rids: Iterable[str]) -> dict[str, ResourceGraph]:
+    def _load(self, rids: Iterable[str], *, queried: bool = True) -> dict[str, ResourceGraph]:
         """The current graphs of ``rids`` that have one, loading or following each.
 
-        Call with ``self._lock`` held.
+        ``queried``: for a question, so a graph file missing while
+        ``expected`` counts subjects is an error (writes and maintenance
+        pass False: a full reindex of the resource writes it again).  Call
+        with ``self._lock`` held.
         """
         self._check_open()
         store = self._store
@@ -630,6 +640,8 @@ class RdflibGraphBackend:
                 if fresh is None:
                     if res is not None:
                         self._forget(rid)
+                    if queried:
+                        self._check_lost(store, rid)
                     continue
                 loaded, self._cursors[rid], changes = fresh
                 if changes is None:
@@ -642,6 +654,34 @@ class RdflibGraphBackend:
                 self._graphs.move_to_end(rid)
                 found[rid] = res
         return found
+
+    def _check_lost(self, store: GraphStore, rid: str) -> None:
+        """``rid`` has no graph file: an error if ``expected`` counts subjects."""
+        if self._expected is None:
+            return
+        subjects = self._expected(rid)
+        if subjects and not store.check(rid):  # looked at again after the catalog
+            raise IndexUnavailableError(
+                f"the graph of resource {rid} ({store.path(rid)}) is missing while the "
+                f"catalog records {subjects} subjects of it: `acms reindex --full --resource "
+                f"{rid}` writes it again (`acms reindex --rebuild`: every index)"
+            )
+
+    def check_readable(self, resource_id: str) -> None:
+        """Check the resource's graph file as far as a load reads before the
+        graph (``acms status``): see :meth:`GraphStore.check`.
+
+        Raises:
+            ValueError: an invalid ULID.
+            IndexUnavailableError: the file is damaged, or missing while
+                ``expected`` counts subjects of it.
+        """
+        rid = canonical_ulid(resource_id)
+        with self._lock:
+            self._check_open()
+            store = self._store
+            if store is not None and not store.check(rid):
+                self._check_lost(store, rid)
 
     def _scope_rids(self, scope: frozenset[str] | None) -> Iterable[str]:
         if scope is not None:
@@ -946,7 +986,7 @@ class RdflibGraphBackend:
                 self._append_change(store, rid, doomed, to_add, drop, state)
                 return
         self._writes.pop(rid, None)  # this process follows the file through the graph
-        res = self._load([rid]).get(rid)
+        res = self._load([rid], queried=False).get(rid)
         cursor = self._cursors.get(rid)
         if store is not None and cursor is not None:
             store.cut_torn_tail(rid, cursor)

@@ -427,6 +427,11 @@ class TantivyTextBackend:
             least recently searched are closed (and reopened on need).  A
             search over more resources than this opens them all for its
             duration, then keeps the most recent.
+        expected: a resource's units as its owner's records count them (the
+            index store's catalog).  Given, a search over a resource whose
+            shard is missing while it counts units is an
+            :class:`IndexUnavailableError` (the shard was deleted, or a
+            restore left it out), not an answer without that resource.
 
     Scores: the raw BM25 score ``raw`` is reported as ``raw / (raw + 8.0)``,
     a fixed monotone map into 0..1 (0 for no relevance, 0.5 at a raw score of
@@ -459,8 +464,10 @@ class TantivyTextBackend:
         lock_timeout: float = 30.0,
         query_timeout: float = DEFAULT_QUERY_TIMEOUT,
         max_open_shards: int = DEFAULT_MAX_OPEN_SHARDS,
+        expected: Callable[[str], int] | None = None,
     ) -> None:
         validate_positive_int(view_cache_size, "view_cache_size")
+        self._expected = expected
         self._max_open = validate_positive_int(max_open_shards, "max_open_shards")
         self._lock_timeout = _seconds(lock_timeout, "lock_timeout", allow_zero=True)
         self._timeout = _seconds(query_timeout, "query_timeout", allow_zero=False)
@@ -614,6 +621,37 @@ class TantivyTextBackend:
         with self._lock:
             return self._load(rid)
 
+    def _queried(self, rid: str) -> _Shard | None:
+        """:meth:`_shard` for a query: a shard missing while ``expected``
+        counts units of its resource is an error, not "no units"."""
+        shard = self._shard(rid)
+        if shard is None and self._expected is not None and self._path is not None:
+            units = self._expected(rid)
+            # Looked at again after the catalog's answer: a shard swapped in
+            # by two renames (no renameat2) is missing for microseconds only.
+            if units and self._generation(rid) is None:
+                where = os.path.join(self._resolved or self._path, rid)
+                raise IndexUnavailableError(
+                    f"the text index of resource {rid} ({where}) is missing while the "
+                    f"catalog records {units} units of it: `acms reindex --full --resource "
+                    f"{rid}` writes it again (`acms reindex --rebuild`: every index)"
+                )
+        return shard
+
+    def check_readable(self, resource_id: str) -> None:
+        """Open the resource's shard as a query would (its commit record and
+        the files it names, whose footers are checked; no document is read):
+        ``acms status`` names a damaged or missing shard before a query does.
+
+        Raises:
+            ValueError: an invalid ULID.
+            IndexUnavailableError: the shard cannot be opened, or is missing
+                while ``expected`` counts units of it.
+        """
+        rid = canonical_ulid(resource_id)
+        self._parser()
+        self._queried(rid)
+
     def _keep(self, shard: _Shard) -> None:
         """Cache ``shard`` as its resource's latest (the caller holds ``_lock``);
         beyond ``max_open_shards``, close the least recently used quarter.
@@ -744,7 +782,7 @@ class TantivyTextBackend:
         built = self._build(query, options)
         if not wanted or built is None:
             return []
-        shards = [s for s in map(self._shard, sorted(wanted)) if s is not None and s.num_docs]
+        shards = [s for s in map(self._queried, sorted(wanted)) if s is not None and s.num_docs]
         if not shards:
             return []
         for shard in shards:
