@@ -162,8 +162,6 @@ def test_switching_profiles_either_way_indexes_every_file_again(
         assert run_acms(local, "reindex").returncode == 0
         assert found(local, "numbatmarker")
         # To the remote profile: no --full needed any more.
-        # (--project: a plain reindex would prune the other tests' resources
-        # from the SPARQL dataset these tests share.)
         moved = json.loads(run_acms(remote, "--json", "reindex", "--project", "local/s").stdout)
         assert moved["total"]["files_indexed"] == 1, moved
         assert found(remote, "numbatmarker")

@@ -214,6 +214,23 @@ class _RemoteIndexStore(ManagedIndexStore):
     asks the same of the in-scope graphs (the backend's ``expected``).
     """
 
+    def iter_resource_ids(self) -> Iterator[str]:
+        """The resources of this deployment the servers or the catalog hold:
+        those the catalog has rows of or a stopped session's or removal's
+        marker for.  Servers are shared (the default collection names, one
+        SPARQL dataset): another deployment's resources are neither pruned
+        by a plain ``reindex`` nor reported by ``--verify`` here."""
+        known = self.catalog.resource_ids()
+        ours, foreign = [], 0
+        for rid in super().iter_resource_ids():
+            if rid in known or self.marked(rid):
+                ours.append(rid)
+            else:
+                foreign += 1
+        if foreign:
+            _log.info("acms.remote.other_deployments_resources", resources=foreign)
+        return iter(ours)
+
     def indexed(self) -> bool:
         """Whether the catalog lists indexed files (so the servers should
         hold units): one indexed read of the catalog."""

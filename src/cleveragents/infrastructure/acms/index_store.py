@@ -732,6 +732,11 @@ class ManagedIndexStore:
         for rid in resource_ids:
             self.catalog.set_meta(_dirty_key(canonical_ulid(rid)), "marked")
 
+    def marked(self, resource_id: str) -> bool:
+        """Whether a session or removal of the resource left its dirty marker
+        (it was stopped before it finished)."""
+        return self.catalog.get_meta(_dirty_key(canonical_ulid(resource_id))) is not None
+
     def iter_resource_ids(self) -> Iterator[str]:
         """Every resource the catalog or an index holds, sorted."""
         present = (
