@@ -906,3 +906,56 @@ def test_a_comment_between_header_and_body_is_not_in_the_signature(
     text: str, language: str, signature: str
 ) -> None:
     assert facts(text, language).symbols[0].signature == signature
+
+
+# ---------------------------------------------------------------- found on real trees
+
+
+@pytest.mark.parametrize(
+    ("text", "language", "expected"),
+    [
+        (
+            # rxjs bindCallbackInternals.ts
+            """
+            function f() {
+              return source
+                .pipe(map(x))
+                .subscribe(g);
+            }
+            """,
+            "typescript",
+            {("f", "pipe", 3), ("f", "map", 3), ("f", "subscribe", 4)},
+        ),
+        (
+            # rubygems resolver.rb
+            """
+            def f
+              list
+                .sort_by { |s| s }
+                .freeze
+            end
+            """,
+            "ruby",
+            {("f", "sort_by", 3), ("f", "freeze", 4)},
+        ),
+        (
+            """
+            class A {
+                void f() {
+                    builder
+                        .add(1)
+                        .build();
+                }
+            }
+            """,
+            "java",
+            {("A.f", "add", 4), ("A.f", "build", 5)},
+        ),
+    ],
+)
+def test_a_chained_call_is_on_the_line_of_its_name(
+    text: str, language: str, expected: set[tuple[str, str, int]]
+) -> None:
+    """A call's line is where its name is written (what grep finds), not
+    where its receiver chain starts."""
+    assert calls(facts(text, language)) == expected

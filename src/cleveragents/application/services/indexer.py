@@ -110,7 +110,10 @@ __all__ = [
     "default_jobs",
 ]
 
-_CODE_GRAPH_VERSION = "code-graph-ts1"
+# Bumped when the code parser reads different facts from the same text
+# (ts2: a call's line is its name's line; definitions found on real trees):
+# every file is parsed again.
+_CODE_GRAPH_VERSION = "code-graph-ts2"
 # Bumped when the units change shape (``symbols``, ``calls``, then
 # ``qualified`` metadata): a re-index follows.
 _UNITS_VERSION = "units-5"

@@ -108,6 +108,10 @@ _MAX_DOC = 1_000
 _MAX_DOC_LINES = 30
 
 Node = tree_sitter.Node
+# A call as matched: its node, the called name, the receiver's text, and the
+# line of the called name (a chained call ``a\n  .b()`` starts on ``a``'s
+# line, but its call site is where ``b`` is written).
+_RawCall = tuple[Node, str, str | None, int]
 _log = get_logger("cleveragents.acms.tree_sitter_code")
 
 # ---------------------------------------------------------------- queries
@@ -774,7 +778,7 @@ class TreeSitterCodeParser:
         tree = self._parser(language).parse(source)
         root = tree.root_node
         defs: dict[tuple[int, int], _Def] = {}
-        calls: list[tuple[Node, str, str | None]] = []
+        calls: list[_RawCall] = []
         imports: list[CodeImport] = []
         read_imports = _IMPORTS.get(language)
         cursor = tree_sitter.QueryCursor(self._query(language))
@@ -798,7 +802,7 @@ class TreeSitterCodeParser:
         order: int,
         caps: dict[str, list[Node]],
         defs: dict[tuple[int, int], _Def],
-        calls: list[tuple[Node, str, str | None]],
+        calls: list[_RawCall],
         imports: list[CodeImport],
         read_imports: Callable[[Node], list[CodeImport]] | None,
     ) -> None:
@@ -832,6 +836,7 @@ class TreeSitterCodeParser:
                         caps["call"][0],
                         _text(caps["name"][0]),
                         _text(receiver[0]) if receiver else None,
+                        _line(caps["name"][0]),
                     )
                 )
             return
@@ -1061,15 +1066,13 @@ def _end_line(node: Node) -> int:
     return row if column == 0 and row > start else row + 1
 
 
-def _calls(
-    calls: list[tuple[Node, str, str | None]], spans: list[_Span], language: str
-) -> list[CodeCall]:
+def _calls(calls: list[_RawCall], spans: list[_Span], language: str) -> list[CodeCall]:
     """Each call with its innermost enclosing definition: one sweep over the
     calls and the (properly nested, start-sorted) spans, not a scan per call."""
     located = sorted(
         (
-            (node.start_byte, node.end_byte, _line(node), name, receiver)
-            for node, name, receiver in calls
+            (node.start_byte, node.end_byte, line, name, receiver)
+            for node, name, receiver, line in calls
         ),
         key=lambda c: c[0],
     )
