@@ -959,3 +959,39 @@ def test_a_chained_call_is_on_the_line_of_its_name(
     """A call's line is where its name is written (what grep finds), not
     where its receiver chain starts."""
     assert calls(facts(text, language)) == expected
+
+
+def test_javascript_functions_assigned_to_members_are_symbols() -> None:
+    """express/lib/response.js defines its API as ``res.send = function send``:
+    those were no symbols at all."""
+    out = facts(
+        """
+        var res = Object.create(http.ServerResponse.prototype);
+        module.exports = res;
+
+        /** Send a response. */
+        res.send = function send(body) {
+          this.set('Content-Type', 'text/html');
+        };
+        Router.prototype.handle = function (req) { next(); };
+        exports.init = (app) => app;
+        module.exports.compile = function () {};
+        module.exports = function query(options) {};
+        module.exports = function () {};
+        items[0].f = function () {};
+        $.fn.plugin = function () {};
+        """,
+        "javascript",
+    )
+    assert symbols(out) == {
+        ("function", "res.send", 5, 7),
+        ("method", "Router.handle", 8, 8),
+        ("function", "init", 9, 9),
+        ("function", "compile", 10, 10),
+        ("function", "query", 11, 11),
+        ("function", "f", 13, 13),
+        ("function", "$.fn.plugin", 14, 14),
+    }
+    assert next(s for s in out.symbols if s.name == "send").doc == "Send a response."
+    assert ("res.send", "set", 6) in calls(out)
+    assert ("Router.handle", "next", 8) in calls(out)

@@ -123,6 +123,10 @@ _JS_COMMON = """
 (method_definition name: (_) @name) @def.method
 (variable_declarator name: (identifier) @name
   value: [(arrow_function) (function_expression) (generator_function)]) @def.function
+(assignment_expression
+  left: (member_expression object: (_) @receiver_type
+    property: (property_identifier) @name)
+  right: [(arrow_function) (function_expression) (generator_function)] @value) @def.function
 (call_expression function: [(identifier) (super)] @name) @call
 (call_expression function: (member_expression object: (_) @receiver
   property: (property_identifier) @name)) @call
@@ -337,6 +341,7 @@ _WRAPPERS = frozenset(
         "variable_declaration",
         "variable_declarator",
         "type_declaration",
+        "expression_statement",  # JavaScript's ``res.send = function ...``
     }
 )
 # Code points from plane 4 up (unassigned planes, tags, private use) crash
@@ -358,6 +363,7 @@ _COMMENT_MARKERS = re.compile(r"^\s*(?:/\*\*?|\*/|///?!?|//|#+|\*|--)\s?")
 _COMMENT_END = re.compile(r"\s*\*+/\s*$")
 _XML_TAG = re.compile(r"</?\w+[^>]*>")
 _INTERFACE_NAME = re.compile(r"I[A-Z]")
+_JS_NAME = re.compile(r"[A-Za-z_$][\w$]*")
 
 
 def _text(node: Node | None) -> str:
@@ -853,6 +859,11 @@ class TreeSitterCodeParser:
                 name = _text(caps["name"][0])
                 if "receiver_type" in caps:
                     prefix = _text(caps["receiver_type"][0])
+                if language in _JS_LIKE and "value" in caps:
+                    owner = _js_owner(prefix, name, caps["value"][0])
+                    if owner is None:
+                        return
+                    prefix, name, kind = owner
             else:
                 return
             if kind == "scope":
@@ -879,6 +890,30 @@ class TreeSitterCodeParser:
             key = (node.start_byte, node.end_byte)
             if name and (key not in defs or defs[key].order > order):
                 defs[key] = _Def(node, name, kind, prefix, order)
+
+
+def _js_owner(target: str, name: str, value: Node) -> tuple[str, str, str] | None:
+    """``(prefix, name, kind)`` of a function assigned to ``target.name``
+    (CommonJS and prototype style): ``res.send = function`` is ``res.send``,
+    ``Foo.prototype.bar = function`` the method ``Foo.bar``, ``exports.f``
+    and ``module.exports.f`` plain ``f``, ``module.exports = function g``
+    ``g`` (``None`` when that function has no name); ``this.f`` belongs to
+    the enclosing definition."""
+    parts = target.split(".")
+    kind = "method" if "prototype" in parts else "function"
+    parts = [p for p in parts if p != "prototype"]
+    if parts[:1] == ["this"]:
+        parts = parts[1:]
+    if parts[:2] == ["module", "exports"]:
+        parts = parts[2:]
+    elif parts[:1] == ["exports"]:
+        parts = parts[1:]
+    elif parts == ["module"] and name == "exports":
+        own = value.child_by_field_name("name")
+        return ("", _text(own), kind) if own is not None else None
+    if not all(_JS_NAME.fullmatch(p) for p in parts):
+        parts = []  # a computed object (``a[i].f``): the name alone
+    return ".".join(parts), name, kind
 
 
 def _hostile_nesting(text: str, language: str) -> tuple[str, int, int] | None:
