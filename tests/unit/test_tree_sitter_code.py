@@ -332,6 +332,7 @@ def test_go_repository() -> None:
     shapes = facts(GO_SHAPES, "go")
     assert symbols(shapes) == {
         ("interface", "Shape", 9, 11),
+        ("method", "Shape.Area", 10, 10),
         ("class", "Circle", 14, 16),
         ("method", "Circle.Area", 19, 21),
         ("function", "square", 23, 25),
@@ -995,3 +996,33 @@ def test_javascript_functions_assigned_to_members_are_symbols() -> None:
     assert next(s for s in out.symbols if s.name == "send").doc == "Send a response."
     assert ("res.send", "set", 6) in calls(out)
     assert ("Router.handle", "next", 8) in calls(out)
+
+
+def test_go_type_aliases_and_interface_methods_are_symbols() -> None:
+    """os/types.go: ``type FileInfo = fs.FileInfo`` was no symbol; io.go's
+    ``Reader`` interface listed no ``Read``."""
+    out = facts(
+        """
+        package os
+
+        type FileInfo = fs.FileInfo
+
+        type ReadCloser interface {
+        \tCloser
+        \tRead(p []byte) (n int, err error)
+        }
+
+        type (
+        \tMode = uint32
+        \tfile struct{}
+        )
+        """,
+        "go",
+    )
+    assert symbols(out) == {
+        ("type", "FileInfo", 3, 3),
+        ("interface", "ReadCloser", 5, 8),
+        ("method", "ReadCloser.Read", 7, 7),
+        ("type", "Mode", 11, 11),
+        ("class", "file", 12, 12),
+    }

@@ -174,6 +174,8 @@ _QUERIES: dict[str, str] = {
 (type_spec name: (type_identifier) @name type: (struct_type)) @def.class
 (type_spec name: (type_identifier) @name type: (interface_type)) @def.interface
 (type_spec name: (type_identifier) @name) @def.type
+(type_alias name: (type_identifier) @name) @def.type
+(method_elem name: (field_identifier) @name) @def.method
 (call_expression function: (identifier) @name) @call
 (call_expression function: (selector_expression operand: (_) @receiver
   field: (field_identifier) @name)) @call
