@@ -1026,3 +1026,35 @@ def test_go_type_aliases_and_interface_methods_are_symbols() -> None:
         ("type", "Mode", 11, 11),
         ("class", "file", 12, 12),
     }
+
+
+def test_rust_impl_for_a_reference_and_turbofish_calls() -> None:
+    """alloc/vec/mod.rs: ``impl IntoIterator for &'a Vec<T>`` qualified its
+    methods ``&'aVec.into_iter``; ``collect::<Vec<_>>()`` and
+    ``mem::size_of::<T>()`` were no calls."""
+    out = facts(
+        """
+        impl<'a, T, A: Allocator> IntoIterator for &'a mut Vec<T, A> {
+            fn into_iter(self) -> IterMut<'a, T> {
+                let n = mem::size_of::<T>();
+                self.iter_mut().collect::<Vec<_>>();
+                g::<u8>(n)
+            }
+        }
+        impl Read for &[u8] {}
+        """,
+        "rust",
+    )
+    assert symbols(out) == {
+        ("method", "Vec.into_iter", 2, 6),
+    }
+    assert calls(out) == {
+        ("Vec.into_iter", "size_of", 3),
+        ("Vec.into_iter", "iter_mut", 4),
+        ("Vec.into_iter", "collect", 4),
+        ("Vec.into_iter", "g", 5),
+    }
+    assert bases(out) == {
+        ("Vec", "implements", "IntoIterator"),
+        ("[u8]", "implements", "Read"),
+    }

@@ -190,12 +190,18 @@ _QUERIES: dict[str, str] = {
 (trait_item name: (type_identifier) @name) @def.trait
 (type_item name: (type_identifier) @name) @def.type
 (mod_item name: (identifier) @name body: (_)) @def.module
+(impl_item type: (reference_type type: (_) @name)) @scope
 (impl_item type: (_) @name) @scope
-(call_expression function: (identifier) @name) @call
-(call_expression function: (field_expression value: (_) @receiver
-  field: (field_identifier) @name)) @call
-(call_expression function: (scoped_identifier path: (_) @receiver
-  name: (identifier) @name)) @call
+(call_expression function: [(identifier) @name
+  (generic_function function: (identifier) @name)]) @call
+(call_expression function: [
+  (field_expression value: (_) @receiver field: (field_identifier) @name)
+  (generic_function function: (field_expression value: (_) @receiver
+    field: (field_identifier) @name))]) @call
+(call_expression function: [
+  (scoped_identifier path: (_) @receiver name: (identifier) @name)
+  (generic_function function: (scoped_identifier path: (_) @receiver
+    name: (identifier) @name))]) @call
 (use_declaration) @import
 (mod_item !body) @import
 """,
