@@ -1058,3 +1058,39 @@ def test_rust_impl_for_a_reference_and_turbofish_calls() -> None:
         ("Vec", "implements", "IntoIterator"),
         ("[u8]", "implements", "Read"),
     }
+
+
+def test_typescript_overload_signatures_are_not_the_symbol() -> None:
+    """rxjs Observable.ts: ``subscribe`` and ``pipe`` were recorded at their
+    first overload signature (the graph keeps the first symbol of a name),
+    not at the implementation; ``.d.ts`` functions were no symbols."""
+    out = facts(
+        """
+        export class Observable<T> {
+          subscribe(next: (value: T) => void): Subscription;
+          subscribe(observer?: Observer<T>): Subscription;
+          subscribe(x?: any): Subscription {
+            return this._trySubscribe(x);
+          }
+        }
+        export function of<T>(value: T): Observable<T>;
+        export function of(...values: any[]): Observable<any> {
+          return from(values);
+        }
+        export declare function merge<T>(a: T): Observable<T>;
+        export declare function merge<T>(a: T, b: T): Observable<T>;
+        interface Observer<T> {
+          next(value: T): void;
+          next(): void;
+        }
+        """,
+        "typescript",
+    )
+    assert symbols(out) == {
+        ("class", "Observable", 1, 7),
+        ("method", "Observable.subscribe", 4, 6),
+        ("function", "of", 9, 11),
+        ("function", "merge", 12, 12),
+        ("interface", "Observer", 14, 17),
+        ("method", "Observer.next", 15, 15),
+    }

@@ -145,6 +145,7 @@ _TS_EXTRA = """
 (type_alias_declaration name: (_) @name) @def.type
 (enum_declaration name: (_) @name) @def.enum
 (method_signature name: (_) @name) @def.method
+(function_signature name: (_) @name) @def.function
 (abstract_method_signature name: (_) @name) @def.method
 (internal_module name: (_) @name) @def.namespace
 """
@@ -320,6 +321,10 @@ _QUERIES: dict[str, str] = {
 _GRAMMAR = {"shell": "bash"}
 
 _JS_LIKE = frozenset({"javascript", "typescript", "tsx"})
+# TypeScript declarations without a body: an overload signature is not the
+# symbol when the implementation follows it (the graph keeps one symbol per
+# qualified name); alone (an interface, a ``.d.ts`` file) the first one is.
+_TS_SIGNATURES = frozenset({"method_signature", "function_signature"})
 _CLASS_LIKE = frozenset({"class", "interface", "enum", "trait", "scope"})
 _CALLABLE = frozenset({"function", "method", "constructor"})
 _RUBY_NOT_CALLS = frozenset(
@@ -1056,7 +1061,9 @@ def _qualify(
         doc = _python_docstring(d.node) if language == "python" else ""
         if language != "markdown":
             doc = doc or _leading_comment(d.node)
-        if language == "python" and _is_overload(d.node):
+        if (language == "python" and _is_overload(d.node)) or (
+            language in _JS_LIKE and d.node.type in _TS_SIGNATURES
+        ):
             stubs.add(len(symbols))
         symbols.append(
             CodeSymbol(
@@ -1073,9 +1080,10 @@ def _qualify(
 
 
 def _without_overload_stubs(symbols: list[CodeSymbol], stubs: set[int]) -> list[CodeSymbol]:
-    """``symbols`` less the ``@overload`` stubs (indexes ``stubs``) of a
-    name that also has an implementation: the symbol (its lines, signature
-    and doc) is the function Python runs.  A name with stubs alone (a
+    """``symbols`` less the ``@overload`` stubs (indexes ``stubs``; in
+    TypeScript the overload signatures) of a name that also has an
+    implementation: the symbol (its lines, signature and doc) is the
+    function that runs.  A name with stubs alone (a
     ``.pyi`` file, a Protocol) keeps its first stub."""
     implemented = {s.qualified_name for i, s in enumerate(symbols) if i not in stubs}
     kept: list[CodeSymbol] = []
