@@ -1094,3 +1094,35 @@ def test_typescript_overload_signatures_are_not_the_symbol() -> None:
         ("interface", "Observer", 14, 17),
         ("method", "Observer.next", 15, 15),
     }
+
+
+def test_rust_calls_in_macro_arguments_are_calls() -> None:
+    """The grammar leaves macro arguments as token trees: on alloc/core/std
+    ``.len()`` calls were found at 63% of their sites, ``.unwrap()`` at 40%
+    (``assert_eq!(heap.pop().unwrap(), ...)``, ``debug_assert!(i < v.len())``)."""
+    out = facts(
+        """
+        fn check(v: &Vec<u8>) {
+            assert_eq!(v.len(), count(v));
+            debug_assert!(
+                v.first()
+                    .is_some(),
+                "{}", format!("{}", describe(v)),
+            );
+            let w = vec![make(1), Vec::new()];
+            thread_local! { static K: u8 = init(); }
+        }
+        """,
+        "rust",
+    )
+    assert calls(out) == {
+        ("check", "len", 2),
+        ("check", "count", 2),
+        ("check", "first", 4),
+        ("check", "is_some", 5),
+        ("check", "describe", 6),
+        ("check", "make", 8),
+        ("check", "new", 8),
+    }
+    nested = PARSER.parse("fn f() { " + "a!(" * 50_000 + "g()" + ")" * 50_000 + " }", "rust")
+    assert nested is not None

@@ -16,7 +16,9 @@ whose captures follow one convention, read by one extractor:
 Inheritance is read from the definition nodes by a per-language function.  A
 definition nested directly in a class-like definition (or a scope) becomes a
 ``method``; qualified names follow containment by byte range, so they do not
-depend on how a grammar nests its nodes.
+depend on how a grammar nests its nodes.  Rust macro arguments, token trees
+to the grammar, are parsed again as code for their calls (at most
+:data:`_MAX_MACRO_ROUNDS` parses of a file-sized text).
 
 The queries run in C (``QueryCursor.matches``): Python only sees the matched
 nodes, which keeps parsing the standard library within a small factor of
@@ -103,6 +105,10 @@ MAX_DEFINITION_DEPTH = 64
 #: Definitions whose qualified name would be longer are not symbols.
 MAX_QUALIFIED_NAME = 1_000
 _MAX_CALLS = 50_000
+#: Rounds of reading Rust macro arguments as code (a macro in a macro's
+#: arguments takes one more); each parses a text the size of the file.
+_MAX_MACRO_ROUNDS = 3
+_NOT_NEWLINE = re.compile(rb"[^\n]")
 _MAX_SIGNATURE = 240
 _MAX_DOC = 1_000
 _MAX_DOC_LINES = 30
@@ -205,6 +211,7 @@ _QUERIES: dict[str, str] = {
     name: (identifier) @name))]) @call
 (use_declaration) @import
 (mod_item !body) @import
+(macro_invocation (token_tree) @macro_args)
 """,
     "java": """
 (class_declaration name: (identifier) @name) @def.class
@@ -802,8 +809,14 @@ class TreeSitterCodeParser:
         read_imports = _IMPORTS.get(language)
         cursor = tree_sitter.QueryCursor(self._query(language))
         cursor.set_max_start_depth(MAX_QUERY_DEPTH)
+        macro_args: list[Node] = []
         for order, caps in cursor.matches(root):
+            if "macro_args" in caps:
+                macro_args.append(caps["macro_args"][0])
+                continue
             self._collect(language, order, caps, defs, calls, imports, read_imports)
+        if macro_args:
+            calls += self._macro_calls(source, macro_args, _MAX_CALLS - len(calls))
         symbols, spans = _qualify(sorted(defs.values(), key=_def_order), source, language)
         bases = _bases(language, spans)
         return CodeFacts(
@@ -814,6 +827,57 @@ class TreeSitterCodeParser:
             bases=tuple(bases),
             syntax_errors=_error_count(root),
         )
+
+    def _macro_calls(self, source: bytes, args: list[Node], room: int) -> list[_RawCall]:
+        """The calls in Rust macro arguments (``assert_eq!(v.len(), 3)``,
+        ``format!("{}", f(x))``), which the grammar leaves as token trees.
+        Arguments in ``(...)`` or ``[...]`` are read as code: a text the
+        size of the file, blank (newlines kept) but for each ``!(args)``
+        written as ``;X(args)``, is parsed, so the calls found keep their
+        offsets and lines; a macro in those arguments takes another round."""
+        out: list[_RawCall] = []
+        for _ in range(_MAX_MACRO_ROUNDS):
+            text = bytearray(_NOT_NEWLINE.sub(b" ", source))
+            stand_ins: set[int] = set()
+            for tree_node in args:
+                start, end = tree_node.start_byte, tree_node.end_byte
+                opening, closing = source[start : start + 1], source[end - 1 : end]
+                if (
+                    start < 2
+                    or source[start - 1 : start] != b"!"
+                    or opening + closing
+                    not in (
+                        b"()",
+                        b"[]",
+                    )
+                ):
+                    continue
+                text[start:end] = source[start:end]
+                text[start - 2 : start] = b";X"
+                text[start : start + 1], text[end - 1 : end] = b"(", b")"
+                stand_ins.add(start - 1)
+            if not stand_ins:
+                break
+            source = bytes(text)
+            cursor = tree_sitter.QueryCursor(self._query("rust"))
+            cursor.set_max_start_depth(MAX_QUERY_DEPTH)
+            args = []
+            for _order, caps in cursor.matches(self._parser("rust").parse(source).root_node):
+                if "macro_args" in caps:
+                    args.append(caps["macro_args"][0])
+                elif "call" in caps and "name" in caps and len(out) < room:
+                    name = caps["name"][0]
+                    if name.start_byte not in stand_ins:
+                        receiver = caps.get("receiver")
+                        out.append(
+                            (
+                                caps["call"][0],
+                                _text(name),
+                                _text(receiver[0]) if receiver else None,
+                                _line(name),
+                            )
+                        )
+        return out
 
     @staticmethod
     def _collect(
