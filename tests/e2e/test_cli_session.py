@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 
@@ -207,6 +208,42 @@ def test_a_path_of_two_resources_names_each_lines_resource(tmp_path) -> None:  #
         "(nothing in scope defines this name: a library or built-in one)",  # helper
     ]
     assert alone == ["        1-2  function     def main()"]  # one resource: as before
+
+
+def test_a_file_may_be_named_by_its_absolute_path(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """An agent holds absolute paths: ``symbols``, ``read`` and ``callers
+    path#sym=`` take one inside an in-scope resource; one outside every
+    in-scope resource (another resource's, or out through a symlink) is
+    exit 2 and one line naming the scope's roots."""
+    root, other = tmp_path / "p", tmp_path / "q"
+    (root / "pkg").mkdir(parents=True)
+    other.mkdir()
+    (root / "pkg" / "core.py").write_text(CODE)
+    (other / "core.py").write_text(CODE)
+    (root / "out").symlink_to(other)
+    env = cli_env(tmp_path / "data")
+    assert acms(env, "project", "add", "local/a").returncode == 0
+    assert acms(env, "project", "add", "local/b").returncode == 0
+    assert acms(env, "resource", "add", str(root), "--project", "local/a").returncode == 0
+    assert acms(env, "resource", "add", str(other), "--project", "local/b").returncode == 0
+    assert acms(env, "reindex").returncode == 0
+    core = str(root / "pkg" / "core.py")
+
+    assert (
+        acms(env, "symbols", core, "--project", "local/a").stdout
+        == acms(env, "symbols", "pkg/core.py", "--project", "local/a").stdout
+        != ""
+    )
+    read = acms(env, "read", core + "#L8", "--project", "local/a")
+    assert read.stdout.splitlines() == ["     8  def aardvark_helper():"], read.stderr
+    callers = acms(env, "callers", core + "#sym=aardvark_helper", "--project", "local/a")
+    assert callers.stdout.strip() == "pkg/core.py:5  AardvarkEngine.run"
+    for outside in (str(other / "core.py"), str(root / "out" / "core.py")):
+        refused = acms(env, "symbols", outside, "--project", "local/a")
+        assert refused.returncode == 2
+        assert refused.stdout == ""
+        assert len(refused.stderr.splitlines()) == 1
+        assert f"lies in none of the scope's resources: {os.path.realpath(root)}" in refused.stderr
 
 
 def test_read_says_why_an_indexed_file_cannot_be_read_now(tmp_path) -> None:  # type: ignore[no-untyped-def]

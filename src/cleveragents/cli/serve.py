@@ -177,7 +177,7 @@ Node = Annotated[
     Field(
         description="A node's URI (a file's uko://<ULID>/<path>, a symbol's ...#sym=<name>) "
         "or a file path relative to a resource's root (that file in each in-scope "
-        "resource that indexes it)."
+        "resource that indexes it) or absolute, inside a resource's root."
     ),
 ]
 
@@ -332,7 +332,7 @@ def tool_functions(session: AgentSession) -> dict[str, Callable[..., dict[str, A
             Field(
                 description="A file's URI (uko://<ULID>/<path>), with #L10-L42 for a line "
                 "range or #sym=<name> for a symbol's lines; or a path relative to the root "
-                "of the one in-scope resource that has it (path#L10-L42)."
+                "of the one in-scope resource that has it (path#L10-L42), or absolute."
             ),
         ],
         start_line: Annotated[
@@ -376,7 +376,8 @@ def tool_functions(session: AgentSession) -> dict[str, Callable[..., dict[str, A
             str,
             Field(
                 description="A file path relative to a resource's root (that file in each "
-                "in-scope resource that indexes it) or a file's URI."
+                "in-scope resource that indexes it), an absolute path inside a resource's "
+                "root, or a file's URI."
             ),
         ],
         budget: Budget = DEFAULT_BUDGET,

@@ -115,6 +115,8 @@ class FileText(NamedTuple):
 FileReader = Callable[[str, str, int], FileText | None]
 #: Whether a file of a resource is indexed: (resource id, relative path) -> bool.
 IndexedCheck = Callable[[str, str], bool]
+#: The registered resources' locations (their root directories): resource id -> path.
+Locations = Callable[[], Mapping[str, str]]
 
 
 def render(response: Mapping[str, Any]) -> str:
@@ -437,6 +439,8 @@ class AgentSession:
         closer: what :meth:`close` calls (releases what the session owns).
         registered: the resource ULIDs registered now (for :meth:`removed`;
             None: the scope's resources are taken as still registered).
+        locations: the resources' root directories, so a file may be named
+            by its absolute path (None: only by a path relative to a root).
     """
 
     def __init__(
@@ -451,8 +455,10 @@ class AgentSession:
         is_indexed: IndexedCheck,
         closer: Callable[[], None] | None = None,
         registered: Callable[[], frozenset[str]] | None = None,
+        locations: Locations | None = None,
     ) -> None:
         self._closer = closer
+        self._locations = locations
         self._registered = registered
         self._text = text
         self._vector = vector
@@ -685,9 +691,12 @@ class AgentSession:
     def _graph_nodes(self, view: ScopedView, node: str, what: str) -> list[str]:
         """An IRI (or blank node) stands for itself; a relative file path for
         that file's node in each in-scope resource that indexes it
-        (``pkg/core.py`` -> ``uko://<ULID>/pkg/core.py``).  Anything else
+        (``pkg/core.py`` -> ``uko://<ULID>/pkg/core.py``); an absolute path
+        for the file's node in each in-scope resource whose root holds it
+        (see :func:`_places`).  Anything else
         is refused with the form to use: a path no in-scope resource
         indexes would otherwise answer, silently, with no triples.
+        Every tool that takes a file path resolves it here.
 
         Raises:
             TypeError: ``node`` is not a string.  ValueError: it is empty, or
@@ -712,18 +721,24 @@ class AgentSession:
         # as read takes it, unless the whole is an indexed path (``a#b.py``).
         # The fragment is quoted as the index quotes it (``#sym=café``).
         whole = node[2:] if node.startswith("./") else node
-        path, fragment = whole, ""
+        roots = self._roots(view) if os.path.isabs(whole) else None
+        found: list[tuple[str, str]] = []
+        fragment = ""
         # The longest indexed prefix ending before a "#" (a few tried: each
         # try is a catalog lookup per resource).
         cuts = [i for i, c in enumerate(whole) if c == "#"][-_MAX_HASH_SPLITS:]
         for i in [len(whole), *reversed(cuts)]:
-            if any(self._is_indexed(rid, whole[:i]) for rid in view.scope):
-                path, fragment = whole[:i], whole[i + 1 :]
+            found = [
+                (rid, path)
+                for rid, path in _places(whole[:i], view.scope, roots)
+                if path.strip("/") and self._is_indexed(rid, path)
+            ]
+            if found:
+                fragment = whole[i + 1 :]
                 break
         nodes = [
             unit_uri(rid, path, unquote(fragment)) if fragment else file_uri(rid, path)
-            for rid in sorted(view.scope)
-            if path.strip("/") and self._is_indexed(rid, path)
+            for rid, path in found
         ]
         if nodes and fragment:
             nodes = [n for n in nodes if self._is_node(view, n)]
@@ -731,11 +746,28 @@ class AgentSession:
                 raise ValueError(_no_node(what, node))
         if not nodes:
             raise ValueError(
-                f"{what} {node[:200]!r} is neither an IRI nor a file path indexed in this scope: "
-                "give a node's IRI (uko://<ULID>/<path>, a symbol's ...#sym=<name>) or a "
-                "path relative to a resource's root"
+                f"{what} {node[:200]!r} is neither an IRI nor a file path indexed in this scope"
+                f"{_where(whole, view.scope, roots)}: "
+                "give a node's IRI (uko://<ULID>/<path>, a symbol's ...#sym=<name>), a "
+                "path relative to a resource's root or an absolute path inside one"
             )
         return nodes
+
+    def _roots(self, view: ScopedView) -> dict[str, str]:
+        """The real root directory of each in-scope resource whose location
+        is known (a removed resource has none)."""
+        if self._locations is None:
+            return {}
+        known = self._locations()
+        roots: dict[str, str] = {}
+        for rid in view.scope:
+            location = known.get(rid)
+            if location:
+                try:
+                    roots[rid] = os.path.realpath(location)
+                except (OSError, ValueError):
+                    continue
+        return roots
 
     def _is_node(self, view: ScopedView, node: str) -> bool:
         """Whether ``node``, of a resource in ``view``'s scope, is in its
@@ -758,9 +790,10 @@ class AgentSession:
         projects: Sequence[str] | None = None,
         resources: Sequence[str] | None = None,
     ) -> dict[str, Any]:
-        """The definitions of a file, by its path (in every in-scope resource
-        that indexes it) or its URI: qualified name, kind, line range,
-        signature; in line order.
+        """The definitions of a file, by its path (relative: in every in-scope
+        resource that indexes it; absolute: in the resources whose root holds
+        it) or its URI: qualified name, kind, line range, signature; in line
+        order.
 
         Raises:
             ValueError: no in-scope resource indexes ``path``.  ScopeError:
@@ -768,10 +801,10 @@ class AgentSession:
         """
         chars = check_budget(budget)
         if not isinstance(path, str) or not path.strip("/"):
-            raise ValueError("path must be a relative file path or a file's URI")
+            raise ValueError("path must be a file path or a file's URI")
         view = self._view(projects, resources)
-        # A path no in-scope resource indexes, an absolute path, another
-        # resource's URI: an error that says so, never "no symbols".
+        # A path no in-scope resource indexes, an absolute path outside
+        # them, another resource's URI: an error that says so, never "no symbols".
         nodes = self._graph_nodes(view, path.split("#", 1)[0], "path")
         items: list[dict[str, Any]] = []
         for own in nodes:
@@ -944,7 +977,8 @@ class AgentSession:
     ) -> dict[str, Any]:
         """An indexed file, or a line range of it, by URI (a chunk URI's
         ``#L10-L42`` gives the range), or by its path relative to the root of
-        the one in-scope resource that indexes it (``pkg/core.py#L10-L42``).
+        the one in-scope resource that indexes it (``pkg/core.py#L10-L42``)
+        or its absolute path inside that root.
         The URI's resource must be in scope and the file indexed (so files
         the index left out — ignored, secret, binary — are never read); lines
         are returned numbered, as many as fit."""
@@ -1023,8 +1057,8 @@ class AgentSession:
         return first, max(first, last)
 
     def _file_of_path(self, given: str) -> str:
-        """The URI of the one file of the scope at a relative path (and the
-        ``#`` fragment given with it).
+        """The URI of the one file of the scope at a path, relative or
+        absolute (and the ``#`` fragment given with it).
 
         Raises:
             ValueError: no in-scope resource indexes the path, or several do
@@ -1074,6 +1108,49 @@ class AgentSession:
             # The hits the search already left out are left out of the context too.
             left_out=dropped["more"] if isinstance(dropped, dict) else 0,
         )
+
+
+def _places(
+    path: str, scope: Iterable[str], roots: Mapping[str, str] | None
+) -> list[tuple[str, str]]:
+    """Where a file path may be: ``(resource, path relative to its root)``.
+
+    A relative path may be in any resource of ``scope``.  An absolute one
+    (``roots`` given, resource -> real root directory) is resolved as the
+    operating system would open it (``..`` and symlinks followed), and is in
+    the resources whose root holds the result, under its path from there:
+    a path that leaves the root, by ``..`` or through a symlink, is in none.
+    Only the files a resource indexes are then served, so nothing outside
+    the scope can come back.
+    """
+    if roots is None:
+        return [(rid, path) for rid in sorted(scope)]
+    try:
+        real = os.path.realpath(path)
+    except (OSError, ValueError):  # a NUL byte: no file has that name
+        return []
+    places: list[tuple[str, str]] = []
+    for rid, root in sorted(roots.items()):
+        base = root if root.endswith(os.sep) else root + os.sep
+        if real.startswith(base):
+            places.append((rid, real[len(base) :].replace(os.sep, "/")))
+    return places
+
+
+def _where(path: str, scope: Iterable[str], roots: Mapping[str, str] | None) -> str:
+    """What the error for an unresolved absolute ``path`` adds: the file it
+    is in an in-scope resource, or that it lies in none (and their roots)."""
+    if roots is None:
+        return ""
+    cut = path.split("#", 1)[0]
+    inside = _places(cut, scope, roots)
+    if inside:
+        return " (it is " + ", ".join(f"{rel!r} of resource {rid}" for rid, rel in inside[:3]) + ")"
+    if not roots:
+        return " (an absolute path: the scope's resources have no known location)"
+    shown = sorted(roots.values())
+    more = f" and {len(shown) - 5} more" if len(shown) > 5 else ""
+    return f" (it lies in none of the scope's resources: {', '.join(shown[:5])}{more})"
 
 
 def _check_path_text(value: str, what: str) -> None:

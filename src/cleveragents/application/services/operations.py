@@ -512,6 +512,7 @@ class AcmsOperations:
             is_indexed=is_indexed,
             closer=self.close if owned else None,
             registered=lambda: frozenset(r.resource_id for r in registry.list()),
+            locations=lambda: {r.resource_id: r.location for r in registry.list()},
         )
 
     def sparql_results(self, query: str, scope: frozenset[str]) -> dict[str, Any]:
