@@ -452,7 +452,11 @@ def test_java_repository() -> None:
     }
     assert next(s for s in circle.symbols if s.name == "Circle").doc == "A circle."
     assert imports(circle) == {"java.util.List", "com.acme.util.*"}
-    assert calls(circle) == {("Circle.area", "square", 17), ("Circle.many", "build", 21)}
+    assert calls(circle) == {
+        ("Circle.Circle", "Shape", 11),  # super("circle")
+        ("Circle.area", "square", 17),
+        ("Circle.many", "build", 21),
+    }
     assert bases(circle) == {
         ("Circle", "inherits", "Shape"),
         ("Circle", "implements", "Comparable"),
@@ -1126,3 +1130,50 @@ def test_rust_calls_in_macro_arguments_are_calls() -> None:
     }
     nested = PARSER.parse("fn f() { " + "a!(" * 50_000 + "g()" + ")" * 50_000 + " }", "rust")
     assert nested is not None
+
+
+def test_java_super_and_this_constructor_calls_are_calls_of_the_constructor_run() -> None:
+    """``super(...)`` and ``this(...)`` were no call edges (481 of them in
+    java.util): ``super(...)`` calls the superclass's constructor, named by
+    the superclass as ``new AbstractList(...)`` is (``Object`` when the
+    class extends none), ``this(...)`` the class's own."""
+    out = facts(
+        """
+        class Stack<E> extends java.util.Vector<E> {
+            Stack(int n) {
+                super(
+                    n);
+            }
+            Stack() {
+                this(size());
+            }
+            class Node extends Map.Entry<K, V> {
+                Node() { Stack.this.super(); }
+            }
+        }
+        class Plain {
+            Plain() { super(); }
+        }
+        record Pair(int a, int b) {
+            Pair() { this(0, 0); }
+        }
+        enum Color {
+            RED;
+            Color() { this(1); }
+            Color(int x) {}
+        }
+        """,
+        "java",
+    )
+    assert calls(out) == {
+        ("Stack.Stack", "Vector", 3),
+        ("Stack.Stack", "Stack", 7),
+        ("Stack.Stack", "size", 7),
+        ("Stack.Node.Node", "Entry", 10),
+        ("Plain.Plain", "Object", 14),
+        ("Pair.Pair", "Pair", 17),
+        ("Color.Color", "Color", 21),
+    }
+    receivers = {c.callee: c.receiver for c in out.calls}
+    assert receivers["Entry"] == "Stack.this"
+    assert receivers["Vector"] is None

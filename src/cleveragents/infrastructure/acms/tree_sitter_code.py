@@ -224,6 +224,8 @@ _QUERIES: dict[str, str] = {
 (method_invocation object: (_) @receiver name: (identifier) @name) @call
 (method_invocation !object name: (identifier) @name) @call
 (object_creation_expression type: (_) @name) @call
+(explicit_constructor_invocation object: (_) @receiver constructor: _ @name) @call
+(explicit_constructor_invocation !object constructor: _ @name) @call
 (import_declaration) @import
 """,
     "c": """
@@ -914,10 +916,13 @@ class TreeSitterCodeParser:
                 return
             if len(calls) < _MAX_CALLS and "name" in caps:
                 receiver = caps.get("receiver")
+                name = _text(caps["name"][0])
+                if caps["call"][0].type == "explicit_constructor_invocation":
+                    name = _java_constructor_callee(caps["call"][0], name)
                 calls.append(
                     (
                         caps["call"][0],
-                        _text(caps["name"][0]),
+                        name,
                         _text(receiver[0]) if receiver else None,
                         _line(caps["name"][0]),
                     )
@@ -967,6 +972,31 @@ class TreeSitterCodeParser:
             key = (node.start_byte, node.end_byte)
             if name and (key not in defs or defs[key].order > order):
                 defs[key] = _Def(node, name, kind, prefix, order)
+
+
+_JAVA_TYPES = frozenset({"class_declaration", "record_declaration", "enum_declaration"})
+
+
+def _java_constructor_callee(call: Node, keyword: str) -> str:
+    """The called name of Java's ``super(...)`` and ``this(...)`` (the
+    constructor call that opens a constructor): the constructor they run,
+    named by its class as ``new Foo(...)`` is, so ``callers Foo`` finds
+    them with the ``new`` calls: ``super`` is the superclass (``Object``
+    when the class extends none), ``this`` the class itself.  The class is
+    at most five nodes up (body, constructor, class or enum body, class);
+    ``keyword`` itself when it is not found (a syntax error)."""
+    node = call.parent
+    for _ in range(6):
+        if node is None:
+            break
+        if node.type in _JAVA_TYPES:
+            if keyword == "this":
+                return _text(node.child_by_field_name("name")) or keyword
+            superclass = node.child_by_field_name("superclass")
+            types = superclass.named_children if superclass is not None else []
+            return _bare_type(_text(types[0])) if types else "Object"
+        node = node.parent
+    return keyword
 
 
 def _js_owner(target: str, name: str, value: Node) -> tuple[str, str, str] | None:
