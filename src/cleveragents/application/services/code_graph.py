@@ -965,10 +965,14 @@ def chunk_starts(facts: CodeFacts) -> list[int]:
     """1-based lines where the file's top-level definitions begin, for
     :func:`~cleveragents.application.services.chunking.chunk_text`: the
     definitions outside any other, or directly inside a namespace or module
-    (a C# class in its namespace is a block of its own)."""
+    (a C# class in its namespace is a block of its own).  Go's package
+    constants and variables are none: a spec of a ``const (...)`` group
+    would split the group from its keyword."""
     kinds = {s.qualified_name: s.kind for s in facts.symbols}
     starts: set[int] = set()
     for sym in facts.symbols:
+        if sym.kind in ("constant", "variable"):
+            continue
         parent = sym.qualified_name.rsplit(".", 1)[0] if "." in sym.qualified_name else None
         if parent is None or kinds.get(parent, "namespace") in ("namespace", "module"):
             starts.add(sym.start_line)

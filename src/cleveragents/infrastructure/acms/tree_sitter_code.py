@@ -183,6 +183,9 @@ _QUERIES: dict[str, str] = {
 (type_spec name: (type_identifier) @name) @def.type
 (type_alias name: (type_identifier) @name) @def.type
 (method_elem name: (field_identifier) @name) @def.method
+(source_file (const_declaration (const_spec name: (identifier) @name) @def.constant))
+(source_file (var_declaration (var_spec name: (identifier) @name) @def.variable))
+(source_file (var_declaration (var_spec_list (var_spec name: (identifier) @name) @def.variable)))
 (call_expression function: (identifier) @name) @call
 (call_expression function: (selector_expression operand: (_) @receiver
   field: (field_identifier) @name)) @call
@@ -574,6 +577,64 @@ def _java_bases(node: Node) -> list[tuple[str, str]]:
     return out
 
 
+# Predeclared Go types: in an interface they are a constraint's type set
+# (``interface { int }``), not an embedded interface (``error`` is one).
+_GO_PREDECLARED = frozenset(
+    [
+        "any",
+        "bool",
+        "byte",
+        "comparable",
+        "complex64",
+        "complex128",
+        "float32",
+        "float64",
+        "int",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "rune",
+        "string",
+        "uint",
+        "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
+        "uintptr",
+    ]
+)
+_GO_TYPE_NAMES = frozenset({"type_identifier", "qualified_type", "generic_type"})
+
+
+def _go_bases(node: Node) -> list[tuple[str, str]]:
+    """An interface's embedded interfaces (``Reader`` in ``ReadWriter``; a
+    union or ``~T`` is a type set, not one) and a struct's embedded types
+    (``*Base``, ``sync.Mutex``): their methods are the type's own, so they
+    are ``inherits``."""
+    body = node.child_by_field_name("type")
+    found: list[Node] = []
+    if body is not None and body.type == "interface_type":
+        for elem in body.named_children:
+            if elem.type == "type_elem" and len(elem.named_children) == 1:
+                found.append(elem.named_children[0])
+    elif body is not None and body.type == "struct_type":
+        fields = next((c for c in body.named_children if c.type == "field_declaration_list"), None)
+        for field in fields.named_children if fields is not None else ():
+            if field.type == "field_declaration" and field.child_by_field_name("name") is None:
+                embedded = field.child_by_field_name("type")
+                if embedded is not None:
+                    found.append(embedded)
+    out: list[tuple[str, str]] = []
+    for t in found:
+        if t.type == "generic_type":
+            t = t.child_by_field_name("type") or t
+        name = _text(t)
+        if t.type in _GO_TYPE_NAMES and name not in _GO_PREDECLARED:
+            out.append((name, "inherits"))
+    return out
+
+
 def _cpp_bases(node: Node) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     for clause in node.named_children:
@@ -644,6 +705,7 @@ _BASES: dict[str, Callable[[Node], list[tuple[str, str]]]] = {
     "javascript": _js_bases,
     "typescript": _js_bases,
     "tsx": _js_bases,
+    "go": _go_bases,
     "java": _java_bases,
     "cpp": _cpp_bases,
     "csharp": _csharp_bases,
@@ -819,6 +881,8 @@ class TreeSitterCodeParser:
             self._collect(language, order, caps, defs, calls, imports, read_imports)
         if macro_args:
             calls += self._macro_calls(source, macro_args, _MAX_CALLS - len(calls))
+        if language == "go" and _go_generated(source, root):
+            defs = {k: d for k, d in defs.items() if d.kind not in _GO_VALUES}
         symbols, spans = _qualify(sorted(defs.values(), key=_def_order), source, language)
         bases = _bases(language, spans)
         return CodeFacts(
@@ -968,10 +1032,50 @@ class TreeSitterCodeParser:
                     kind = "interface"
                 elif "enum" in modifiers.split():
                     kind = "enum"
+            elif language == "go" and kind in _GO_VALUES:
+                if name == "_":
+                    return
+                node = _go_value_node(node, caps["name"][0])
             name = name.strip()
             key = (node.start_byte, node.end_byte)
             if name and (key not in defs or defs[key].order > order):
                 defs[key] = _Def(node, name, kind, prefix, order)
+
+
+_GO_VALUES = frozenset({"constant", "variable"})
+
+
+# Go's mark of a generated file (``go help generate``), above the package clause.
+_GO_GENERATED = re.compile(rb"^// Code generated .* DO NOT EDIT\.$", re.M)
+
+
+def _go_generated(source: bytes, root: Node) -> bool:
+    """Whether a Go file says it is generated.  Its package constants and
+    variables are no symbols: they are tables (syscall's ``zerrors_*.go``:
+    75% of the standard library's 183,000), which would triple the graph of
+    such a package (syscall: 4.5x) for names text search finds as well."""
+    clause = next((c for c in root.named_children if c.type == "package_clause"), None)
+    end = clause.start_byte if clause is not None else min(len(source), 4096)
+    return _GO_GENERATED.search(source, 0, end) is not None
+
+
+def _go_value_node(spec: Node, name: Node) -> Node:
+    """The node of a Go package-level constant or variable: its declaration
+    when that is one spec on one line (``const A = 1``: the keyword in the
+    signature, the comment above as its doc), else its spec (one of a
+    group), or its name when the spec declares several (``var a, b int``:
+    each name a symbol, so neither nests in the other)."""
+    if len(spec.children_by_field_name("name")) > 1:
+        return name
+    decl = spec.parent
+    if (
+        decl is not None
+        and decl.type in ("const_declaration", "var_declaration")
+        and decl.start_point[0] == spec.start_point[0]
+        and sum(1 for c in decl.named_children if c.type == spec.type) == 1
+    ):
+        return decl
+    return spec
 
 
 _JAVA_TYPES = frozenset({"class_declaration", "record_declaration", "enum_declaration"})

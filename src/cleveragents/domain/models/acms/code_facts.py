@@ -27,9 +27,12 @@ __all__ = [
 ]
 
 #: The kinds a symbol may have.  Structs, records and objects are ``class``;
-#: Rust traits and Ruby/PHP modules and traits keep their own names.
+#: Rust traits and Ruby/PHP modules and traits keep their own names;
+#: ``constant`` and ``variable`` are Go's package-level ``const`` and ``var``.
 SYMBOL_KINDS = frozenset(
     {
+        "constant",
+        "variable",
         "class",
         "interface",
         "enum",
