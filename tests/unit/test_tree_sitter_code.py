@@ -446,7 +446,7 @@ def test_java_repository() -> None:
     assert symbols(circle) == {
         ("class", "Circle", 7, 23),
         ("constructor", "Circle.Circle", 10, 13),
-        ("method", "Circle.area", 15, 18),
+        ("method", "Circle.area", 16, 18),  # below its @Override
         ("method", "Circle.many", 20, 22),
         ("interface", "Drawable", 25, 27),
         ("method", "Drawable.draw", 26, 26),
@@ -1279,3 +1279,46 @@ def test_go_embedded_interfaces_and_structs_are_inheritance() -> None:
         ("File", "inherits", "sync.Mutex"),
         ("File", "inherits", "List"),
     }
+
+
+def test_java_symbols_start_at_their_declaration_not_their_annotations() -> None:
+    """2,136 of java.util's 8,646 symbols started on an ``@Override`` or
+    ``@SuppressWarnings`` line: "line N" is the declaration, as a Python
+    symbol's is its ``def`` (decorators excluded, as ``CodeSymbol`` says);
+    its chunk still begins at the annotations and its comment."""
+    text = textwrap.dedent(
+        """
+        package p;
+
+        import java.util.List;
+        /** A list. */
+        @SuppressWarnings({"unchecked",
+                           "rawtypes"})
+        public class Items {
+            /** The size. */
+            @Override
+            @Deprecated(since = "9") public int size() { return 0; }
+
+            @Override
+            // a remark
+            public
+            String toString() { return ""; }
+
+            Items() {}
+        }
+        """
+    ).lstrip("\n")
+    out = PARSER.parse(text, "java")
+    assert out is not None and out.syntax_errors == 0
+    assert symbols(out) == {
+        ("class", "Items", 7, 18),
+        ("method", "Items.size", 10, 10),
+        ("method", "Items.toString", 14, 15),
+        ("constructor", "Items.Items", 17, 17),
+    }
+    by_name = {s.qualified_name: s for s in out.symbols}
+    assert by_name["Items.size"].signature == "public int size()"
+    assert by_name["Items.size"].doc == "The size."
+    assert by_name["Items"].signature == "public class Items"
+    assert by_name["Items"].doc == "A list."
+    assert chunk_starts(out) == [5]  # the class's chunk begins at its annotations

@@ -965,9 +965,9 @@ def chunk_starts(facts: CodeFacts) -> list[int]:
     """1-based lines where the file's top-level definitions begin, for
     :func:`~cleveragents.application.services.chunking.chunk_text`: the
     definitions outside any other, or directly inside a namespace or module
-    (a C# class in its namespace is a block of its own).  Go's package
-    constants and variables are none: a spec of a ``const (...)`` group
-    would split the group from its keyword."""
+    (a C# class in its namespace is a block of its own), their annotations
+    included.  Go's package constants and variables are none: a spec of a
+    ``const (...)`` group would split the group from its keyword."""
     kinds = {s.qualified_name: s.kind for s in facts.symbols}
     starts: set[int] = set()
     for sym in facts.symbols:
@@ -975,5 +975,5 @@ def chunk_starts(facts: CodeFacts) -> list[int]:
             continue
         parent = sym.qualified_name.rsplit(".", 1)[0] if "." in sym.qualified_name else None
         if parent is None or kinds.get(parent, "namespace") in ("namespace", "module"):
-            starts.add(sym.start_line)
+            starts.add(sym.annotated_line or sym.start_line)
     return sorted(starts)

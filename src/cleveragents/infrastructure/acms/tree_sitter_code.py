@@ -718,31 +718,31 @@ _BASES: dict[str, Callable[[Node], list[tuple[str, str]]]] = {
 # ---------------------------------------------------------------- signatures and docs
 
 
-def _signature(node: Node, source: bytes) -> str:
+def _signature(node: Node, source: bytes, start: int | None = None) -> str:
+    """The definition from ``start`` (default: its first byte) up to its body."""
+    begin = node.start_byte if start is None else start
     body = node.child_by_field_name("body")
     if body is None:
         body = next(
             (c for c in node.named_children if c.type in ("class_body", "function_body")), None
         )
-    end = body.start_byte if body is not None and body.start_byte > node.start_byte else None
+    end = body.start_byte if body is not None and body.start_byte > begin else None
     # A comment between the header and the body (Python's comments after the
     # colon, a C-like one before the brace) is not part of the signature.
     comment = next(
         (
             c
             for c in node.children
-            if "comment" in c.type
-            and c.start_byte > node.start_byte
-            and (end is None or c.start_byte < end)
+            if "comment" in c.type and c.start_byte > begin and (end is None or c.start_byte < end)
         ),
         None,
     )
     if comment is not None:
         end = comment.start_byte
     if end is None:
-        newline = source.find(b"\n", node.start_byte, node.end_byte)
+        newline = source.find(b"\n", begin, node.end_byte)
         end = newline if newline != -1 else node.end_byte
-    text = source[node.start_byte : min(end, node.start_byte + 4 * _MAX_SIGNATURE)]
+    text = source[begin : min(end, begin + 4 * _MAX_SIGNATURE)]
     sig = _WS.sub(" ", text.decode("utf-8", "replace")).strip().rstrip("{:=").rstrip()
     return sig[:_MAX_SIGNATURE]
 
@@ -1263,18 +1263,41 @@ def _qualify(
             language in _JS_LIKE and d.node.type in _TS_SIGNATURES
         ):
             stubs.add(len(symbols))
+        start = _after_annotations(d.node) if language == "java" else d.node
         symbols.append(
             CodeSymbol(
                 name=d.name,
                 qualified_name=qualified,
                 kind=kind,
-                start_line=d.node.start_point[0] + 1,
+                start_line=start.start_point[0] + 1,
                 end_line=_end_line(d.node),
-                signature=_signature(d.node, source) if language != "markdown" else d.name,
+                signature=(
+                    _signature(d.node, source, start.start_byte)
+                    if language != "markdown"
+                    else d.name
+                ),
                 doc=doc,
+                annotated_line=_line(d.node) if start is not d.node else 0,
             )
         )
     return (_without_overload_stubs(symbols, stubs) if stubs else symbols), spans
+
+
+_JAVA_ANNOTATIONS = frozenset({"annotation", "marker_annotation", "line_comment", "block_comment"})
+
+
+def _after_annotations(node: Node) -> Node:
+    """Where a Java declaration starts once its annotations (and comments
+    among them) are left out: its first modifier or keyword after them, as
+    a Python definition starts at ``def`` below its decorators."""
+    first = node.children[0] if node.children else None
+    if first is None or first.type != "modifiers":
+        return node
+    rest = (c for c in first.children if c.type not in _JAVA_ANNOTATIONS)
+    found = next(rest, None) or first.next_sibling
+    while found is not None and found.type in _JAVA_ANNOTATIONS:
+        found = found.next_sibling
+    return found if found is not None else node
 
 
 def _without_overload_stubs(symbols: list[CodeSymbol], stubs: set[int]) -> list[CodeSymbol]:

@@ -62,6 +62,9 @@ class CodeSymbol:
             at most 240 characters.
         doc: the docstring or the comment directly above, markers removed,
             at most 1,000 characters ("" when there is none).
+        annotated_line: the first line of the annotations the definition's
+            own syntax holds above ``start_line`` (Java's ``@Override``),
+            where a chunk of it begins; 0 when there are none.
     """
 
     name: str
@@ -71,6 +74,7 @@ class CodeSymbol:
     end_line: int
     signature: str = ""
     doc: str = ""
+    annotated_line: int = 0
 
     def __post_init__(self) -> None:
         if not self.name or not self.qualified_name:
