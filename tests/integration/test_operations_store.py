@@ -521,6 +521,50 @@ def test_one_resources_lost_or_damaged_files_fail_status_and_its_queries(
         assert ops.view(ops.scope(["local/hit"], [])).search("quokka_function")
 
 
+@pytest.mark.parametrize("step", ["index.commit", "rebuild.swap:1", "rebuild.swap:3"])
+def test_a_write_under_way_that_drops_a_resources_last_units_is_not_a_loss(
+    tmp_path: Path, tree: Path, step: str
+) -> None:
+    """A resource's only file made binary: the session drops its shard and
+    graph file before the catalog rows follow, and a rebuild swaps the text
+    and graph indexes before the catalog.  A query or ``status`` in that
+    window (frozen here by a crash) sees a missing shard or graph file while
+    the catalog still records units: a write under way, not a loss, so no
+    error (a watcher's or a rebuild's readers got one per few queries)."""
+    data = tmp_path / "data"
+    rid = index_once(data, tree, "local/hit")
+    (tree / "pkg" / "core.py").write_bytes(b"\x00\x01\x02 binary now")
+    env = {**os.environ, "ACMS_DATA_DIR": str(data), "ACMS_EMBEDDING_DIM": "16"}
+    env["ACMS_FAULT_AT"] = step
+    args = ["--rebuild"] if step.startswith("rebuild") else []
+    killed = subprocess.run(
+        [sys.executable, str(REINDEX), "--jobs", "1", *args],
+        env=env,
+        capture_output=True,
+        timeout=120,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    # The window: the shard or the graph file gone, the catalog rows not yet.
+    shard, graph = data / "text" / rid, data / "graph" / "graphs" / f"{rid}.graph"
+    assert not (shard.exists() and graph.exists())
+    with reopened(data) as ops:
+        hit = ops.view(ops.scope(["local/hit"], []))
+        errors = []
+        for name, call in (
+            ("search", lambda: hit.search("quokka_function")),
+            ("traverse", lambda: hit.traverse(resource_uri(rid), depth=1)),
+            ("status", ops.status),
+        ):
+            try:
+                call()
+            except IndexUnavailableError as exc:
+                errors.append(f"{name}: {exc}")
+        assert errors == []
+        ops.reindex()
+        assert ops.verify() == []
+        assert [row["files"] for row in ops.status()["resources"]] == [0]
+
+
 @pytest.mark.parametrize("repair", ["rebuild", "restore"])
 @pytest.mark.parametrize("lost", ["text", "vectors", "graph", "dimension"])
 def test_a_resource_is_removed_while_an_index_only_a_rebuild_repairs_is_lost(

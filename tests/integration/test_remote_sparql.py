@@ -7,7 +7,7 @@ import contextlib
 import http.server
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import ClassVar
 
 import httpx
@@ -354,9 +354,9 @@ def test_an_empty_answer_over_a_lost_graph_is_an_error(
     subjects = {A: 1, B: 1, C: 0}
     read: list[str] = []
 
-    def expected(rid: str) -> int:
+    def expected(rid: str, still_missing: Callable[[], bool]) -> int:
         read.append(rid)
-        return subjects[rid]
+        return subjects[rid] if still_missing() else 0
 
     b = endpoint(oxigraph_server, expected=expected)
     try:
@@ -391,5 +391,28 @@ def test_an_empty_answer_over_a_lost_graph_is_an_error(
             assert call(frozenset({B, C})).triples == []  # A out of scope: no error
         # A non-empty answer is not checked (it would cost every query a question).
         assert b.get_triples(resource_uri(B), scope=everything).triples
+    finally:
+        emptied(b)
+
+
+def test_an_empty_answer_asks_the_endpoint_again_after_the_catalog(
+    oxigraph_server: ServerProcess,
+) -> None:
+    """The catalog is read after the endpoint was found to lack a graph; a
+    session that wrote the graph meanwhile (its rows follow its graph) must
+    not make that an error: ``still_missing`` asks the endpoint again."""
+    wrote: list[str] = []
+
+    def expected(rid: str, still_missing: Callable[[], bool] | None = None) -> int:
+        # A session writes A's graph, then its catalog rows, between the
+        # endpoint's answer and this read of the catalog.
+        b.upsert(rid, [(resource_uri(rid), UKO + "contains", file_uri(rid, "f.py"))])
+        wrote.append(rid)
+        return 1 if still_missing is None or still_missing() else 0
+
+    b = endpoint(oxigraph_server, expected=expected)
+    try:
+        assert b.get_triples(file_uri(A, "nothing.py"), scope=frozenset({A})).triples == []
+        assert wrote == [A]
     finally:
         emptied(b)

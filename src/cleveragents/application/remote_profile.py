@@ -186,7 +186,9 @@ def _milvus_vector(s: RemoteSettings, dimension: int, required: Callable[[], boo
     )
 
 
-def _sparql_graph(s: RemoteSettings, expected: Callable[[str], int]) -> GraphIndex:
+def _sparql_graph(
+    s: RemoteSettings, expected: Callable[[str, Callable[[], bool]], int]
+) -> GraphIndex:
     from cleveragents.infrastructure.acms.sparql_endpoint_graph import SparqlEndpointGraphBackend
 
     return SparqlEndpointGraphBackend(
@@ -256,10 +258,16 @@ class _RemoteIndexStore(ManagedIndexStore):
         counts = super().counts(resource_id)
         holds = getattr(self.graph, "holds", None)
         if counts["graph_subjects"] and callable(holds) and not holds(resource_id):
-            from cleveragents.infrastructure.acms.sparql_endpoint_graph import lost_graph_error
+            # Asked again after the catalog: a session empties a graph before
+            # its catalog rows follow (see ManagedIndexStore._recorded).
+            lost = self.recorded_subjects(resource_id, lambda: not holds(resource_id))
+            if lost:
+                from cleveragents.infrastructure.acms.sparql_endpoint_graph import (
+                    lost_graph_error,
+                )
 
-            url = getattr(self.graph, "query_url", None) or "(its URL)"
-            raise lost_graph_error(url, resource_id, counts["graph_subjects"])
+                url = getattr(self.graph, "query_url", None) or "(its URL)"
+                raise lost_graph_error(url, resource_id, lost)
         return counts
 
     @contextmanager

@@ -284,6 +284,10 @@ def _subjects(records: Mapping[str, FileRecord]) -> int:
     return len({s for rec in records.values() for s in rec.graph_subjects})
 
 
+def _units(records: Mapping[str, FileRecord]) -> int:
+    return sum(len(rec.unit_uris) for rec in records.values())
+
+
 def _unit_count(index: TextIndex | VectorIndex, rid: str) -> int:
     if isinstance(index, CountedUnits):
         return index.unit_count(rid)
@@ -849,15 +853,63 @@ class ManagedIndexStore:
             ),
         }
 
-    def recorded_units(self, resource_id: str) -> int:
-        """The text and vector units the catalog records for a resource."""
-        records = self.catalog.records(canonical_ulid(resource_id))
-        return sum(len(rec.unit_uris) for rec in records.values())
+    def recorded_units(
+        self, resource_id: str, still_missing: Callable[[], bool] | None = None
+    ) -> int:
+        """The text and vector units the catalog records for a resource
+        (``still_missing``: see :meth:`_recorded`)."""
+        return self._recorded(resource_id, still_missing, _units)
 
-    def recorded_subjects(self, resource_id: str) -> int:
+    def recorded_subjects(
+        self, resource_id: str, still_missing: Callable[[], bool] | None = None
+    ) -> int:
         """The graph subjects the catalog records for a resource (what its
-        graph should hold): the catalog's rows of it, not the graph."""
-        return _subjects(self.catalog.records(canonical_ulid(resource_id)))
+        graph should hold): the catalog's rows of it, not the graph
+        (``still_missing``: see :meth:`_recorded`)."""
+        return self._recorded(resource_id, still_missing, _subjects)
+
+    def _recorded(
+        self,
+        resource_id: str,
+        still_missing: Callable[[], bool] | None,
+        count: Callable[[Mapping[str, FileRecord]], int],
+    ) -> int:
+        """``count`` of the resource's catalog rows; with ``still_missing``
+        (an index found the resource's shard or graph missing, and looks
+        again), only if that is a loss: 0 when a write explains it.
+
+        A session's changed file is a window in which the catalog row still
+        names the units the indexes already dropped (rows follow the index
+        writes), so a resource whose last units go (its files emptied or made
+        binary) has no shard yet rows naming units, under its dirty marker; a
+        rebuild swaps the catalog last, so between two swaps the old catalog
+        may name units the new shard does not have.  A loss is reported only
+        when no write of the resource was under way from before the rows were
+        read until after the index looked again: no dirty marker, no rebuild
+        being swapped in, the same session stamp both times.
+        """
+        rid = canonical_ulid(resource_id)
+        catalog = self.catalog
+        found = count(catalog.records(rid))
+        if not found or still_missing is None:
+            return found  # (a resource rightly without units: one read)
+        before = self._settled(rid)
+        if before is None:
+            return 0
+        found = count(catalog.records(rid))
+        if not found or not still_missing():
+            return 0
+        return found if self._settled(rid) == before else 0
+
+    def _settled(self, rid: str) -> str | None:
+        """The resource's last session stamp, or None while a write of it may
+        be under way (its dirty marker; a rebuild staged or being swapped in)."""
+        if self.data_dir is not None and (self.data_dir / STAGING).exists():
+            return None
+        catalog = self.catalog
+        if catalog.get_meta(_dirty_key(rid)) is not None:
+            return None
+        return catalog.get_meta(_stamp_key(rid)) or ""
 
     def _quarantine_of(self, rid: str) -> list[tuple[str, str]]:
         if self.planning_dir is None:

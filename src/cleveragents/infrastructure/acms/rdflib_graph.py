@@ -248,8 +248,11 @@ class RdflibGraphBackend:
             the latest operation used (on disk only; in memory every graph
             is kept).  SPARQL views copy none; the indexes SPARQL and walks
             backwards build on a graph count as 0.4 triple per triple.
-        expected: a resource's graph subjects as its owner's records count
-            them (the index store's catalog).  Given, a question over a
+        expected: ``expected(rid, still_missing)``: a resource's graph
+            subjects as its owner's records (the index store's catalog) count
+            them, asked when its graph file was found missing; 0 when a
+            write under way explains it (``still_missing()`` looks at the
+            file again).  Given, a question over a
             resource whose graph file is missing while it counts subjects is
             an :class:`IndexUnavailableError` (the file was deleted, or a
             restore left it out), not an answer without that resource.
@@ -268,7 +271,7 @@ class RdflibGraphBackend:
         query_timeout: float = 10.0,
         max_rows: int = 10_000,
         cache_triples: int = 500_000,
-        expected: Callable[[str], int] | None = None,
+        expected: Callable[[str, Callable[[], bool]], int] | None = None,
     ) -> None:
         self._expected = expected
         self._union_cache_size = validate_positive_int(union_cache_size, "union_cache_size")
@@ -659,8 +662,10 @@ class RdflibGraphBackend:
         """``rid`` has no graph file: an error if ``expected`` counts subjects."""
         if self._expected is None:
             return
-        subjects = self._expected(rid)
-        if subjects and not store.check(rid):  # looked at again after the catalog
+        # Looked at again after the catalog (a session deletes the graph
+        # before the catalog rows follow).
+        subjects = self._expected(rid, lambda: not store.check(rid))
+        if subjects:
             raise IndexUnavailableError(
                 f"the graph of resource {rid} ({store.path(rid)}) is missing while the "
                 f"catalog records {subjects} subjects of it: `acms reindex --full --resource "

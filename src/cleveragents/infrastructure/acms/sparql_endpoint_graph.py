@@ -50,6 +50,7 @@ adapter keeps ``"010"``).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -207,8 +208,11 @@ class SparqlEndpointGraphBackend:
         max_response_bytes: the largest answer a caller's query may return.
         max_rows: the most triples a query, ``get_triples`` or ``traverse``
             may give; more is a :class:`QueryLimitError`, never a truncation.
-        expected: a resource's graph subjects as its owner's records count
-            them (the catalog); given, an empty scoped answer is checked
+        expected: ``expected(rid, still_missing)``: a resource's graph
+            subjects as its owner's records (the catalog) count them, asked
+            when the endpoint was found to hold none of its graph; 0 when a
+            write under way explains it (``still_missing()`` asks the
+            endpoint again).  Given, an empty scoped answer is checked
             against it (see the module docstring).
 
     Raises:
@@ -227,7 +231,7 @@ class SparqlEndpointGraphBackend:
         write_timeout: float = 120.0,
         max_response_bytes: int = 16 << 20,
         max_rows: int = 10_000,
-        expected: Callable[[str], int] | None = None,
+        expected: Callable[[str, Callable[[], bool]], int] | None = None,
     ) -> None:
         self._query_url = _validate_url(query_url, "query_url")
         self._update_url = _validate_url(update_url, "update_url")
@@ -518,6 +522,9 @@ class SparqlEndpointGraphBackend:
         graph = _graph_of(canonical_ulid(resource_id))
         return self._ask(f"ASK {{ GRAPH <{graph}> {{ ?s ?p ?o }} }}", [("named-graph-uri", graph)])
 
+    def _lacks(self, resource_id: str) -> bool:
+        return not self.holds(resource_id)
+
     def _ask(self, query: str, graphs: list[tuple[str, str]]) -> bool:
         """The endpoint's answer to the ``ASK`` ``query`` over ``graphs`` only."""
         self._check_open()
@@ -568,7 +575,9 @@ class SparqlEndpointGraphBackend:
                 if rid is not None:
                     missing.add(rid)
         for rid in sorted(missing):
-            subjects = self._expected(rid)
+            # Asked again after the catalog: a session empties a graph before
+            # the catalog rows follow (see ManagedIndexStore._recorded).
+            subjects = self._expected(rid, functools.partial(self._lacks, rid))
             if subjects:
                 raise lost_graph_error(self._query_url, rid, subjects)
         with self._confirmed_lock:

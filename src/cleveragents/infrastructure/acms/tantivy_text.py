@@ -427,10 +427,12 @@ class TantivyTextBackend:
             least recently searched are closed (and reopened on need).  A
             search over more resources than this opens them all for its
             duration, then keeps the most recent.
-        expected: a resource's units as its owner's records count them (the
-            index store's catalog).  Given, a search over a resource whose
-            shard is missing while it counts units is an
-            :class:`IndexUnavailableError` (the shard was deleted, or a
+        expected: ``expected(rid, still_missing)``: the units its owner's
+            records (the index store's catalog) count of a resource whose
+            shard was found missing, 0 when a write under way explains it
+            (``still_missing()`` looks at the shard again).  Given, a search
+            over a resource whose shard is missing while it counts units is
+            an :class:`IndexUnavailableError` (the shard was deleted, or a
             restore left it out), not an answer without that resource.
 
     Scores: the raw BM25 score ``raw`` is reported as ``raw / (raw + 8.0)``,
@@ -464,7 +466,7 @@ class TantivyTextBackend:
         lock_timeout: float = 30.0,
         query_timeout: float = DEFAULT_QUERY_TIMEOUT,
         max_open_shards: int = DEFAULT_MAX_OPEN_SHARDS,
-        expected: Callable[[str], int] | None = None,
+        expected: Callable[[str, Callable[[], bool]], int] | None = None,
     ) -> None:
         validate_positive_int(view_cache_size, "view_cache_size")
         self._expected = expected
@@ -626,10 +628,11 @@ class TantivyTextBackend:
         counts units of its resource is an error, not "no units"."""
         shard = self._shard(rid)
         if shard is None and self._expected is not None and self._path is not None:
-            units = self._expected(rid)
             # Looked at again after the catalog's answer: a shard swapped in
-            # by two renames (no renameat2) is missing for microseconds only.
-            if units and self._generation(rid) is None:
+            # by two renames (no renameat2) is missing for microseconds only,
+            # and a session removes it before the catalog rows follow.
+            units = self._expected(rid, lambda: self._generation(rid) is None)
+            if units:
                 where = os.path.join(self._resolved or self._path, rid)
                 raise IndexUnavailableError(
                     f"the text index of resource {rid} ({where}) is missing while the "
