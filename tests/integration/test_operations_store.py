@@ -462,6 +462,38 @@ def test_a_new_data_dir_and_a_resource_of_binary_files_answer_empty_not_lost(
         assert ops.verify() == []
 
 
+def test_a_resource_rightly_without_units_costs_a_query_no_catalog_decoding(
+    tmp_path: Path, tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A resource whose files give no units (binary content) has no shard and
+    no graph file; each query over it asks the catalog whether that is a
+    loss.  It must not decode the resource's rows to learn "none" (5,000
+    binary files made every search 20x slower: ~35 ms instead of ~1.5)."""
+    from cleveragents.infrastructure.acms.sqlite_catalog import SqliteCatalog
+
+    data = tmp_path / "data"
+    binary = tmp_path / "bin"
+    binary.mkdir()
+    for i in range(20):
+        (binary / f"blob{i}.dat").write_bytes(bytes(range(256)))
+    index_once(data, tree, "local/hit")
+    blobs = index_once(data, binary, "local/blobs")
+    decoded: list[str] = []
+    records = SqliteCatalog.records
+
+    def counted(self: SqliteCatalog, resource_id: str) -> Any:
+        decoded.append(resource_id)
+        return records(self, resource_id)
+
+    with reopened(data) as ops:
+        assert len(ops._store().catalog.records(blobs)) == 20  # rows, no units
+        monkeypatch.setattr(SqliteCatalog, "records", counted)
+        view = ops.view(ops.scope(["local/hit", "local/blobs"], []))
+        assert view.search("quokka_function")
+        assert view.traverse(resource_uri(blobs), depth=1).triples == []
+        assert blobs not in decoded
+
+
 def lose(data: Path, rid: str, what: str) -> None:
     """Damage one resource's files as a disk or a careless restore would."""
     shard = data / "text" / rid

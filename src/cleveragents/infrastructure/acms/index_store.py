@@ -858,7 +858,7 @@ class ManagedIndexStore:
     ) -> int:
         """The text and vector units the catalog records for a resource
         (``still_missing``: see :meth:`_recorded`)."""
-        return self._recorded(resource_id, still_missing, _units)
+        return self._recorded(resource_id, still_missing, "unit_uris")
 
     def recorded_subjects(
         self, resource_id: str, still_missing: Callable[[], bool] | None = None
@@ -866,15 +866,16 @@ class ManagedIndexStore:
         """The graph subjects the catalog records for a resource (what its
         graph should hold): the catalog's rows of it, not the graph
         (``still_missing``: see :meth:`_recorded`)."""
-        return self._recorded(resource_id, still_missing, _subjects)
+        return self._recorded(resource_id, still_missing, "graph_subjects")
 
     def _recorded(
         self,
         resource_id: str,
         still_missing: Callable[[], bool] | None,
-        count: Callable[[Mapping[str, FileRecord]], int],
+        column: str,
     ) -> int:
-        """``count`` of the resource's catalog rows; with ``still_missing``
+        """The units (``column`` ``unit_uris``) or subjects
+        (``graph_subjects``) the resource's catalog rows name; with ``still_missing``
         (an index found the resource's shard or graph missing, and looks
         again), only if that is a loss: 0 when a write explains it.
 
@@ -890,9 +891,13 @@ class ManagedIndexStore:
         """
         rid = canonical_ulid(resource_id)
         catalog = self.catalog
+        count = _units if column == "unit_uris" else _subjects
+        names_any = getattr(catalog, "names_any", None)
+        if still_missing is not None and callable(names_any) and not names_any(rid, column):
+            return 0  # a resource rightly without any: its rows are not decoded
         found = count(catalog.records(rid))
         if not found or still_missing is None:
-            return found  # (a resource rightly without units: one read)
+            return found
         before = self._settled(rid)
         if before is None:
             return 0

@@ -252,6 +252,20 @@ class SqliteCatalog:
                     [(resource_id, os.fsencode(p)) for p in paths],
                 )
 
+    def names_any(self, resource_id: str, column: str) -> bool:
+        """Whether a record of the resource names any unit (``column``
+        ``unit_uris``) or graph subject (``graph_subjects``): one indexed
+        scan of its rows, none decoded (a query asks this of each in-scope
+        resource without a shard, e.g. one of thousands of binary files)."""
+        if column not in ("unit_uris", "graph_subjects"):
+            raise ValueError(f"no such column: {column!r}")
+        with self._locked() as conn:
+            row = conn.execute(
+                f"SELECT EXISTS (SELECT 1 FROM files WHERE resource_id = ? AND {column} != '[]')",
+                (resource_id,),
+            ).fetchone()
+        return bool(row[0])
+
     def resource_ids(self) -> set[str]:
         """Resources with at least one record."""
         with self._locked() as conn:
