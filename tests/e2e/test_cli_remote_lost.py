@@ -1,7 +1,7 @@
 """A remote server that lost its data, or a mistyped collection name, is an
 error of every read and of ``acms status`` (exit 1, one line naming the
 server and what to do), never an empty answer; a read never creates a
-Milvus collection, and ``reindex --full`` writes everything again.  Against
+Milvus collection, and a plain ``reindex`` writes what was lost again.  Against
 Milvus Lite and Oxigraph on 127.0.0.1 (``tests/remote_servers.py``)."""
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def test_a_mistyped_collection_is_an_error_and_is_not_created(remote: dict[str, 
     env = {**remote["env"], "ACMS_MILVUS_TEXT_COLLECTION": unique_name("acms_txet")}
     typo = env["ACMS_MILVUS_TEXT_COLLECTION"]
     done = run_acms(env, "search", "text", "quokkasample", "--project", "local/sample")
-    one_error(done, typo, remote["milvus"], "reindex --full", "ACMS_MILVUS_TEXT_COLLECTION")
+    one_error(done, typo, remote["milvus"], "`acms reindex`", "ACMS_MILVUS_TEXT_COLLECTION")
     one_error(run_acms(env, "status"), typo)
     assert typo not in collections(remote["milvus"])
     # The control: the right name answers.
@@ -99,7 +99,7 @@ def test_a_mistyped_collection_is_an_error_and_is_not_created(remote: dict[str, 
     assert ok.returncode == 0 and json.loads(ok.stdout), ok.stderr
 
 
-def test_a_dropped_collection_fails_queries_and_status_until_a_full_reindex(
+def test_a_dropped_collection_fails_queries_and_status_until_a_reindex(
     remote: dict[str, Any],
 ) -> None:
     env = remote["env"]
@@ -107,10 +107,10 @@ def test_a_dropped_collection_fails_queries_and_status_until_a_full_reindex(
     name = env["ACMS_MILVUS_VECTOR_COLLECTION"]
     drop(remote["milvus"], name)
     done = run_acms(env, "search", "vector", "inventory service", "--project", "local/sample")
-    one_error(done, name, "does not exist", "reindex --full")
+    one_error(done, name, "does not exist", "`acms reindex`")
     one_error(run_acms(env, "status"), name, "does not exist")
     assert name not in collections(remote["milvus"])  # no read made it again
-    rebuilt = run_acms(env, "reindex", "--full")
+    rebuilt = run_acms(env, "reindex")  # plain: it finds what was lost
     assert rebuilt.returncode == 0, rebuilt.stderr
     status = run_acms(env, "--json", "status")
     assert status.returncode == 0, status.stderr
@@ -118,7 +118,7 @@ def test_a_dropped_collection_fails_queries_and_status_until_a_full_reindex(
     assert row["vector_units"] == row["text_units"] > 0
 
 
-def test_a_wiped_graph_fails_status_and_graph_reads_until_a_full_reindex(
+def test_a_wiped_graph_fails_status_and_graph_reads_until_a_reindex(
     remote: dict[str, Any],
 ) -> None:
     env, rid = remote["env"], remote["rid"]
@@ -134,7 +134,7 @@ def test_a_wiped_graph_fails_status_and_graph_reads_until_a_full_reindex(
     finally:
         graph.close()
     url = env["ACMS_SPARQL_QUERY_URL"]
-    one_error(run_acms(env, "status"), url, rid, "reindex --full")
+    one_error(run_acms(env, "status"), url, rid, "`acms reindex`")
     # Every graph read that finds nothing says why, instead of "no results".
     scope = ("--project", "local/sample")
     reads = [
@@ -145,8 +145,8 @@ def test_a_wiped_graph_fails_status_and_graph_reads_until_a_full_reindex(
         ("sparql", "SELECT ?s ?p ?o WHERE { ?s ?p ?o }", *scope),
     ]
     for read in reads:
-        one_error(run_acms(env, *read), url, rid, "reindex --full")
-    rebuilt = run_acms(env, "reindex", "--full")
+        one_error(run_acms(env, *read), url, rid, "`acms reindex`")
+    rebuilt = run_acms(env, "reindex")  # plain: it finds what was lost
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert run_acms(env, "status").returncode == 0
     for read in reads:  # the control: each answers once the graph is written again

@@ -529,7 +529,7 @@ def test_one_resources_lost_or_damaged_files_fail_status_and_its_queries(
     (other / "pkg" / "side.py").write_text("def quokka_function():\n    return 2\n")
     index_once(data, other, "local/fine")
     lose(data, rid, what)
-    repair = "--full --resource" if what in ("text shard", "graph file") else "--rebuild"
+    repair = "reindex --resource" if what in ("text shard", "graph file") else "--rebuild"
     with reopened(data) as ops:
         with pytest.raises(IndexUnavailableError, match=rf"{rid}.*{repair}"):
             ops.status()
@@ -545,8 +545,8 @@ def test_one_resources_lost_or_damaged_files_fail_status_and_its_queries(
         assert fine.traverse(resource_uri(other_rid), depth=1).triples
         if repair == "--rebuild":
             ops.rebuild()
-        else:  # the resource's full reindex writes it again
-            ops.reindex(resources=[rid], full=True)
+        else:  # a plain reindex finds the loss and writes the resource again
+            assert ops.reindex().resources[rid].files_indexed == 1
     with reopened(data) as ops:
         assert ops.status()["resources"]
         assert ops.verify() == []
@@ -595,6 +595,31 @@ def test_a_write_under_way_that_drops_a_resources_last_units_is_not_a_loss(
         ops.reindex()
         assert ops.verify() == []
         assert [row["files"] for row in ops.status()["resources"]] == [0]
+
+
+@pytest.mark.parametrize("what", ["text shard", "graph file"])
+def test_a_change_after_a_loss_writes_the_whole_resource_again(
+    tmp_path: Path, tree: Path, what: str
+) -> None:
+    """A lost shard or graph file, then one file changed (what ``acms watch``
+    sees next): the session that writes the change made a new shard or
+    graph file holding that file alone, and queries, ``status`` and every
+    later incremental reindex took the resource as whole.  The session now
+    finds the loss and writes every file again."""
+    (tree / "pkg" / "other.py").write_text("def numbat_helper():\n    return 3\n")
+    data = tmp_path / "data"
+    rid = index_once(data, tree, "local/w")
+    lose(data, rid, what)
+    (tree / "pkg" / "core.py").write_text("def quokka_function():\n    return 2\n")
+    with reopened(data) as ops:
+        report = ops.reindex()
+        assert report.resources[rid].files_indexed == 2
+        view = ops.view(ops.scope(["local/w"], []))
+        assert [r.uko_uri for r in view.search("numbat_helper")]
+        assert view.traverse(file_uri(rid, "pkg/other.py"), depth=1).triples
+        assert ops.verify() == []
+        (row,) = ops.status()["resources"]
+        assert row["files"] == 2
 
 
 @pytest.mark.parametrize("repair", ["rebuild", "restore"])

@@ -294,6 +294,14 @@ def _unit_count(index: TextIndex | VectorIndex, rid: str) -> int:
     return len(index.unit_uris(rid))
 
 
+def _holds_units(index: TextIndex | VectorIndex, rid: str) -> bool:
+    """Whether ``index`` holds any unit of ``rid``, as cheaply as it can tell."""
+    holds_any = getattr(index, "holds_any", None)
+    if callable(holds_any):
+        return bool(holds_any(rid))
+    return _unit_count(index, rid) > 0
+
+
 def _file_subjects(subjects: Iterable[str]) -> set[str]:
     # The resource node itself is not a file's subject.
     return {s for s in subjects if path_of(s) is not None}
@@ -916,6 +924,43 @@ class ManagedIndexStore:
             return None
         return catalog.get_meta(_stamp_key(rid)) or ""
 
+    def lost_parts(self, resource_id: str) -> list[str]:
+        """The indexes that hold nothing of a resource whose catalog rows name
+        units (``text``, ``vectors``) or graph subjects (``graph``) of it.
+
+        Asked by a session that starts clean (no dirty marker) under the
+        writer lock, where index and catalog agree unless something was lost:
+        a shard or graph file deleted or left out of a restore, a Milvus
+        collection dropped (and made again, empty, by the writer) or an
+        endpoint that lost its graphs.  Each costs one cheap question per
+        index (a commit record, a file's head, one row or ``ASK`` remotely),
+        and the catalog only a scan of the resource's rows for a non-empty
+        column.
+        """
+        rid = canonical_ulid(resource_id)
+        catalog = self.catalog
+        names_any = getattr(catalog, "names_any", None)
+
+        def named(column: str) -> bool:
+            if callable(names_any):
+                return bool(names_any(rid, column))
+            records = catalog.records(rid).values()
+            return any(getattr(rec, column) for rec in records)
+
+        lost: list[str] = []
+        if named("unit_uris"):
+            lost += [
+                name
+                for name, index in (("text", self.text), ("vectors", self.vector))
+                if not _holds_units(index, rid)
+            ]
+        if named("graph_subjects"):
+            graph = self.graph
+            holds = getattr(graph, "holds", None)
+            if not (holds(rid) if callable(holds) else bool(graph.subjects(rid))):
+                lost.append("graph")
+        return lost
+
     def _quarantine_of(self, rid: str) -> list[tuple[str, str]]:
         if self.planning_dir is None:
             return []
@@ -1086,6 +1131,16 @@ class StoreTransaction:
         self._catalog_stats = catalog.file_stats(resource_id)
         self._records: dict[str, FileRecord] = {}
         self._dirty_at_start = catalog.get_meta(_dirty_key(resource_id)) is not None
+        if not self._dirty_at_start:
+            lost = store.lost_parts(resource_id)
+            if lost:
+                # Written again as a stopped session's repair would: every
+                # file whose units a lost index lacks is indexed again.
+                _log.warning(
+                    "index_store.lost_units_rewritten", resource_id=resource_id, indexes=lost
+                )
+                catalog.set_meta(_dirty_key(resource_id), "lost")
+                self._dirty_at_start = True
         self._dirty = self._dirty_at_start
         self._suspects: frozenset[str] = frozenset()
         if self._dirty_at_start:

@@ -50,7 +50,7 @@ import math
 import os
 import re
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from cleveragents._logging import get_logger
@@ -253,7 +253,7 @@ class MilvusCollection:
             f"the Milvus collection {self.name} does not exist on {redact_userinfo(self._uri)} "
             "(dropped, the server lost its data, or a mistyped collection name): check "
             "ACMS_MILVUS_TEXT_COLLECTION / ACMS_MILVUS_VECTOR_COLLECTION, then run "
-            "`acms reindex --full` to write the remote indexes again"
+            "`acms reindex` to write the remote indexes again"
         )
 
     def _connect(self) -> MilvusClient:
@@ -354,7 +354,7 @@ class MilvusCollection:
         )
         return list(hits[0]) if hits else []
 
-    def iterate(self, expr: str, output_fields: list[str]) -> Iterator[dict[str, Any]]:
+    def iterate(self, expr: str, output_fields: list[str]) -> Generator[dict[str, Any], None, None]:
         """Every row matching ``expr`` (a query iterator, any number of rows)."""
         if not self._readable():
             return

@@ -668,9 +668,25 @@ class RdflibGraphBackend:
         if subjects:
             raise IndexUnavailableError(
                 f"the graph of resource {rid} ({store.path(rid)}) is missing while the "
-                f"catalog records {subjects} subjects of it: `acms reindex --full --resource "
+                f"catalog records {subjects} subjects of it: `acms reindex --resource "
                 f"{rid}` writes it again (`acms reindex --rebuild`: every index)"
             )
+
+    def holds(self, resource_id: str) -> bool:
+        """Whether the resource has a graph (on disk: its file, whose head is
+        checked; no graph is read).
+
+        Raises:
+            ValueError: an invalid ULID.
+            IndexUnavailableError: the file is damaged or cannot be read.
+        """
+        rid = canonical_ulid(resource_id)
+        with self._lock:
+            self._check_open()
+            store = self._store
+            if store is None:
+                return bool(self._graphs.get(rid))
+            return store.check(rid)
 
     def check_readable(self, resource_id: str) -> None:
         """Check the resource's graph file as far as a load reads before the

@@ -37,7 +37,8 @@ that lost its data (an in-memory server restarted, a dataset wiped, URLs
 naming another dataset) would otherwise answer every walk and query with
 nothing and exit 0.  One ``SELECT`` asks which in-scope graphs hold no
 triple; a resource among them that the catalog says has subjects is an
-:class:`IndexUnavailableError` naming the endpoint and ``reindex --full``.
+:class:`IndexUnavailableError` naming the endpoint and ``acms reindex`` (a
+session that finds its resource's graph lost writes it again).
 Graphs found present (or rightly empty) are not asked about again for
 ``_CONFIRMED_FOR`` seconds, so the session calls that make many small
 lookups (``callers``: a walk per candidate) pay one round trip, not one
@@ -172,7 +173,7 @@ def lost_graph_error(query_url: str, resource_id: str, subjects: int) -> IndexUn
     return IndexUnavailableError(
         f"the SPARQL endpoint {where} holds no triple of resource {resource_id}, "
         f"while the catalog records {subjects} graph subjects (the endpoint lost its "
-        "data, or ACMS_SPARQL_* name another dataset): run `acms reindex --full` to "
+        "data, or ACMS_SPARQL_* name another dataset): run `acms reindex` to "
         "write the remote indexes again"
     )
 

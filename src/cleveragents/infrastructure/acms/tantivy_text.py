@@ -636,7 +636,7 @@ class TantivyTextBackend:
                 where = os.path.join(self._resolved or self._path, rid)
                 raise IndexUnavailableError(
                     f"the text index of resource {rid} ({where}) is missing while the "
-                    f"catalog records {units} units of it: `acms reindex --full --resource "
+                    f"catalog records {units} units of it: `acms reindex --resource "
                     f"{rid}` writes it again (`acms reindex --rebuild`: every index)"
                 )
         return shard
