@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -543,3 +543,27 @@ def test_a_grpc_failure_is_one_bounded_line_with_its_status() -> None:
         assert text.startswith("gRPC RESOURCE_EXHAUSTED: message larger than max"), text
         assert len(text) <= 300 and text.isprintable(), text
     assert _short(RuntimeError("a\x00b\n  c")) == "a b c"
+
+
+def test_holds_any_asks_the_server_for_one_row(
+    text_backend: MilvusTextBackend, vector_backend: MilvusVectorBackend
+) -> None:
+    """A session that starts clean asks each collection whether it holds any
+    unit of its resource: one row, not a first iterator batch of thousands."""
+    units = _units(A, 5, "alpha beta")
+    text_backend.upsert(A, units)
+    vector_backend.upsert(A, units, np.ones((5, 4), dtype=np.float32))
+    asked: list[tuple[str, object]] = []
+
+    def spying(call: Callable[..., object]) -> Callable[..., object]:
+        def spy(name: str, *args: object, **kwargs: object) -> object:
+            asked.append((name, kwargs.get("limit")))
+            return call(name, *args, **kwargs)
+
+        return spy
+
+    for backend in (text_backend, vector_backend):
+        backend._coll.call = spying(backend._coll.call)  # type: ignore[method-assign]
+        assert backend.holds_any(A) is True
+        assert backend.holds_any(B) is False
+    assert asked and all(limit == 1 for _name, limit in asked), asked

@@ -50,7 +50,7 @@ import math
 import os
 import re
 import threading
-from collections.abc import Callable, Generator, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from cleveragents._logging import get_logger
@@ -354,7 +354,22 @@ class MilvusCollection:
         )
         return list(hits[0]) if hits else []
 
-    def iterate(self, expr: str, output_fields: list[str]) -> Generator[dict[str, Any], None, None]:
+    def any_row(self, expr: str) -> bool:
+        """Whether a row matches ``expr``: one row asked for (none from a
+        missing collection)."""
+        if not self._readable():
+            return False
+        rows = self.call(
+            "query",
+            self.name,
+            filter=expr,
+            output_fields=["id"],
+            limit=1,
+            consistency_level=_STRONG,
+        )
+        return bool(rows)
+
+    def iterate(self, expr: str, output_fields: list[str]) -> Iterator[dict[str, Any]]:
         """Every row matching ``expr`` (a query iterator, any number of rows)."""
         if not self._readable():
             return

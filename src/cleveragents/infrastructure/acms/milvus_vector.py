@@ -241,12 +241,8 @@ class MilvusVectorBackend:
             self._coll.delete_ids(unit_id(u) for u in doomed)
 
     def holds_any(self, resource_id: str) -> bool:
-        """Whether any unit of the resource is indexed (the first row only)."""
-        rows = self._coll.iterate(resource_filter(canonical_ulid(resource_id)), ["uko_uri"])
-        try:
-            return next(rows, None) is not None
-        finally:
-            rows.close()
+        """Whether any unit of the resource is indexed (one row asked for)."""
+        return self._coll.any_row(resource_filter(canonical_ulid(resource_id)))
 
     def unit_uris(self, resource_id: str) -> set[str]:
         """URIs of the units indexed for a resource."""
