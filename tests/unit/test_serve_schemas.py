@@ -201,3 +201,23 @@ def test_an_mcp_client_reads_the_json_apis_one_line(args: dict[str, Any]) -> Non
     assert is_error
     assert text == f"Error executing tool search: {line}"
     assert "\n" not in text and "validation error" not in text and "[type=" not in text
+
+
+# The arguments the session resolves as a node, so as a file path too
+# (``AgentSession._graph_nodes``): relative to a resource's root or absolute
+# inside one, and, for callers/callees, ``path#sym=<name>``.
+PATH_ARGUMENTS = {
+    "triples": "subject",
+    "traverse": "start",
+    "read": "uri",
+    "symbols": "path",
+    "callers": "target",
+    "callees": "source",
+}
+
+
+def test_every_argument_that_takes_a_file_path_says_it_may_be_relative_or_absolute() -> None:
+    schemas = _schemas()
+    for name, argument in PATH_ARGUMENTS.items():
+        description = schemas[name]["properties"][argument]["description"]
+        assert "relative" in description and "absolute" in description, (name, description)

@@ -392,7 +392,9 @@ def tool_functions(session: AgentSession) -> dict[str, Callable[..., dict[str, A
             str,
             Field(
                 description="The function called: a name ('parse'), a qualified name "
-                "('Loader.run') or a symbol's URI (...#sym=<name>)."
+                "('Loader.run'), a symbol's URI (...#sym=<name>) "
+                "or a file path with #sym=<name> (relative to a resource's root, or absolute "
+                "inside one)."
             ),
         ],
         budget: Budget = DEFAULT_BUDGET,
@@ -408,7 +410,9 @@ def tool_functions(session: AgentSession) -> dict[str, Callable[..., dict[str, A
             str,
             Field(
                 description="The calling function: a name ('run'), a qualified name "
-                "('Loader.run') or a symbol's URI (...#sym=<name>)."
+                "('Loader.run'), a symbol's URI (...#sym=<name>) "
+                "or a file path with #sym=<name> (relative to a resource's root, or absolute "
+                "inside one)."
             ),
         ],
         budget: Budget = DEFAULT_BUDGET,
