@@ -422,15 +422,31 @@ def build_parser() -> argparse.ArgumentParser:
     _budget_option(context)
     _scope_options(context)
     symbols = commands.add_parser("symbols", help="the definitions of a file")
-    symbols.add_argument("path")
+    symbols.add_argument(
+        "path", help="a file's path (relative to a resource's root, or absolute inside one) or URI"
+    )
     _budget_option(symbols)
     _scope_options(symbols)
-    callers = commands.add_parser("callers", help="who calls NAME (or a symbol URI)")
-    callers.add_argument("target", metavar="NAME|URI")
+    callers = commands.add_parser(
+        "callers", help="who calls NAME (or a symbol's URI, or PATH#sym=NAME)"
+    )
+    callers.add_argument(
+        "target",
+        metavar="NAME|URI",
+        help="a bare name; a symbol's URI; or a file path (relative to a resource's "
+        "root, or absolute inside one) with #sym=QUALIFIED_NAME",
+    )
     _budget_option(callers)
     _scope_options(callers)
-    callees = commands.add_parser("callees", help="what NAME (or a symbol URI) calls")
-    callees.add_argument("source", metavar="NAME|URI")
+    callees = commands.add_parser(
+        "callees", help="what NAME (or a symbol's URI, or PATH#sym=NAME) calls"
+    )
+    callees.add_argument(
+        "source",
+        metavar="NAME|URI",
+        help="a bare name; a symbol's URI; or a file path (relative to a resource's "
+        "root, or absolute inside one) with #sym=QUALIFIED_NAME",
+    )
     _budget_option(callees)
     _scope_options(callees)
 
