@@ -1322,3 +1322,34 @@ def test_java_symbols_start_at_their_declaration_not_their_annotations() -> None
     assert by_name["Items"].signature == "public class Items"
     assert by_name["Items"].doc == "A list."
     assert chunk_starts(out) == [5]  # the class's chunk begins at its annotations
+
+
+def test_csharp_base_and_this_constructor_initializers_are_calls_of_the_constructor_run() -> None:
+    """``: base(...)`` and ``: this(...)`` were no call edges, so ``callers
+    Shape`` missed every subclass constructor: as Java's ``super(...)``,
+    ``base`` calls the base class's constructor, named by the class (``object``
+    when the class has none), ``this`` the class's or struct's own."""
+    out = facts(
+        """
+        class Circle : Acme.Shape<double>, IDrawable {
+            Circle(double r)
+                : base(
+                    r) { }
+            Circle() : this(Unit()) { }
+        }
+        class Plain : IDrawable {
+            Plain() : base() { }
+        }
+        struct Point {
+            Point(int x) : this() { }
+        }
+        """,
+        "csharp",
+    )
+    assert calls(out) == {
+        ("Circle.Circle", "Shape", 3),
+        ("Circle.Circle", "Circle", 5),
+        ("Circle.Circle", "Unit", 5),
+        ("Plain.Plain", "object", 8),
+        ("Point.Point", "Point", 11),
+    }

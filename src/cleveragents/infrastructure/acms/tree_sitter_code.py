@@ -283,6 +283,7 @@ _QUERIES: dict[str, str] = {
 (invocation_expression function: (member_access_expression expression: (_) @receiver
   name: (identifier) @name)) @call
 (object_creation_expression type: (_) @name) @call
+(constructor_initializer ["base" "this"] @name) @call
 (using_directive) @import
 """,
     "ruby": """
@@ -981,8 +982,9 @@ class TreeSitterCodeParser:
             if len(calls) < _MAX_CALLS and "name" in caps:
                 receiver = caps.get("receiver")
                 name = _text(caps["name"][0])
-                if caps["call"][0].type == "explicit_constructor_invocation":
-                    name = _java_constructor_callee(caps["call"][0], name)
+                constructor_callee = _CONSTRUCTOR_CALLS.get(caps["call"][0].type)
+                if constructor_callee is not None:
+                    name = constructor_callee(caps["call"][0], name)
                 calls.append(
                     (
                         caps["call"][0],
@@ -1101,6 +1103,36 @@ def _java_constructor_callee(call: Node, keyword: str) -> str:
             return _bare_type(_text(types[0])) if types else "Object"
         node = node.parent
     return keyword
+
+
+_CSHARP_TYPES = frozenset({"class_declaration", "struct_declaration", "record_declaration"})
+
+
+def _csharp_constructor_callee(call: Node, keyword: str) -> str:
+    """The called name of C#'s constructor initializer (``: base(...)``,
+    ``: this(...)``), by Java's rule: ``base`` is the base class (the base
+    :func:`_csharp_bases` takes for a class, ``object`` when there is none:
+    ``System.Object`` as C# writes it, ``new object()``'s callee), ``this``
+    the class or struct itself.  The class is three nodes up (constructor,
+    declaration list, class); ``keyword`` itself when it is not found."""
+    node = call.parent
+    for _ in range(4):
+        if node is None:
+            break
+        if node.type in _CSHARP_TYPES:
+            if keyword == "this":
+                return _text(node.child_by_field_name("name")) or keyword
+            base = next((b for b, kind in _csharp_bases(node) if kind == "inherits"), "")
+            return base or "object"
+        node = node.parent
+    return keyword
+
+
+#: The constructor calls that open a constructor, by node type -> their callee.
+_CONSTRUCTOR_CALLS: dict[str, Callable[[Node, str], str]] = {
+    "explicit_constructor_invocation": _java_constructor_callee,
+    "constructor_initializer": _csharp_constructor_callee,
+}
 
 
 def _js_owner(target: str, name: str, value: Node) -> tuple[str, str, str] | None:
