@@ -747,6 +747,7 @@ def test_kotlin_repository() -> None:
     }
     assert imports(shapes) == {"com.acme.util.MathUtil", "kotlin.math.*"}
     assert calls(shapes) == {
+        ("Circle", "Shape", 6),  # : Shape()
         ("Circle.area", "square", 7),
         ("Circle.draw", "println", 10),
         ("Circle.draw", "area", 10),
@@ -1352,4 +1353,41 @@ def test_csharp_base_and_this_constructor_initializers_are_calls_of_the_construc
         ("Circle.Circle", "Unit", 5),
         ("Plain.Plain", "object", 8),
         ("Point.Point", "Point", 11),
+    }
+
+
+def test_kotlin_constructor_delegation_and_superclass_calls_are_calls() -> None:
+    """A secondary constructor's ``: super(...)``/``: this(...)`` and a class
+    header's ``: Shape(...)`` (the primary constructor calling the
+    superclass's) were no call edges, so ``callers Shape`` missed every
+    subclass.  As Java's ``super(...)``: the callee is the class whose
+    constructor runs (``super``: the first supertype, ``Any`` when none).
+    Secondary constructors are no symbols: the class is their caller."""
+    out = facts(
+        """
+        @Deprecated("old")
+        open class Circle(r: Double) : acme.Shape<Double>(r), Drawable {
+            constructor(d: Int) : this(d.toDouble())
+        }
+        class View : Base, Drawable {
+            constructor() : super(
+                make())
+        }
+        class Plain {
+            constructor() : super()
+        }
+        object Unit : Circle(1.0)
+        fun anon() = object : Shape(2.0) {}
+        """,
+        "kotlin",
+    )
+    assert calls(out) == {
+        ("Circle", "Shape", 2),
+        ("Circle", "Circle", 3),
+        ("Circle", "toDouble", 3),
+        ("View", "Base", 6),
+        ("View", "make", 7),
+        ("Plain", "Any", 10),
+        ("Unit", "Circle", 12),
+        ("anon", "Shape", 13),
     }

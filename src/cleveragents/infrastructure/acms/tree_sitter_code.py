@@ -318,6 +318,8 @@ _QUERIES: dict[str, str] = {
 (call_expression . (simple_identifier) @name) @call
 (call_expression . (navigation_expression (_) @receiver
   (navigation_suffix (simple_identifier) @name))) @call
+(constructor_delegation_call ["this" "super"] @name) @call
+(delegation_specifier (constructor_invocation (user_type) @name)) @call
 (import_header) @import
 """,
     "shell": """
@@ -1128,10 +1130,43 @@ def _csharp_constructor_callee(call: Node, keyword: str) -> str:
     return keyword
 
 
+def _kotlin_constructor_callee(call: Node, keyword: str) -> str:
+    """The called name of a Kotlin secondary constructor's delegation
+    (``constructor(...) : super(...)``, ``: this(...)``), by Java's rule:
+    ``this`` is the class itself, ``super`` its superclass, ``Any`` when it
+    lists no supertype.  Which supertype is the class the grammar cannot
+    tell (``super(...)`` is only allowed without a primary constructor, so
+    none is written ``A(...)``): the first one listed, where Kotlin style
+    puts the superclass.  The class is three nodes up (constructor, class
+    body, class); ``keyword`` itself when it is not found."""
+    node = call.parent
+    for _ in range(4):
+        if node is None:
+            break
+        if node.type == "class_declaration":
+            if keyword == "this":
+                name = next((c for c in node.named_children if c.type == "type_identifier"), None)
+                return _text(name) or keyword
+            for spec in node.named_children:
+                if spec.type != "delegation_specifier":
+                    continue
+                for child in spec.named_children:
+                    if child.type == "constructor_invocation":
+                        child = next(
+                            (c for c in child.named_children if c.type == "user_type"), child
+                        )
+                    if child.type == "user_type":
+                        return _bare_type(_text(child))
+            return "Any"
+        node = node.parent
+    return keyword
+
+
 #: The constructor calls that open a constructor, by node type -> their callee.
 _CONSTRUCTOR_CALLS: dict[str, Callable[[Node, str], str]] = {
     "explicit_constructor_invocation": _java_constructor_callee,
     "constructor_initializer": _csharp_constructor_callee,
+    "constructor_delegation_call": _kotlin_constructor_callee,
 }
 
 
