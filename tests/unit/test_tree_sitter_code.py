@@ -1391,3 +1391,71 @@ def test_kotlin_constructor_delegation_and_superclass_calls_are_calls() -> None:
         ("Unit", "Circle", 12),
         ("anon", "Shape", 13),
     }
+
+
+def test_csharp_symbols_start_at_their_declaration_not_their_attributes() -> None:
+    """As Java's annotations: a C# symbol started on its ``[Obsolete]`` line;
+    its line and signature are the declaration's, its chunk still begins
+    at the attributes."""
+    out = facts(
+        """
+        using System;
+        /// <summary>Items.</summary>
+        [Serializable]
+        // a remark
+        public class Items {
+            [Obsolete("no")]
+            [Other] public Items(int n) { }
+
+            [A]
+            /* x */
+            [B] int Size() => 0;
+            void Plain() { }
+        }
+        """,
+        "csharp",
+    )
+    assert symbols(out) == {
+        ("class", "Items", 5, 13),
+        ("constructor", "Items.Items", 7, 7),
+        ("method", "Items.Size", 11, 11),
+        ("method", "Items.Plain", 12, 12),
+    }
+    by_name = {s.qualified_name: s for s in out.symbols}
+    assert by_name["Items"].signature == "public class Items"
+    assert by_name["Items"].doc == "Items."
+    assert by_name["Items.Items"].signature == "public Items(int n)"
+    assert by_name["Items.Size"].signature == "int Size()"
+    assert chunk_starts(out) == [3]  # the class's chunk begins at its attributes
+
+
+def test_kotlin_symbols_start_at_their_declaration_not_their_annotations() -> None:
+    """As Java's: a Kotlin symbol started on its ``@Deprecated`` line; its
+    line and signature are the declaration's, its chunk still begins at the
+    annotations."""
+    out = facts(
+        """
+        // Items.
+        @Deprecated("no")
+        // a remark
+        open class Items {
+            @Suppress("u") fun size() = 0
+
+            @Test
+            /* x */ @Other
+            override fun toString() = ""
+        }
+        """,
+        "kotlin",
+    )
+    assert symbols(out) == {
+        ("class", "Items", 4, 10),
+        ("method", "Items.size", 5, 5),
+        ("method", "Items.toString", 9, 9),
+    }
+    by_name = {s.qualified_name: s for s in out.symbols}
+    assert by_name["Items"].signature == "open class Items"
+    assert by_name["Items"].doc == "Items."
+    assert by_name["Items.size"].signature == "fun size()"
+    assert by_name["Items.toString"].signature == "override fun toString()"
+    assert chunk_starts(out) == [2]  # the class's chunk begins at its annotations

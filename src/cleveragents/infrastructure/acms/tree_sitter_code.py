@@ -1330,7 +1330,7 @@ def _qualify(
             language in _JS_LIKE and d.node.type in _TS_SIGNATURES
         ):
             stubs.add(len(symbols))
-        start = _after_annotations(d.node) if language == "java" else d.node
+        start = _after_annotations(d.node, language)
         symbols.append(
             CodeSymbol(
                 name=d.name,
@@ -1350,19 +1350,33 @@ def _qualify(
     return (_without_overload_stubs(symbols, stubs) if stubs else symbols), spans
 
 
-_JAVA_ANNOTATIONS = frozenset({"annotation", "marker_annotation", "line_comment", "block_comment"})
+#: Per language, the nodes before a declaration's first modifier or keyword
+#: that are its annotations (or comments among them): Java's and Kotlin's
+#: inside its ``modifiers``, C#'s attribute lists directly in it.
+_ANNOTATIONS: dict[str, frozenset[str]] = {
+    "java": frozenset({"annotation", "marker_annotation", "line_comment", "block_comment"}),
+    "kotlin": frozenset({"annotation", "line_comment", "multiline_comment"}),
+    "csharp": frozenset({"attribute_list", "comment"}),
+}
 
 
-def _after_annotations(node: Node) -> Node:
-    """Where a Java declaration starts once its annotations (and comments
-    among them) are left out: its first modifier or keyword after them, as
-    a Python definition starts at ``def`` below its decorators."""
+def _after_annotations(node: Node, language: str) -> Node:
+    """Where a Java, Kotlin or C# declaration starts once its annotations
+    (``@Override``, ``[Obsolete]``, and comments among them) are left out:
+    its first modifier or keyword after them, as a Python definition starts
+    at ``def`` below its decorators; ``node`` when it has none."""
+    skip = _ANNOTATIONS.get(language)
     first = node.children[0] if node.children else None
-    if first is None or first.type != "modifiers":
+    if skip is None or first is None:
         return node
-    rest = (c for c in first.children if c.type not in _JAVA_ANNOTATIONS)
-    found = next(rest, None) or first.next_sibling
-    while found is not None and found.type in _JAVA_ANNOTATIONS:
+    if first.type == "modifiers":
+        rest = (c for c in first.children if c.type not in skip)
+        found = next(rest, None) or first.next_sibling
+    elif first.type == "attribute_list":
+        found = first
+    else:
+        return node
+    while found is not None and found.type in skip:
         found = found.next_sibling
     return found if found is not None else node
 

@@ -63,8 +63,8 @@ class CodeSymbol:
         doc: the docstring or the comment directly above, markers removed,
             at most 1,000 characters ("" when there is none).
         annotated_line: the first line of the annotations the definition's
-            own syntax holds above ``start_line`` (Java's ``@Override``),
-            where a chunk of it begins; 0 when there are none.
+            own syntax holds above ``start_line`` (Java's ``@Override``, C#'s
+            ``[Obsolete]``), where a chunk of it begins; 0 when there are none.
     """
 
     name: str
