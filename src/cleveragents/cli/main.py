@@ -433,8 +433,7 @@ def build_parser() -> argparse.ArgumentParser:
     callers.add_argument(
         "target",
         metavar="NAME|URI",
-        help="a bare name; a symbol's URI; or a file path (relative to a resource's "
-        "root, or absolute inside one) with #sym=QUALIFIED_NAME",
+        help=_SYMBOL_HELP,
     )
     _budget_option(callers)
     _scope_options(callers)
@@ -444,8 +443,7 @@ def build_parser() -> argparse.ArgumentParser:
     callees.add_argument(
         "source",
         metavar="NAME|URI",
-        help="a bare name; a symbol's URI; or a file path (relative to a resource's "
-        "root, or absolute inside one) with #sym=QUALIFIED_NAME",
+        help=_SYMBOL_HELP,
     )
     _budget_option(callees)
     _scope_options(callees)
@@ -909,6 +907,10 @@ def run(args: argparse.Namespace, out: Output) -> int:
     return EXIT_OK
 
 
+_SYMBOL_HELP = (
+    "a bare name; a symbol's URI; or a file path (relative to a resource's root, or "
+    "absolute inside one) with #sym=QUALIFIED_NAME"
+)
 _SESSION_COMMANDS = ("read", "context", "symbols", "callers", "callees")
 # Refused where there is no data directory, as are the project and resource
 # actions but ``add``.  (``status`` is not: on a new deployment it shows the

@@ -1083,6 +1083,20 @@ def _go_value_node(spec: Node, name: Node) -> Node:
 
 
 _JAVA_TYPES = frozenset({"class_declaration", "record_declaration", "enum_declaration"})
+_KOTLIN_TYPES = frozenset({"class_declaration"})
+
+
+def _enclosing(node: Node, types: frozenset[str], steps: int) -> Node | None:
+    """The nearest ancestor of ``node`` of one of ``types``, at most
+    ``steps`` nodes up (a constructor call's class)."""
+    parent = node.parent
+    for _ in range(steps):
+        if parent is None:
+            return None
+        if parent.type in types:
+            return parent
+        parent = parent.parent
+    return None
 
 
 def _java_constructor_callee(call: Node, keyword: str) -> str:
@@ -1093,18 +1107,14 @@ def _java_constructor_callee(call: Node, keyword: str) -> str:
     when the class extends none), ``this`` the class itself.  The class is
     at most five nodes up (body, constructor, class or enum body, class);
     ``keyword`` itself when it is not found (a syntax error)."""
-    node = call.parent
-    for _ in range(6):
-        if node is None:
-            break
-        if node.type in _JAVA_TYPES:
-            if keyword == "this":
-                return _text(node.child_by_field_name("name")) or keyword
-            superclass = node.child_by_field_name("superclass")
-            types = superclass.named_children if superclass is not None else []
-            return _bare_type(_text(types[0])) if types else "Object"
-        node = node.parent
-    return keyword
+    node = _enclosing(call, _JAVA_TYPES, 6)
+    if node is None:
+        return keyword
+    if keyword == "this":
+        return _text(node.child_by_field_name("name")) or keyword
+    superclass = node.child_by_field_name("superclass")
+    types = superclass.named_children if superclass is not None else []
+    return _bare_type(_text(types[0])) if types else "Object"
 
 
 _CSHARP_TYPES = frozenset({"class_declaration", "struct_declaration", "record_declaration"})
@@ -1117,17 +1127,13 @@ def _csharp_constructor_callee(call: Node, keyword: str) -> str:
     ``System.Object`` as C# writes it, ``new object()``'s callee), ``this``
     the class or struct itself.  The class is three nodes up (constructor,
     declaration list, class); ``keyword`` itself when it is not found."""
-    node = call.parent
-    for _ in range(4):
-        if node is None:
-            break
-        if node.type in _CSHARP_TYPES:
-            if keyword == "this":
-                return _text(node.child_by_field_name("name")) or keyword
-            base = next((b for b, kind in _csharp_bases(node) if kind == "inherits"), "")
-            return base or "object"
-        node = node.parent
-    return keyword
+    node = _enclosing(call, _CSHARP_TYPES, 4)
+    if node is None:
+        return keyword
+    if keyword == "this":
+        return _text(node.child_by_field_name("name")) or keyword
+    base = next((b for b, kind in _csharp_bases(node) if kind == "inherits"), "")
+    return base or "object"
 
 
 def _kotlin_constructor_callee(call: Node, keyword: str) -> str:
@@ -1139,27 +1145,21 @@ def _kotlin_constructor_callee(call: Node, keyword: str) -> str:
     none is written ``A(...)``): the first one listed, where Kotlin style
     puts the superclass.  The class is three nodes up (constructor, class
     body, class); ``keyword`` itself when it is not found."""
-    node = call.parent
-    for _ in range(4):
-        if node is None:
-            break
-        if node.type == "class_declaration":
-            if keyword == "this":
-                name = next((c for c in node.named_children if c.type == "type_identifier"), None)
-                return _text(name) or keyword
-            for spec in node.named_children:
-                if spec.type != "delegation_specifier":
-                    continue
-                for child in spec.named_children:
-                    if child.type == "constructor_invocation":
-                        child = next(
-                            (c for c in child.named_children if c.type == "user_type"), child
-                        )
-                    if child.type == "user_type":
-                        return _bare_type(_text(child))
-            return "Any"
-        node = node.parent
-    return keyword
+    node = _enclosing(call, _KOTLIN_TYPES, 4)
+    if node is None:
+        return keyword
+    if keyword == "this":
+        name = next((c for c in node.named_children if c.type == "type_identifier"), None)
+        return _text(name) or keyword
+    for spec in node.named_children:
+        if spec.type != "delegation_specifier":
+            continue
+        for child in spec.named_children:
+            if child.type == "constructor_invocation":
+                child = next((c for c in child.named_children if c.type == "user_type"), child)
+            if child.type == "user_type":
+                return _bare_type(_text(child))
+    return "Any"
 
 
 #: The constructor calls that open a constructor, by node type -> their callee.
