@@ -201,6 +201,27 @@ def test_verify_names_each_disagreement(
     assert {p.index for p in store.verify([])} == {"text", "vector", "graph"}
 
 
+@pytest.mark.parametrize("lost", ["text", "vectors", "graph"])
+def test_a_plain_run_writes_again_a_resource_an_index_lost(
+    indexer: Indexer, store: ManagedIndexStore, tree: Tree, lost: str
+) -> None:
+    """An index that holds nothing of a resource the catalog names units of
+    (its shard or collection lost): the next incremental run finds it and
+    indexes every file again, not none (nothing changed) or the changed
+    ones alone."""
+    index(indexer, tree)
+    {"text": store.text, "vectors": store.vector, "graph": store.graph}[lost].delete(RID)
+    assert store.lost_parts(RID) == [lost]
+    tree.write("pkg/util.py", "def renamed_function():\n    return 43\n")
+    again = index(indexer, tree)
+    # Every file whose row names what the lost index held: the empty
+    # __init__.py has a file node but no unit.
+    assert again.files_indexed == (4 if lost == "graph" else 3)
+    assert store.lost_parts(RID) == []
+    assert store.verify([RID]) == []
+    assert store.text.search("zebracorn", scope=SCOPE)
+
+
 def test_the_racy_same_size_rewrite_is_seen(
     indexer: Indexer, store: ManagedIndexStore, tree: Tree, clock: Clock
 ) -> None:
