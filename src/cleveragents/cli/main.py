@@ -427,26 +427,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _budget_option(symbols)
     _scope_options(symbols)
-    callers = commands.add_parser(
-        "callers", help="who calls NAME (or a symbol's URI, or PATH#sym=NAME)"
-    )
-    callers.add_argument(
-        "target",
-        metavar="NAME|URI",
-        help=_SYMBOL_HELP,
-    )
-    _budget_option(callers)
-    _scope_options(callers)
-    callees = commands.add_parser(
-        "callees", help="what NAME (or a symbol's URI, or PATH#sym=NAME) calls"
-    )
-    callees.add_argument(
-        "source",
-        metavar="NAME|URI",
-        help=_SYMBOL_HELP,
-    )
-    _budget_option(callees)
-    _scope_options(callees)
+    for command, argument, says in (
+        ("callers", "target", "who calls NAME (or a symbol's URI, or PATH#sym=NAME)"),
+        ("callees", "source", "what NAME (or a symbol's URI, or PATH#sym=NAME) calls"),
+    ):
+        walk = commands.add_parser(command, help=says)
+        walk.add_argument(argument, metavar="NAME|URI", help=_SYMBOL_HELP)
+        _budget_option(walk)
+        _scope_options(walk)
 
     sparql = commands.add_parser("sparql", help="SPARQL over the in-scope graphs")
     sparql.add_argument("query")

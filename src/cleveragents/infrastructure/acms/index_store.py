@@ -898,21 +898,27 @@ class ManagedIndexStore:
         being swapped in, the same session stamp both times.
         """
         rid = canonical_ulid(resource_id)
-        catalog = self.catalog
         count = _units if column == "unit_uris" else _subjects
-        names_any = getattr(catalog, "names_any", None)
-        if still_missing is not None and callable(names_any) and not names_any(rid, column):
+        if still_missing is None:
+            return count(self.catalog.records(rid))
+        if not self._names_any(rid, column):
             return 0  # a resource rightly without any: its rows are not decoded
-        found = count(catalog.records(rid))
-        if not found or still_missing is None:
-            return found
         before = self._settled(rid)
         if before is None:
             return 0
-        found = count(catalog.records(rid))
+        found = count(self.catalog.records(rid))
         if not found or not still_missing():
             return 0
         return found if self._settled(rid) == before else 0
+
+    def _names_any(self, rid: str, column: str) -> bool:
+        """Whether a catalog row of ``rid`` names any unit (``unit_uris``) or
+        graph subject (``graph_subjects``): the catalog's indexed scan when it
+        has one, else its rows decoded."""
+        names_any = getattr(self.catalog, "names_any", None)
+        if callable(names_any):
+            return bool(names_any(rid, column))
+        return any(getattr(rec, column) for rec in self.catalog.records(rid).values())
 
     def _settled(self, rid: str) -> str | None:
         """The resource's last session stamp, or None while a write of it may
@@ -938,23 +944,14 @@ class ManagedIndexStore:
         column.
         """
         rid = canonical_ulid(resource_id)
-        catalog = self.catalog
-        names_any = getattr(catalog, "names_any", None)
-
-        def named(column: str) -> bool:
-            if callable(names_any):
-                return bool(names_any(rid, column))
-            records = catalog.records(rid).values()
-            return any(getattr(rec, column) for rec in records)
-
         lost: list[str] = []
-        if named("unit_uris"):
+        if self._names_any(rid, "unit_uris"):
             lost += [
                 name
                 for name, index in (("text", self.text), ("vectors", self.vector))
                 if not _holds_units(index, rid)
             ]
-        if named("graph_subjects"):
+        if self._names_any(rid, "graph_subjects"):
             graph = self.graph
             holds = getattr(graph, "holds", None)
             if not (holds(rid) if callable(holds) else bool(graph.subjects(rid))):
