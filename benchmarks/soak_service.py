@@ -45,6 +45,33 @@ def _rss_mb(pid: int) -> float:
     return float("nan")
 
 
+def _memory_parts(pid: int) -> dict[str, float]:
+    """RSS split as a leak hunt needs it (MiB): anonymous memory (heaps,
+    arenas), file-backed pages, and pages of files already deleted (an
+    engine that keeps an old segment or snapshot mapped), with the count of
+    such mappings."""
+    anon = deleted = 0
+    maps = 0
+    current_deleted = False
+    with open(f"/proc/{pid}/smaps") as smaps:
+        for line in smaps:
+            head = line.split(maxsplit=1)[0]
+            if not head.endswith(":"):  # a mapping's header line
+                current_deleted = line.rstrip().endswith("(deleted)")
+                maps += current_deleted
+            elif head == "Rss:" and current_deleted:
+                deleted += int(line.split()[1])
+            elif head == "Anonymous:":
+                anon += int(line.split()[1])
+    rss = _rss_mb(pid)
+    return {
+        "anon_mb": round(anon / 1024, 1),
+        "file_mb": round(rss - anon / 1024, 1),
+        "deleted_mb": round(deleted / 1024, 1),
+        "deleted_maps": maps,
+    }
+
+
 def _calls() -> list[tuple[str, Any]]:
     """Each tool with arguments that vary, so no answer cache hides work."""
     return [
@@ -86,7 +113,9 @@ def _edit(root: Path, until: float) -> None:
         time.sleep(0.3)
 
 
-def soak(tmp: Path, seconds: float) -> dict[str, Any]:
+def soak(
+    tmp: Path, seconds: float, tools: list[str] | None = None, edit: bool = True
+) -> dict[str, Any]:
     src = tmp / "src"
     shutil.copytree(REPO / "src", src, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     _write_target(src, 0)  # indexed before the first call reads it
@@ -112,10 +141,12 @@ def soak(tmp: Path, seconds: float) -> dict[str, Any]:
             wait_serving(http, url)
             start = time.time()
             until = start + seconds
-            threading.Thread(target=_edit, args=(src, until), daemon=True).start()
-            tools, sampled = _calls(), 0.0
+            if edit:
+                threading.Thread(target=_edit, args=(src, until), daemon=True).start()
+            calls_made = [c for c in _calls() if tools is None or c[0] in tools]
+            sampled = 0.0
             while time.time() < until:
-                name, args = random.choice(tools)
+                name, args = random.choice(calls_made)
                 try:
                     answer = http.post(f"{url}/{name}", json=args())
                     status, why = answer.status_code, answer.text[:160]
@@ -133,6 +164,7 @@ def soak(tmp: Path, seconds: float) -> dict[str, Any]:
                             "calls": calls,
                             "serve_mb": round(_rss_mb(server.pid), 1),
                             "watch_mb": round(_rss_mb(watcher.pid), 1),
+                            **_memory_parts(server.pid),
                         }
                     )
                     print(json.dumps(samples[-1]), flush=True)
@@ -161,9 +193,21 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=600.0)
     parser.add_argument("--json", default=None)
+    parser.add_argument(
+        "--tools",
+        default=None,
+        help="comma-separated tools to call (default: all), to tell which one holds memory",
+    )
+    parser.add_argument(
+        "--no-edit", action="store_true", help="no file rewrites: calls without the watch's commits"
+    )
     args = parser.parse_args()
+    known = [name for name, _ in _calls()]
+    tools = None if args.tools is None else [t for t in args.tools.split(",") if t]
+    if tools is not None and (not tools or set(tools) - set(known)):
+        parser.error(f"--tools takes some of: {', '.join(known)}")
     with tempfile.TemporaryDirectory(prefix="acms-soak-service-") as tmp:
-        result = soak(Path(tmp), args.seconds)
+        result = soak(Path(tmp), args.seconds, tools, edit=not args.no_edit)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
     print(
