@@ -9,6 +9,7 @@ from cleveragents.application.services.chunking import chunk_text
 from cleveragents.application.services.code_graph import (
     PathLookup,
     chunk_starts,
+    code_triples,
     resolve_import,
 )
 from cleveragents.domain.models.acms.backends import Literal
@@ -111,3 +112,82 @@ def test_csharp_classes_in_a_namespace_are_blocks_of_their_own() -> None:
 
 def test_equal_predicates_and_repeated_literals_are_one_object() -> None:
     assert_shared_objects([t for path in REPO for t in triples_of(path)])
+
+
+def _parsed_triples(path: str, text: str, language: str) -> set[tuple[str, str, object]]:
+    facts = PARSER.parse(text, language)
+    assert facts is not None
+    return set(code_triples(RID, path, language, chunk_text(text, language), facts, PathLookup({})))
+
+
+def _symbol_lines(t: set[tuple[str, str, object]], uri: str) -> tuple[int, int]:
+    lines = {
+        p: int(o.value)  # type: ignore[attr-defined]
+        for s, p, o in t
+        if s == uri and p in (UKO + "line", UKO + "endLine")
+    }
+    return lines[UKO + "line"], lines[UKO + "endLine"]
+
+
+def test_each_overload_is_a_symbol_of_its_own_with_its_lines_and_calls() -> None:
+    """Java overloads (one qualified name defined twice in a file) were one
+    symbol, the first: the second's lines could not be read and its calls
+    were charged to the first.  Each later one is ``Name~2``, ``Name~3``;
+    all keep the plain name, so a lookup by name finds every one."""
+    text = (
+        "class Shapes {\n"  # 1
+        "    int area(int side) {\n"  # 2
+        "        return square(side);\n"  # 3
+        "    }\n"  # 4
+        "    int area(int w, int h) {\n"  # 5
+        "        return multiply(w, h);\n"  # 6
+        "    }\n"  # 7
+        "    int area(String name) { return lookup(name); }\n"  # 8
+        "}\n"
+    )
+    t = _parsed_triples("Shapes.java", text, "java")
+    first, second, third = (
+        sym("Shapes.java", name) for name in ("Shapes.area", "Shapes.area~2", "Shapes.area~3")
+    )
+    own = file_uri(RID, "Shapes.java")
+    defined = {o for s, p, o in t if s == own and p == UKO + "defines"}
+    assert {first, second, third} <= defined
+    assert [_symbol_lines(t, u) for u in (first, second, third)] == [(2, 4), (5, 7), (8, 8)]
+    for uri in (first, second, third):
+        assert (uri, UKO + "name", Literal("Shapes.area")) in t
+        assert (uri, UKO + "named", name_uri("area")) in t
+        assert (sym("Shapes.java", "Shapes"), UKO + "hasMember", uri) in t
+    calls = {(s, o) for s, p, o in t if p == UKO + "calls"}
+    assert (first, name_uri("square")) in calls
+    assert (second, name_uri("multiply")) in calls
+    assert (third, name_uri("lookup")) in calls
+    assert (first, name_uri("multiply")) not in calls
+
+
+def test_a_python_property_setter_and_duplicate_headings_are_symbols_too() -> None:
+    text = (
+        "class C:\n"  # 1
+        "    @property\n"  # 2
+        "    def x(self):\n"  # 3
+        "        return self._x\n"  # 4
+        "\n"
+        "    @x.setter\n"  # 6
+        "    def x(self, value):\n"  # 7
+        "        def check(v):\n"  # 8
+        "            return validate(v)\n"  # 9
+        "        self._x = check(value)\n"  # 10
+    )
+    t = _parsed_triples("c.py", text, "python")
+    getter, setter = sym("c.py", "C.x"), sym("c.py", "C.x~2")
+    assert _symbol_lines(t, getter)[0] == 3
+    assert _symbol_lines(t, setter) == (7, 10)
+    # The function nested in the setter is the setter's member.
+    check = sym("c.py", "C.x.check")
+    assert (setter, UKO + "hasMember", check) in t
+    assert (check, UKO + "calls", name_uri("validate")) in t
+    md = "# Guide\n\n## Example\n\none\n\n## Example\n\ntwo\n"
+    t = _parsed_triples("guide.md", md, "markdown")
+    names = sorted(s for s, p, _ in t if p == UKO + "name")
+    assert names == sorted(
+        sym("guide.md", n) for n in ("Guide", "Guide > Example", "Guide > Example~2")
+    )

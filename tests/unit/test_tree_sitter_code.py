@@ -1068,8 +1068,9 @@ def test_rust_impl_for_a_reference_and_turbofish_calls() -> None:
 
 def test_typescript_overload_signatures_are_not_the_symbol() -> None:
     """rxjs Observable.ts: ``subscribe`` and ``pipe`` were recorded at their
-    first overload signature (the graph keeps the first symbol of a name),
-    not at the implementation; ``.d.ts`` functions were no symbols."""
+    first overload signature, not at the implementation (in the graph each
+    signature would have been a symbol ``subscribe~2``, ``~3``); ``.d.ts``
+    functions were no symbols."""
     out = facts(
         """
         export class Observable<T> {

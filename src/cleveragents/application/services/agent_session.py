@@ -86,6 +86,9 @@ _MAX_HASH_SPLITS = 8
 _TERM = re.compile(r"[A-Za-z][a-z]+|[A-Z]+(?![a-z])|\d+|[^\W\d_]+")
 _WORD = re.compile(r"\w+")
 _RANGE = re.compile(r"^L(\d+)(?:-L(\d+))?$")
+#: A later definition of a name in its file (an overload, a setter):
+#: ``#sym=Shapes.area~2`` is a definition of ``Shapes.area``.
+_REDEFINED = re.compile(r"~\d+$")
 _MODES = ("hybrid", "text", "vector")
 _JSON_UNSAFE = re.compile(
     "[\x7f-\x9f\u2028\u2029\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
@@ -901,7 +904,10 @@ class AgentSession:
             nodes = set(self._graph_nodes(view, target, "name"))
             bare = target.rsplit("sym=", 1)[-1].rsplit(".", 1)[-1]
         else:
-            bare = target.rsplit(".", 1)[-1]
+            # ``Shapes.area~2`` (as ``callers`` prints a caller) is that one
+            # definition of ``Shapes.area``.
+            plain = _REDEFINED.sub("", target)
+            bare = plain.rsplit(".", 1)[-1]
             named = frozenset({PREDICATES["named"]})
             defs = {
                 s
@@ -909,8 +915,15 @@ class AgentSession:
                     name_uri(bare), depth=1, direction="in", predicates=named
                 ).triples
             }
-            if "." in target:  # a qualified name: only the definitions of that name
+            if plain != target:
                 defs = {d for d in defs if d.endswith("sym=" + target) or d.endswith("." + target)}
+            elif "." in target:  # a qualified name: only the definitions of that name
+                defs = {
+                    d
+                    for d in defs
+                    if (plain := _REDEFINED.sub("", d)).endswith("sym=" + target)
+                    or plain.endswith("." + target)
+                }
             nodes = defs
         if not definitions_only:
             nodes = nodes | {name_uri(bare)}

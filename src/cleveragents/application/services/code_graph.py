@@ -871,8 +871,11 @@ def code_triples(
 ) -> list[WriteTriple]:
     """The graph triples of one file from its tree-sitter facts.
 
-    The file-level triples of :func:`file_triples`, plus per symbol (first
-    occurrence of each qualified name): ``defines``, ``name`` (qualified),
+    The file-level triples of :func:`file_triples`, plus per symbol
+    (``<file>#sym=Foo.bar``; a qualified name defined again in the file, an
+    overload, a property's setter, a repeated heading, is ``Foo.bar~2``,
+    ``Foo.bar~3`` in source order): ``defines``, ``name`` (qualified, the
+    same for every definition of it),
     ``kind``, ``line``/``endLine`` (``xsd:integer``), ``signature``, ``doc``
     (first 300 characters), ``named`` -> the name node of its bare name
     (``urn:uko:name:NAME``, which joins definitions and calls across the
@@ -894,13 +897,19 @@ def code_triples(
     rid = canonical_ulid(resource_id)
     triples = file_triples(rid, rel_path, language, chunks, FileFacts(), {})
     file = file_uri(rid, rel_path)
-    symbol_uri: dict[str, str] = {}
+    # Per qualified name, each definition's (start, end, URI) in source order,
+    # and the latest one seen (the parent of the definitions nested in it).
+    defined: dict[str, list[tuple[int, int, str]]] = {}
+    latest: dict[str, str] = {}
+    keys: set[str] = set()
     by_bare: dict[str, list[str]] = {}
     for sym in facts.symbols:
-        if sym.qualified_name in symbol_uri:
-            continue
-        uri = file + "#" + quote(f"sym={sym.qualified_name}", safe=_FRAGMENT_SAFE)
-        symbol_uri[sym.qualified_name] = uri
+        key, n = sym.qualified_name, 1
+        while key in keys:  # an overload, a setter, a repeated heading
+            n += 1
+            key = f"{sym.qualified_name}~{n}"
+        keys.add(key)
+        uri = file + "#" + quote(f"sym={key}", safe=_FRAGMENT_SAFE)
         by_bare.setdefault(sym.name, []).append(uri)
         triples += [
             (file, _P["defines"], uri),
@@ -915,8 +924,18 @@ def code_triples(
         if sym.doc:
             triples.append((uri, _P["doc"], Literal(sym.doc[:_MAX_DOC_LITERAL])))
         parent = sym.qualified_name.rsplit(".", 1)[0] if "." in sym.qualified_name else None
-        if parent is not None and parent in symbol_uri:
-            triples.append((symbol_uri[parent], _P["hasMember"], uri))
+        if parent is not None and parent in latest:
+            triples.append((latest[parent], _P["hasMember"], uri))
+        latest[sym.qualified_name] = uri
+        defined.setdefault(sym.qualified_name, []).append((sym.start_line, sym.end_line, uri))
+
+    def definition_at(qualified: str, line: int) -> str | None:
+        """The definition of ``qualified`` whose lines hold ``line`` (the
+        first one when none does: a call in an annotation above it)."""
+        found = defined.get(qualified)
+        if not found:
+            return None
+        return next((uri for start, end, uri in found if start <= line <= end), found[0][2])
 
     def target_of(name: str, receiver: str | None) -> str:
         local = by_bare.get(name, [])
@@ -927,7 +946,7 @@ def code_triples(
     edges: dict[tuple[str, str], None] = {}
     sites: dict[str, dict[str, list[int]]] = {}
     for call in facts.calls:
-        source = symbol_uri.get(call.caller, file) if call.caller else file
+        source = (definition_at(call.caller, call.line) if call.caller else None) or file
         edges[(source, target_of(call.callee, call.receiver))] = None
         lines = sites.setdefault(source, {}).setdefault(call.callee, [])
         if not lines or lines[-1] != call.line:
@@ -939,7 +958,7 @@ def code_triples(
         triples.append((source, _P["callSites"], Literal(listing)))
     triples += [(s, _P["calls"], o) for s, o in edges]
     for base in facts.bases:
-        subject = symbol_uri.get(base.symbol)
+        subject = definition_at(base.symbol, base.line)
         if subject is not None:
             bare = base.base.rsplit(".", 1)[-1]
             triples.append((subject, _P[base.kind], target_of(bare, None)))

@@ -111,9 +111,10 @@ __all__ = [
 ]
 
 # Bumped when the code parser reads different facts from the same text
-# (ts2: a call's line is its name's line; definitions found on real trees):
+# (ts2: a call's line is its name's line; definitions found on real trees;
+# ts3: a name defined again in its file, an overload, is a symbol of its own):
 # every file is parsed again.
-_CODE_GRAPH_VERSION = "code-graph-ts2"
+_CODE_GRAPH_VERSION = "code-graph-ts3"
 # Bumped when the units change shape (``symbols``, ``calls``, then
 # ``qualified`` metadata): a re-index follows.
 _UNITS_VERSION = "units-5"
