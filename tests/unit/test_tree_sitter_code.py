@@ -1363,7 +1363,9 @@ def test_kotlin_constructor_delegation_and_superclass_calls_are_calls() -> None:
     superclass's) were no call edges, so ``callers Shape`` missed every
     subclass.  As Java's ``super(...)``: the callee is the class whose
     constructor runs (``super``: the first supertype, ``Any`` when none).
-    Secondary constructors are no symbols: the class is their caller."""
+    Secondary constructors are symbols named after their class, as Java's
+    constructors are, and the callers of what they call (they were none,
+    and the class was charged with their calls)."""
     out = facts(
         """
         @Deprecated("old")
@@ -1384,14 +1386,22 @@ def test_kotlin_constructor_delegation_and_superclass_calls_are_calls() -> None:
     )
     assert calls(out) == {
         ("Circle", "Shape", 2),
-        ("Circle", "Circle", 3),
-        ("Circle", "toDouble", 3),
-        ("View", "Base", 6),
-        ("View", "make", 7),
-        ("Plain", "Any", 10),
+        ("Circle.Circle", "Circle", 3),
+        ("Circle.Circle", "toDouble", 3),
+        ("View.View", "Base", 6),
+        ("View.View", "make", 7),
+        ("Plain.Plain", "Any", 10),
         ("Unit", "Circle", 12),
         ("anon", "Shape", 13),
     }
+    constructors = {s for s in symbols(out) if s[0] == "method"}
+    assert constructors == {
+        ("method", "Circle.Circle", 3, 3),
+        ("method", "View.View", 6, 7),
+        ("method", "Plain.Plain", 10, 10),
+    }
+    signatures = {s.signature for s in out.symbols if s.kind == "method"}
+    assert "constructor(d: Int) : this(d.toDouble())" in signatures
 
 
 def test_csharp_symbols_start_at_their_declaration_not_their_attributes() -> None:
@@ -1460,3 +1470,20 @@ def test_kotlin_symbols_start_at_their_declaration_not_their_annotations() -> No
     assert by_name["Items.size"].signature == "fun size()"
     assert by_name["Items.toString"].signature == "override fun toString()"
     assert chunk_starts(out) == [2]  # the class's chunk begins at its annotations
+
+
+def test_a_kotlin_secondary_constructor_s_signature_stops_at_its_body() -> None:
+    out = facts(
+        """
+        class A(val x: Int) {
+            @Inject constructor(s: String) : this(s.length) {
+                init()
+            }
+        }
+        """,
+        "kotlin",
+    )
+    (ctor,) = [s for s in out.symbols if s.kind == "method"]
+    assert (ctor.qualified_name, ctor.start_line, ctor.end_line) == ("A.A", 2, 4)
+    assert ctor.signature == "constructor(s: String) : this(s.length)"
+    assert ("A.A", "init", 3) in calls(out)

@@ -315,6 +315,7 @@ _QUERIES: dict[str, str] = {
 (class_declaration (type_identifier) @name) @def.class
 (object_declaration (type_identifier) @name) @def.class
 (function_declaration (simple_identifier) @name) @def.function
+(secondary_constructor "constructor" @name) @def.function
 (call_expression . (simple_identifier) @name) @call
 (call_expression . (navigation_expression (_) @receiver
   (navigation_suffix (simple_identifier) @name))) @call
@@ -729,6 +730,8 @@ def _signature(node: Node, source: bytes, start: int | None = None) -> str:
         body = next(
             (c for c in node.named_children if c.type in ("class_body", "function_body")), None
         )
+    if body is None and node.type == "secondary_constructor":  # Kotlin: its ``{`` opens it
+        body = next((c for c in node.children if c.type == "{"), None)
     end = body.start_byte if body is not None and body.start_byte > begin else None
     # A comment between the header and the body (Python's comments after the
     # colon, a C-like one before the brace) is not part of the signature.
@@ -1027,6 +1030,11 @@ class TreeSitterCodeParser:
                     and section.named_children[0] == node
                 ):
                     node = section
+            elif language == "kotlin" and node.type == "secondary_constructor":
+                # Named after its class, as Java's and C#'s constructors are.
+                klass = _enclosing(node, _KOTLIN_TYPES, 3)
+                named = klass.named_children if klass is not None else []
+                name = _text(next((c for c in named if c.type == "type_identifier"), None)) or name
             elif language == "kotlin" and kind == "class":
                 keywords = {c.type for c in node.children if not c.is_named}
                 modifiers = _text(
