@@ -1394,13 +1394,13 @@ def test_kotlin_constructor_delegation_and_superclass_calls_are_calls() -> None:
         ("Unit", "Circle", 12),
         ("anon", "Shape", 13),
     }
-    constructors = {s for s in symbols(out) if s[0] == "method"}
+    constructors = {s for s in symbols(out) if s[0] == "constructor"}
     assert constructors == {
-        ("method", "Circle.Circle", 3, 3),
-        ("method", "View.View", 6, 7),
-        ("method", "Plain.Plain", 10, 10),
+        ("constructor", "Circle.Circle", 3, 3),
+        ("constructor", "View.View", 6, 7),
+        ("constructor", "Plain.Plain", 10, 10),
     }
-    signatures = {s.signature for s in out.symbols if s.kind == "method"}
+    signatures = {s.signature for s in out.symbols if s.kind == "constructor"}
     assert "constructor(d: Int) : this(d.toDouble())" in signatures
 
 
@@ -1483,7 +1483,35 @@ def test_a_kotlin_secondary_constructor_s_signature_stops_at_its_body() -> None:
         """,
         "kotlin",
     )
-    (ctor,) = [s for s in out.symbols if s.kind == "method"]
+    (ctor,) = [s for s in out.symbols if s.kind == "constructor"]
     assert (ctor.qualified_name, ctor.start_line, ctor.end_line) == ("A.A", 2, 4)
     assert ctor.signature == "constructor(s: String) : this(s.length)"
     assert ("A.A", "init", 3) in calls(out)
+
+
+def test_csharp_primary_constructor_bases_are_calls_and_records_extend() -> None:
+    """C# 12 primary constructors and records: ``class B(int x) : A(x)``
+    listed its argument list ``(x)`` as an interface B implements, and
+    ``record R(int X) : Base(X)`` "implemented" ``Base(X)``; neither base
+    constructor call was a call.  A record class may extend a class; a
+    ``record struct`` only implements."""
+    out = facts(
+        """
+        class B(int x) : A(x), IFoo {
+            void M() { }
+        }
+        record R(int X) : Base(X);
+        record struct P(int Y) : IEquatable<P>;
+        class D : Generic<int>, IBar { }
+        """,
+        "csharp",
+    )
+    assert bases(out) == {
+        ("B", "inherits", "A"),
+        ("B", "implements", "IFoo"),
+        ("R", "inherits", "Base"),
+        ("P", "implements", "IEquatable"),
+        ("D", "inherits", "Generic"),
+        ("D", "implements", "IBar"),
+    }
+    assert calls(out) == {("B", "A", 1), ("R", "Base", 4)}

@@ -284,6 +284,8 @@ _QUERIES: dict[str, str] = {
   name: (identifier) @name)) @call
 (object_creation_expression type: (_) @name) @call
 (constructor_initializer ["base" "this"] @name) @call
+(primary_constructor_base_type . (_) @name) @call
+(base_list (_) @name . (argument_list)) @call
 (using_directive) @import
 """,
     "ruby": """
@@ -315,7 +317,7 @@ _QUERIES: dict[str, str] = {
 (class_declaration (type_identifier) @name) @def.class
 (object_declaration (type_identifier) @name) @def.class
 (function_declaration (simple_identifier) @name) @def.function
-(secondary_constructor "constructor" @name) @def.function
+(secondary_constructor "constructor" @name) @def.constructor
 (call_expression . (simple_identifier) @name) @call
 (call_expression . (navigation_expression (_) @receiver
   (navigation_suffix (simple_identifier) @name))) @call
@@ -655,13 +657,20 @@ def _csharp_bases(node: Node) -> list[tuple[str, str]]:
     """C# does not mark which base is a class; by convention an interface is
     named ``IFoo``, and only the first base of a class can be a class."""
     out: list[tuple[str, str]] = []
+    # A record class may extend a class too (a ``record struct`` may not); a
+    # base that a primary constructor calls (``class B(int x) : A(x)``,
+    # ``record R(int X) : Base(X)``) is named without its arguments.
+    may_extend = node.type == "class_declaration" or (
+        node.type == "record_declaration" and not any(c.type == "struct" for c in node.children)
+    )
     for clause in node.named_children:
         if clause.type == "base_list":
-            for i, t in enumerate(clause.named_children):
+            types = [t for t in clause.named_children if t.type != "argument_list"]
+            for i, t in enumerate(types):
+                if t.type == "primary_constructor_base_type":
+                    t = t.named_children[0] if t.named_children else t
                 name = _bare_type(_text(t))
-                is_class = (
-                    i == 0 and node.type == "class_declaration" and not _INTERFACE_NAME.match(name)
-                )
+                is_class = i == 0 and may_extend and not _INTERFACE_NAME.match(name)
                 out.append((name, "inherits" if is_class else "implements"))
     return out
 
