@@ -1150,8 +1150,9 @@ def report_failures(prog: str, report: Any) -> int:  # noqa: ANN401 - a ReindexR
     """One stderr line per resource that could not be listed, and one per
     resource whose directory is gone or empty (its units are kept: an
     unmounted volume must not empty the index, but the operator must hear
-    of it), or whose git work tree ignores every file of it;
-    the exit code (1 when one could not be listed)."""
+    of it), whose git work tree ignores every file of it, or that holds
+    directories it cannot read; the exit code (1 when one could not be
+    listed)."""
     failed: dict[str, str] = getattr(report, "failed", {})
     for rid, message in failed.items():
         _err(f"{prog}: failed: resource {rid}: {one_line(message)}")
@@ -1172,6 +1173,15 @@ def report_failures(prog: str, report: Any) -> int:  # noqa: ANN401 - a ReindexR
             f"every file under its directory, so nothing is indexed; registered again with "
             f"'--type directory' it is indexed as a plain directory"
         )
+    for rid, stats in getattr(report, "resources", {}).items():
+        unreadable = stats.skipped.get("unreadable_directory", 0)
+        if unreadable:
+            _err(
+                f"{prog}: warning: resource {rid}: {unreadable} "
+                f"{'directory' if unreadable == 1 else 'directories'} under it cannot be read "
+                "(permissions), so nothing under them is indexed (the debug log names them: "
+                "--log-level debug)"
+            )
     return EXIT_FAILURE if failed else EXIT_OK
 
 

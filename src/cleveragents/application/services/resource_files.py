@@ -172,7 +172,9 @@ class Listing:
         left_out: ``(path, reason)`` of each other file left out by what it
             is, sorted: ``"symlink"`` (never followed), ``"binary"`` (by its
             extension, never looked at) or ``"not_regular"`` (a FIFO, socket
-            or device); a reindex counts them as skipped.
+            or device), and each directory under the root that cannot be
+            listed, ``"unreadable_directory"``; a reindex counts them as
+            skipped (and warns of the directories).
     """
 
     files: tuple[ListedFile, ...]
@@ -345,11 +347,7 @@ def _listed(
     paths = sorted(set(candidates))
     if not paths:
         return
-    try:
-        root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError as exc:
-        _skip(".", "unreadable", error=str(exc))
-        return
+    root_fd = _open_root(root)
     names: list[str] = []  # the directory components currently open
     fds: list[int] = [root_fd]
     current: str | None = ""  # the directory of the previous candidate
@@ -497,7 +495,7 @@ def _scan_directory(
                 if found is not None:
                     add(found)
     except OSError as exc:
-        _skip(prefix.rstrip("/") or ".", "unreadable", error=str(exc))
+        _unreadable_directory(prefix.rstrip("/") or ".", exc, left_out)
     return subdirs
 
 
@@ -516,6 +514,32 @@ def _walk_listed(
     files.sort()  # by path: the first field, unique
     secret_skipped.sort()
     return files
+
+
+def _open_root(root: str) -> int:
+    """A descriptor of the resource's root directory.
+
+    Raises:
+        ResourceListingError: it cannot be opened (unreadable, gone, not a
+            directory): a listing of nothing would delete every indexed file
+            of the resource, where the operator must hear of it instead.
+    """
+    try:
+        return os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+        raise ResourceListingError(
+            f"cannot read the directory {root!r}: {why}; its indexed files are kept "
+            "(fix its permissions, or run the reindex as a user that can read it)"
+        ) from None
+
+
+def _unreadable_directory(path: str, exc: OSError, left_out: list[tuple[str, str]] | None) -> None:
+    """A directory under the root that cannot be listed: nothing under it is
+    indexed, and the reindex counts it (``unreadable_directory``) and warns."""
+    _skip(path, "unreadable_directory", error=str(exc))
+    if left_out is not None:
+        left_out.append((path, "unreadable_directory"))
 
 
 def _walk_batches(
@@ -538,11 +562,7 @@ def _walk_batches(
     closes the generator.  Directories whose relative path is in
     ``exclude`` are not entered.
     """
-    try:
-        root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError as exc:
-        _skip(".", "unreadable", error=str(exc))
-        return
+    root_fd = _open_root(root)
     stack: list[tuple[int, str, Iterator[str]]] = [(root_fd, "", iter(()))]
     try:
         files: list[ListedFile] = []
@@ -563,8 +583,10 @@ def _walk_batches(
             try:
                 sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
             except OSError as exc:
-                # A symlink now (ELOOP/ENOTDIR), a file, gone, or unreadable.
-                _skip(path, "unreadable", error=str(exc))
+                if exc.errno in (errno.EACCES, errno.EPERM):
+                    _unreadable_directory(path, exc, left_out)
+                else:  # a symlink now (ELOOP/ENOTDIR), a file, or gone
+                    _skip(path, "unreadable", error=str(exc))
                 continue
             stack.append((sub, path + "/", iter(())))
             files = []
@@ -637,7 +659,8 @@ def list_resource(
     Raises:
         ResourceListingError: a git resource that git cannot list (never
             answered by a walk, which would list what ``.gitignore`` excludes);
-            ``root`` is one of the ``exclude`` directories.
+            ``root`` is one of the ``exclude`` directories; ``root`` cannot be
+            opened (unreadable, or gone since it was checked).
     """
     root_str = os.fspath(root)
     inside = excluded_below(root_str, exclude)
@@ -716,11 +739,11 @@ def git_ignored_work_tree(
     root_str = os.fspath(root)
     try:
         candidates = _git_paths(root_str)
+        if _any_item(_listed(root_str, candidates, secrets, [])):
+            return None
+        if not _any_item(_walk_batches(root_str, secrets, [])):
+            return None
     except ResourceListingError:
-        return None
-    if _any_item(_listed(root_str, candidates, secrets, [])):
-        return None
-    if not _any_item(_walk_batches(root_str, secrets, [])):
         return None
     return _git_toplevel(root_str) or root_str
 
