@@ -49,6 +49,7 @@ def test_concurrent_clients_while_the_watcher_reindexes(tmp_path: Path) -> None:
     repo.mkdir()
     target = repo / "gen.py"
     target.write_text("generation_marker = 1\nvalue_0 = 0\n")
+    staged = tmp_path / "gen.py.new"  # outside the resource, on its file system
     env = {**os.environ, "ACMS_DATA_DIR": str(tmp_path / "data")}
     env.pop("ACMS_PROFILE", None)
     _acms(env, "project", "add", "local/c")
@@ -125,7 +126,12 @@ def test_concurrent_clients_while_the_watcher_reindexes(tmp_path: Path) -> None:
         with httpx.Client(timeout=30) as http:
             while time.monotonic() < t_end:
                 generation += 1
-                target.write_text(f"generation_marker = 1\nvalue_{generation} = 0\n")
+                # Replaced whole, as an editor saving atomically does: a file
+                # truncated then written is empty in between, and a watcher
+                # that reads it then rightly indexes it empty (under load the
+                # gap was long enough: 0 hits for 0.2 s, counted as stale).
+                staged.write_text(f"generation_marker = 1\nvalue_{generation} = 0\n")
+                os.replace(staged, target)
                 while time.monotonic() < t_end + 30:
                     if _generation(http.post(base, json=query).json()) >= generation:
                         with lock:
