@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from gitrepo import git
+
 _UNPRIVILEGED = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--"]
 
 
@@ -30,6 +32,8 @@ def _prefix() -> list[str]:
         return []
     if shutil.which("setpriv") is None:
         pytest.skip("running as root without setpriv: permissions would not be checked")
+    if subprocess.run([*_UNPRIVILEGED, "true"], capture_output=True).returncode != 0:
+        pytest.skip("running as root where setpriv cannot drop capabilities (no CAP_SETPCAP)")
     return _UNPRIVILEGED
 
 
@@ -54,6 +58,11 @@ class Cli:
         return done.stdout
 
 
+def _add(cli: Cli, tree: Path, *kind: str) -> str:
+    cli.ok("project", "add", "local/p")
+    return cli.ok("resource", "add", str(tree), "--project", "local/p", *kind).strip()
+
+
 @pytest.fixture
 def tree(tmp_path: Path) -> Iterator[Path]:
     root = tmp_path / "repo"
@@ -65,11 +74,52 @@ def tree(tmp_path: Path) -> Iterator[Path]:
         path.chmod(0o755)
 
 
+def test_a_root_that_lists_but_cannot_be_entered_fails_and_keeps_its_files(
+    tmp_path: Path, tree: Path
+) -> None:
+    """``r--`` (a review found it): the root opens and lists its names, but
+    no file's ``stat`` is allowed, so every file was "unreadable" and the
+    reindex deleted them all, exit 0."""
+    cli = Cli(tmp_path / "data")
+    rid = _add(cli, tree, "--type", "directory")
+    cli.ok("reindex")
+    tree.chmod(0o444)
+    done = cli.run("reindex")
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert f"failed: resource {rid}: cannot read the directory" in done.stderr
+    assert "deleted: 0" in done.stdout
+    assert "visiblemarker" in cli.ok("search", "text", "visiblemarker", "--project", "local/p")
+
+
+@pytest.mark.parametrize("mode", [0, 0o444])
+def test_unreadable_directories_of_a_git_resource_or_entered_ones_are_warned_of(
+    tmp_path: Path, tree: Path, mode: int
+) -> None:
+    """A git resource lists its files by path: under a ``---`` directory
+    each file's ``stat`` is refused, and those files were dropped with no
+    word; a walked ``r--`` directory listed names it could not stat."""
+    git(tree, "init", "-q")
+    git(tree, "add", "-A")
+    git(tree, "commit", "-qm", "c")
+    cli = Cli(tmp_path / "data")
+    rid = _add(cli, tree)
+    cli.ok("reindex")
+    (tree / "private").chmod(mode)
+    done = cli.run("reindex")
+    assert done.returncode == 0, done.stderr
+    assert f"resource {rid}: 1 file under it cannot be read" in done.stderr
+    assert "no results" in cli.ok("search", "text", "privatemarker", "--project", "local/p")
+    walked = Cli(tmp_path / "walked")
+    rid = _add(walked, tree, "--type", "directory")
+    done = walked.run("reindex")
+    assert done.returncode == 0, done.stderr
+    assert f"resource {rid}: 1 directory under it cannot be read" in done.stderr
+    assert "visiblemarker" in walked.ok("search", "text", "visiblemarker", "--project", "local/p")
+
+
 def test_an_unreadable_subdirectory_is_a_warning_that_counts_it(tmp_path: Path, tree: Path) -> None:
     cli = Cli(tmp_path / "data")
-    cli.ok("project", "add", "local/p")
-    rid = cli.ok("resource", "add", str(tree), "--project", "local/p", "--type", "directory")
-    rid = rid.strip()
+    rid = _add(cli, tree, "--type", "directory")
     cli.ok("reindex")
     assert "privatemarker" in cli.ok("search", "text", "privatemarker", "--project", "local/p")
     (tree / "private").chmod(0)
@@ -92,9 +142,7 @@ def test_an_unreadable_root_fails_the_resource_and_keeps_its_files(
     tmp_path: Path, tree: Path
 ) -> None:
     cli = Cli(tmp_path / "data")
-    cli.ok("project", "add", "local/p")
-    rid = cli.ok("resource", "add", str(tree), "--project", "local/p", "--type", "directory")
-    rid = rid.strip()
+    rid = _add(cli, tree, "--type", "directory")
     cli.ok("reindex")
     tree.chmod(0)
     done = cli.run("reindex")

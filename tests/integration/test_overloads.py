@@ -97,3 +97,15 @@ def test_a_caller_named_as_callers_prints_it_is_that_one_definition(
     assert (one["defined"], [r["name"] for r in one["results"]]) == (1, ["multiply"])
     assert session.callees("Model.size~2")["defined"] == 1
     assert session.callees("Model.size~3")["defined"] == 0
+
+
+def test_callers_of_one_overload_s_uri_are_the_callers_of_its_name(
+    session: AgentSession,
+) -> None:
+    """A call is resolved by name (the overload it runs needs types), so the
+    callers of ``Shapes.area~2``'s URI are those of ``area``, with their
+    lines; before, the URI's bare name was taken as ``area~2`` and matched
+    nothing."""
+    for target in ("Shapes.java#sym=Shapes.area~2", "Shapes.area~2", "Shapes.area"):
+        found = session.callers(target)["results"]
+        assert [(r["caller"], r["lines"]) for r in found] == [("Shapes.total", [9])], target

@@ -1174,12 +1174,15 @@ def report_failures(prog: str, report: Any) -> int:  # noqa: ANN401 - a ReindexR
             f"'--type directory' it is indexed as a plain directory"
         )
     for rid, stats in getattr(report, "resources", {}).items():
-        unreadable = stats.skipped.get("unreadable_directory", 0)
-        if unreadable:
+        dirs = stats.skipped.get("unreadable_directory", 0)
+        files = stats.skipped.get("unreadable", 0)
+        if dirs or files:
+            parts = [f"{dirs} {'directory' if dirs == 1 else 'directories'}"] if dirs else []
+            parts += [f"{files} {'file' if files == 1 else 'files'}"] if files else []
+            what = " and ".join(parts)
             _err(
-                f"{prog}: warning: resource {rid}: {unreadable} "
-                f"{'directory' if unreadable == 1 else 'directories'} under it cannot be read "
-                "(permissions), so nothing under them is indexed (the debug log names them: "
+                f"{prog}: warning: resource {rid}: {what} under it cannot be read "
+                "(permissions), so they are not indexed (the debug log names them: "
                 "--log-level debug)"
             )
     return EXIT_FAILURE if failed else EXIT_OK

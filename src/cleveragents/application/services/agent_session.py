@@ -902,7 +902,7 @@ class AgentSession:
             # as read and the graph tools take it: that symbol in each in-scope
             # resource that indexes the file.
             nodes = set(self._graph_nodes(view, target, "name"))
-            bare = target.rsplit("sym=", 1)[-1].rsplit(".", 1)[-1]
+            bare = _REDEFINED.sub("", target.rsplit("sym=", 1)[-1]).rsplit(".", 1)[-1]
         else:
             # ``Shapes.area~2`` (as ``callers`` prints a caller) is that one
             # definition of ``Shapes.area``.

@@ -172,9 +172,10 @@ class Listing:
         left_out: ``(path, reason)`` of each other file left out by what it
             is, sorted: ``"symlink"`` (never followed), ``"binary"`` (by its
             extension, never looked at) or ``"not_regular"`` (a FIFO, socket
-            or device), and each directory under the root that cannot be
-            listed, ``"unreadable_directory"``; a reindex counts them as
-            skipped (and warns of the directories).
+            or device), ``"unreadable"`` (its ``lstat`` was refused), and
+            each directory under the root that cannot be listed,
+            ``"unreadable_directory"``; a reindex counts them as skipped
+            and warns of the unreadable ones.
     """
 
     files: tuple[ListedFile, ...]
@@ -433,6 +434,8 @@ def _regular_file(
         return None
     except OSError as exc:
         _skip(rel_path, "unreadable", error=str(exc))
+        if left_out is not None:  # counted: the reindex warns of it
+            left_out.append((rel_path, "unreadable"))
         return None
     mode = st.st_mode
     if not stat.S_ISREG(mode):
@@ -451,6 +454,8 @@ def _scan_directory(
     files: list[ListedFile],
     secret_skipped: list[tuple[str, str]],
     left_out: list[tuple[str, str]] | None = None,
+    *,
+    root: str,
 ) -> list[str]:
     """List the files of one open directory into ``files``; return its
     subdirectories' names (``SKIP_DIRS`` left out) for the caller to enter.
@@ -463,6 +468,8 @@ def _scan_directory(
     rule_for, add = secrets.rule_for, files.append
     binary, is_reg = BINARY_EXTENSIONS, stat.S_ISREG
     try:
+        # Listable but not searchable (``r--``) lists names whose stat fails.
+        os.stat(".", dir_fd=fd, follow_symlinks=False)
         with os.scandir(fd) as entries:
             for entry in entries:
                 name = entry.name
@@ -495,7 +502,10 @@ def _scan_directory(
                 if found is not None:
                     add(found)
     except OSError as exc:
-        _unreadable_directory(prefix.rstrip("/") or ".", exc, left_out)
+        if not prefix:  # the root itself (opened and checked a moment ago)
+            raise _cannot_list(root, exc) from None
+        _unreadable_directory(root, prefix.rstrip("/"), exc, left_out)
+        return []
     return subdirs
 
 
@@ -525,18 +535,44 @@ def _open_root(root: str) -> int:
             of the resource, where the operator must hear of it instead.
     """
     try:
-        return os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
-        why = exc.strerror or type(exc).__name__
-        raise ResourceListingError(
-            f"cannot read the directory {root!r}: {why}; its indexed files are kept "
-            "(fix its permissions, or run the reindex as a user that can read it)"
-        ) from None
+        raise _cannot_list(root, exc) from None
+    try:
+        # Listable but not searchable (``r--``): every name, no file's stat.
+        os.stat(".", dir_fd=fd, follow_symlinks=False)
+    except OSError as exc:
+        os.close(fd)
+        raise _cannot_list(root, exc) from None
+    return fd
 
 
-def _unreadable_directory(path: str, exc: OSError, left_out: list[tuple[str, str]] | None) -> None:
+def _cannot_list(path: str, exc: OSError) -> ResourceListingError:
+    """The error that fails a resource's listing (its indexed files kept)."""
+    why = exc.strerror or type(exc).__name__
+    fix = (
+        "fix its permissions, or run the reindex as a user that can read it"
+        if exc.errno in (errno.EACCES, errno.EPERM)
+        else "run the reindex again once it can be read"
+    )
+    return ResourceListingError(
+        f"cannot read the directory {path!r}: {why}; its indexed files are kept ({fix})"
+    )
+
+
+def _unreadable_directory(
+    root: str, path: str, exc: OSError, left_out: list[tuple[str, str]] | None
+) -> None:
     """A directory under the root that cannot be listed: nothing under it is
-    indexed, and the reindex counts it (``unreadable_directory``) and warns."""
+    indexed, and the reindex counts it (``unreadable_directory``) and warns.
+
+    Raises:
+        ResourceListingError: not a matter of permissions (EIO, EMFILE, ...):
+            a subtree left out for that would drop its indexed files, so the
+            listing fails instead and the resource keeps them.
+    """
+    if exc.errno not in (errno.EACCES, errno.EPERM):
+        raise _cannot_list(os.path.join(root, path), exc) from None
     _skip(path, "unreadable_directory", error=str(exc))
     if left_out is not None:
         left_out.append((path, "unreadable_directory"))
@@ -566,7 +602,7 @@ def _walk_batches(
     stack: list[tuple[int, str, Iterator[str]]] = [(root_fd, "", iter(()))]
     try:
         files: list[ListedFile] = []
-        names = _scan_directory(root_fd, "", secrets, files, secret_skipped, left_out)
+        names = _scan_directory(root_fd, "", secrets, files, secret_skipped, left_out, root=root)
         stack[-1] = (root_fd, "", iter(names))
         yield files
         while stack:
@@ -583,14 +619,17 @@ def _walk_batches(
             try:
                 sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
             except OSError as exc:
-                if exc.errno in (errno.EACCES, errno.EPERM):
-                    _unreadable_directory(path, exc, left_out)
-                else:  # a symlink now (ELOOP/ENOTDIR), a file, or gone
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.ENOENT):
+                    # A symlink now, a file, or gone: not a directory to list.
                     _skip(path, "unreadable", error=str(exc))
+                else:
+                    _unreadable_directory(root, path, exc, left_out)
                 continue
             stack.append((sub, path + "/", iter(())))
             files = []
-            names = _scan_directory(sub, path + "/", secrets, files, secret_skipped, left_out)
+            names = _scan_directory(
+                sub, path + "/", secrets, files, secret_skipped, left_out, root=root
+            )
             stack[-1] = (sub, path + "/", iter(names))
             yield files
     finally:
