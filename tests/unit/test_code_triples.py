@@ -191,3 +191,17 @@ def test_a_python_property_setter_and_duplicate_headings_are_symbols_too() -> No
     assert names == sorted(
         sym("guide.md", n) for n in ("Guide", "Guide > Example", "Guide > Example~2")
     )
+
+
+def test_a_call_in_an_overload_s_annotation_is_charged_to_that_overload() -> None:
+    text = (
+        "class S {\n"  # 1
+        "    int area(int a) { return a; }\n"  # 2
+        "    @Cached(key = keyOf())\n"  # 3
+        "    int area(int w, int h) { return w * h; }\n"  # 4
+        "}\n"
+    )
+    t = _parsed_triples("S.java", text, "java")
+    calls = {(s, o) for s, p, o in t if p == UKO + "calls"}
+    assert (sym("S.java", "S.area~2"), name_uri("keyOf")) in calls
+    assert (sym("S.java", "S.area"), name_uri("keyOf")) not in calls

@@ -915,14 +915,21 @@ class AgentSession:
                     name_uri(bare), depth=1, direction="in", predicates=named
                 ).triples
             }
+            # Compared with the URIs' fragments as written (``#sym=café``
+            # is quoted in the URI).
             if plain != target:
-                defs = {d for d in defs if d.endswith("sym=" + target) or d.endswith("." + target)}
+                defs = {
+                    d
+                    for d in defs
+                    if (written := unquote(d)).endswith("sym=" + target)
+                    or written.endswith("." + target)
+                }
             elif "." in target:  # a qualified name: only the definitions of that name
                 defs = {
                     d
                     for d in defs
-                    if (plain := _REDEFINED.sub("", d)).endswith("sym=" + target)
-                    or plain.endswith("." + target)
+                    if (written := unquote(_REDEFINED.sub("", d))).endswith("sym=" + target)
+                    or written.endswith("." + target)
                 }
             nodes = defs
         if not definitions_only:

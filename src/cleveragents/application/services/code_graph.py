@@ -927,11 +927,12 @@ def code_triples(
         if parent is not None and parent in latest:
             triples.append((latest[parent], _P["hasMember"], uri))
         latest[sym.qualified_name] = uri
-        defined.setdefault(sym.qualified_name, []).append((sym.start_line, sym.end_line, uri))
+        first_line = sym.annotated_line or sym.start_line  # a call in ``@Ann(f())`` is its
+        defined.setdefault(sym.qualified_name, []).append((first_line, sym.end_line, uri))
 
     def definition_at(qualified: str, line: int) -> str | None:
-        """The definition of ``qualified`` whose lines hold ``line`` (the
-        first one when none does: a call in an annotation above it)."""
+        """The definition of ``qualified`` whose lines (annotations included)
+        hold ``line``; the first one when none does."""
         found = defined.get(qualified)
         if not found:
             return None
