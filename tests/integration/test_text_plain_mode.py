@@ -282,6 +282,10 @@ def test_a_qualified_name_asks_for_the_definition_of_its_last_part() -> None:
     assert tantivy_query.identifiers(analyzer, "Graph.parse") == [("parse", ["parse"])]
     assert tantivy_query.identifiers(analyzer, " os.path.join ") == [("join", ["join"])]
     assert tantivy_query.identifiers(analyzer, "Loader.run_all") == [("run_all", ["run", "all"])]
+    # One overload as callers prints it (Shapes.area~2): the same definition asked for.
+    assert tantivy_query.identifiers(analyzer, "Shapes.area~2") == [("area", ["area"])]
+    assert tantivy_query.qualified_name("Shapes.area~2") == ("Shapes", "area")
+    assert tantivy_query.qualified_name("Shapes.area~") is None
     # Within a longer query each word next to the dot stays an identifier.
     found = tantivy_query.identifiers(analyzer, "call Graph.parse(x)")
     assert [word for word, _ in found] == ["Graph", "parse"]

@@ -614,17 +614,19 @@ def _informative(term: str) -> bool:
 # ``obj.name`` (not a sentence's ". Name"), ``name(`` and ``name.attr``
 # (not a sentence's last word and its full stop).
 _ATTRIBUTE_BEFORE = re.compile(r"[\w)\]]\.")
-_QUALIFIED_NAME = re.compile(r"[^\W\d]\w*(?:\.[^\W\d]\w*)+")
+# ``~2``: a later definition of the name in its file, as the graph names it.
+_QUALIFIED_NAME = re.compile(r"([^\W\d]\w*(?:\.[^\W\d]\w*)+)(?:~\d+)?")
 _CALL_OR_ATTRIBUTE_AFTER = re.compile(r"\(|\.[^\W\d]")
 
 
 def qualified_name(query: str) -> tuple[str, str] | None:
     """``(qualifiers, last part)`` of a query that is a qualified name
-    (``Graph.parse`` -> ``("Graph", "parse")``), else None."""
+    (``Graph.parse`` -> ``("Graph", "parse")``; ``Graph.parse~2``, one
+    overload as ``callers`` prints it, the same), else None."""
     found = _QUALIFIED_NAME.fullmatch(query.strip())
     if found is None:
         return None
-    qualifiers, _, last = found.group().rpartition(".")
+    qualifiers, _, last = found.group(1).rpartition(".")
     return qualifiers, last
 
 
