@@ -468,8 +468,9 @@ def _scan_directory(
     rule_for, add = secrets.rule_for, files.append
     binary, is_reg = BINARY_EXTENSIONS, stat.S_ISREG
     try:
-        # Listable but not searchable (``r--``) lists names whose stat fails.
-        os.stat(".", dir_fd=fd, follow_symlinks=False)
+        if prefix:  # (the root was checked when it was opened)
+            # Listable but not searchable (``r--``) lists names whose stat fails.
+            os.stat(".", dir_fd=fd, follow_symlinks=False)
         with os.scandir(fd) as entries:
             for entry in entries:
                 name = entry.name
