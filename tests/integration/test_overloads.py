@@ -49,6 +49,9 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentSession]:
     root.mkdir()
     (root / "Shapes.java").write_text(SHAPES)
     (root / "model.py").write_text(MODEL)
+    (root / "g.kt").write_text(
+        "class Größe {\n    fun fläche(a: Int) = a\n    fun fläche(a: String) = b(a)\n}\n"
+    )
     ops = bootstrap(tmp / "data", embedding_dimension=16)
     ops.add_project("local/r")
     ops.add_resource(str(root), "local/r")
@@ -112,23 +115,9 @@ def test_callers_of_one_overload_s_uri_are_the_callers_of_its_name(
 
 
 def test_a_qualified_name_that_is_not_ascii_finds_every_definition(
-    tmp_path_factory: pytest.TempPathFactory,
+    session: AgentSession,
 ) -> None:
     """The URIs quote a fragment's non-ASCII characters (``#sym=Größe.fläche``);
     a qualified name is compared with them as written."""
-    tmp = tmp_path_factory.mktemp("unicode")
-    root = tmp / "repo"
-    root.mkdir()
-    (root / "g.kt").write_text(
-        "class Größe {\n    fun fläche(a: Int) = a\n    fun fläche(a: String) = b(a)\n}\n"
-    )
-    ops = bootstrap(tmp / "data", embedding_dimension=16)
-    ops.add_project("local/u")
-    ops.add_resource(str(root), "local/u")
-    ops.reindex()
-    try:
-        session = ops.agent_session(projects=["local/u"])
-        assert session.callees("Größe.fläche")["defined"] == 2
-        assert [r["name"] for r in session.callees("Größe.fläche~2")["results"]] == ["b"]
-    finally:
-        ops._store().close()
+    assert session.callees("Größe.fläche")["defined"] == 2
+    assert [r["name"] for r in session.callees("Größe.fläche~2")["results"]] == ["b"]
