@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from cleveragents.domain.models.acms.uko import UKO
+from gitrepo import git
 
 REPO = Path(__file__).resolve().parents[2]
 REINDEX = REPO / "scripts" / "reindex.py"
@@ -322,6 +323,7 @@ def test_human_output_shows_uri_lines_score_and_snippet(world: dict[str, Any]) -
         (("project", "add", "Bad Name"), "invalid project name"),
         (("project", "add", "local/alpha"), "already exists"),
         (("resource", "add", "/nonexistent/dir", "--project", "local/alpha"), "not a directory"),
+        (("resource", "add", "", "--project", "local/alpha"), "the path is empty"),
         (("frobnicate",), "invalid choice"),
     ],
 )
@@ -335,6 +337,24 @@ def test_bad_input_exits_2_with_one_clear_line(
     assert message in lines[0]
     assert "Traceback" not in done.stderr
     assert done.stdout == ""
+
+
+@pytest.mark.parametrize("where", [".git", ".git/refs"])
+def test_resource_add_refuses_a_git_directory(world: dict[str, Any], where: str) -> None:
+    """Its files are git's objects and config (remote URLs with credentials),
+    never a project's: refused in one line naming the work tree to register."""
+    work_tree = world["base"] / f"repo-{where.replace('/', '-')}"
+    write_project(work_tree, "gitdir")
+    git(work_tree, "init", "-q")
+    done = world["cli"].run(
+        "resource", "add", str(work_tree / where), "--project", "local/alpha", ok=False
+    )
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    [line] = done.stderr.strip().splitlines()
+    assert f"the git repository directory {work_tree / '.git'}" in line
+    assert "register the work tree" in line and done.stdout == ""
+    listed = world["cli"].json("resource", "list", "--project", "local/alpha")
+    assert len(listed) == 1
 
 
 @pytest.mark.parametrize(

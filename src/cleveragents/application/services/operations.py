@@ -292,8 +292,9 @@ class AcmsOperations:
         for it; ``secret_allow`` globs let matching files through it.
 
         Raises:
-            NotFoundError: unknown project.  ValueError: bad path (the data
-            directory among them, or a git type outside any git work tree),
+            NotFoundError: unknown project.  ValueError: bad path (empty, the
+            data directory, a git repository's own directory or a path in
+            one, a git type outside any git work tree),
             type or allow-pattern.
             ResourceListingError: git refuses the checkout.
             ConflictError: the path overlaps a resource of the project.
@@ -301,11 +302,25 @@ class AcmsOperations:
         linked = set(self.project(project).resource_ids)
         if resource_type is not None and resource_type not in RESOURCE_TYPES:
             raise ValueError(f"unknown resource type {resource_type!r}")
+        if not path.strip():
+            raise ValueError("the path is empty (give the directory to register)")
         if not os.path.isdir(os.path.expanduser(path)):
             # Before the overlap check: a file inside a resource is first of
             # all not a directory.
             raise ValueError(f"not a directory: {os.path.realpath(os.path.expanduser(path))}")
-        from cleveragents.application.services.resource_files import excluded_below
+        from cleveragents.application.services.resource_files import (
+            excluded_below,
+            git_directory_of,
+        )
+
+        git_dir = git_directory_of(os.path.expanduser(path))
+        if git_dir is not None:
+            real = os.path.realpath(os.path.expanduser(path))
+            raise ValueError(
+                f"{real} is {'' if real == git_dir else 'inside '}the git repository "
+                f"directory {git_dir}: git's objects, refs and config (remote URLs with "
+                "credentials among them), not a project's files; register the work tree"
+            )
 
         try:  # the data directory itself cannot be a resource (inside one, it is left out)
             excluded_below(os.path.expanduser(path), (self.data_dir,))

@@ -39,11 +39,13 @@ import contextlib
 import errno
 import functools
 import os
+import re
 import shlex
 import stat
 import subprocess
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import NamedTuple
 
 from cleveragents._logging import get_logger
@@ -65,6 +67,7 @@ __all__ = [
     "ReadFile",
     "decode_text",
     "excluded_below",
+    "git_directory_of",
     "git_ignored_work_tree",
     "is_binary",
     "list_files",
@@ -122,6 +125,9 @@ SKIP_DIRS: frozenset[str] = frozenset(
     }
 )  # fmt: skip
 """Directory names that are never descended into, wherever they appear."""
+
+_VCS_DIRS = frozenset({".git", ".hg", ".svn"})
+_OBJECT_NAME = re.compile(rb"[0-9a-f]{40}|[0-9a-f]{64}")  # SHA-1 or SHA-256
 
 _GIT_TYPES = frozenset({"git-checkout", "git"})
 
@@ -195,6 +201,51 @@ class ReadFile:
 
 def _skip(path: str, reason: str, **fields: object) -> None:
     _log.debug("context_hydrator.file_skipped", path=path, reason=reason, **fields)
+
+
+def _is_git_directory(fd: int) -> bool:
+    """Whether the open directory ``fd`` is a repository's own directory (a
+    ``.git`` under another name, a bare clone such as ``mirror.git``): it
+    holds a ``HEAD`` file and ``objects`` and ``refs`` directories, as git
+    itself recognises one (``HEAD`` a symbolic ref or an object name).  Its
+    files are git's objects, refs and config (remote URLs with credentials
+    among them), never a project's files."""
+    try:
+        if not stat.S_ISREG(os.stat("HEAD", dir_fd=fd, follow_symlinks=False).st_mode):
+            return False
+        if not all(
+            stat.S_ISDIR(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode)
+            for name in ("objects", "refs")
+        ):
+            return False
+        head_fd = os.open("HEAD", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
+        try:
+            head = os.read(head_fd, 128).strip()
+        finally:
+            os.close(head_fd)
+    except OSError:
+        return False
+    return head.startswith(b"ref: refs/") or _OBJECT_NAME.fullmatch(head) is not None
+
+
+def git_directory_of(path: str | os.PathLike[str]) -> str | None:
+    """The git repository directory that ``path`` is or lies inside (a
+    ``.git`` component, or a directory that :func:`_is_git_directory`
+    recognises, bare clones included), resolved; None for any other path."""
+    real = Path(os.path.realpath(os.fspath(path)))
+    for candidate in (real, *real.parents):
+        if candidate.name in _VCS_DIRS:
+            return str(candidate)
+        try:
+            fd = os.open(candidate, _PATH_FLAGS)
+        except OSError:
+            continue
+        try:
+            if _is_git_directory(fd):
+                return str(candidate)
+        finally:
+            os.close(fd)
+    return None
 
 
 def _split_safe(rel_path: str) -> list[str] | None:
@@ -467,6 +518,7 @@ def _scan_directory(
     subdirs: list[str] = []
     rule_for, add = secrets.rule_for, files.append
     binary, is_reg = BINARY_EXTENSIONS, stat.S_ISREG
+    marks = (len(files), len(secret_skipped), 0 if left_out is None else len(left_out))
     try:
         if prefix:  # (the root was checked when it was opened)
             # Listable but not searchable (``r--``) lists names whose stat fails.
@@ -507,6 +559,13 @@ def _scan_directory(
             raise _cannot_list(root, exc) from None
         _unreadable_directory(root, prefix.rstrip("/"), exc, left_out)
         return []
+    if "refs" in subdirs and "objects" in subdirs and _is_git_directory(fd):
+        # A bare clone or a renamed .git: none of it is the project's.
+        del files[marks[0] :], secret_skipped[marks[1] :]
+        if left_out is not None:
+            del left_out[marks[2] :]
+        _skip(prefix.rstrip("/") or ".", "git_directory")
+        return []
     return subdirs
 
 
@@ -532,12 +591,20 @@ def _open_root(root: str) -> int:
 
     Raises:
         ResourceListingError: it cannot be opened (unreadable, gone, not a
-            directory): a listing of nothing would delete every indexed file
-            of the resource, where the operator must hear of it instead.
+            directory, a symlink now: registered roots are resolved): a
+            listing of nothing would delete every indexed file of the
+            resource, where the operator must hear of it instead.
     """
     try:
-        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        fd = os.open(root, _DIR_FLAGS)
     except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(root):
+            # Registered resolved: a symlink now leads wherever someone pointed it.
+            raise ResourceListingError(
+                f"the resource's directory {root!r} is a symlink now, not the directory "
+                "registered: nothing is listed through it and its indexed files are kept "
+                "(put the directory back, or register the one it leads to)"
+            ) from None
         raise _cannot_list(root, exc) from None
     try:
         # Listable but not searchable (``r--``): every name, no file's stat.
@@ -664,6 +731,9 @@ def _open_directory(directory: str, names: list[str], fds: list[int]) -> tuple[i
             # A symlink (ELOOP/ENOTDIR), a file, or gone: lstat-ing under it
             # would follow it out of the tree.
             return None, "symlink"
+        if _is_git_directory(fd):  # a bare clone or a renamed .git, tracked or not
+            os.close(fd)  # not kept open: what lies under it is checked again
+            return None, "git_directory"
         names.append(part)
         fds.append(fd)
     return fds[-1], ""
@@ -691,7 +761,8 @@ def list_resource(
 
     Returns:
         One ``ListedFile`` per regular file (per ``lstat``) that is not under a
-        ``SKIP_DIRS`` directory, has no ``BINARY_EXTENSIONS`` extension and is
+        ``SKIP_DIRS`` directory or a git repository directory (a bare clone
+        inside the tree, tracked or not), has no ``BINARY_EXTENSIONS`` extension and is
         not denied by ``secrets``; and the denied paths.  Symlinks, FIFOs,
         sockets, devices, directories and paths that could leave the root are
         skipped and logged, never followed.
@@ -699,11 +770,20 @@ def list_resource(
     Raises:
         ResourceListingError: a git resource that git cannot list (never
             answered by a walk, which would list what ``.gitignore`` excludes);
+            ``root`` is a git repository's own directory or lies in one;
             ``root`` is one of the ``exclude`` directories; ``root`` cannot be
             opened (unreadable, or gone since it was checked).
     """
     root_str = os.fspath(root)
     inside = excluded_below(root_str, exclude)
+    git_dir = git_directory_of(root_str)
+    if git_dir is not None:
+        raise ResourceListingError(
+            f"{root_str!r} is {'' if git_dir == os.path.realpath(root_str) else 'inside '}"
+            f"the git repository directory {git_dir!r}: git's objects, refs and config, "
+            "not a project's files; nothing of it is listed (remove the resource and "
+            "register the work tree instead)"
+        )
     secret_skipped: list[tuple[str, str]] = []
     left_out: list[tuple[str, str]] = []
     if resource_type in _GIT_TYPES:
@@ -829,7 +909,7 @@ def _open_beneath(root: str, parts: list[str]) -> int:
     the previous one, so a component swapped for a symlink after listing fails
     with ``ELOOP``/``ENOTDIR`` instead of leading outside the root.
     """
-    dir_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    dir_fd = os.open(root, _DIR_FLAGS)  # the root swapped for a symlink: ELOOP
     try:
         for part in parts[:-1]:
             next_fd = os.open(part, _DIR_FLAGS, dir_fd=dir_fd)
