@@ -14,6 +14,7 @@ runs for minutes over a few thousand triples.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -337,5 +338,46 @@ def test_a_call_cancelled_over_streamable_http_stops_its_worker(
             # The cancelled call's stream ends with the SDK's "Request cancelled".
             assert answers and '"code":-32800' in answers[0].text, answers
         assert server.proc.poll() is None
+    finally:
+        server.stop()
+
+
+def test_a_flood_of_slow_sparql_calls_leaves_the_other_tools_their_threads(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """Found by a reviewer: 45-120 slow SPARQL calls at once held every
+    thread of the service's one pool (anyio's 40, each call waiting for one
+    of the few SPARQL workers), and ``status`` waited 9-29 s for a thread.
+    Each tool has its own lane now: ``status`` answers while every SPARQL
+    call is still running or waiting (each takes at least its time limit)."""
+    server = HttpServer(env, tmp_path / "stderr", "--project", "local/big")
+    try:
+        _warm(server)
+
+        async def flood() -> tuple[httpx.Response, int, int]:
+            limits = httpx.Limits(max_connections=100)
+            async with httpx.AsyncClient(timeout=60, limits=limits) as client:
+                slow = [
+                    asyncio.ensure_future(
+                        client.post(f"{server.base}/api/sparql", json={"query": ENDLESS})
+                    )
+                    for _ in range(60)  # more than the 40 threads of anyio's one pool
+                ]
+                await asyncio.to_thread(_worker_of, server.proc.pid)
+                await asyncio.sleep(1.0)  # the rest arrive and take threads or wait
+                started = sum(t.done() for t in slow)
+                status = await client.post(f"{server.base}/api/status", json={})
+                finished = sum(t.done() for t in slow)
+                for task in slow:
+                    task.cancel()
+                await asyncio.gather(*slow, return_exceptions=True)
+            return status, started, finished
+
+        status, started, finished = asyncio.run(flood())
+        assert started == 0, "a SPARQL call ended before status was asked: nothing was tested"
+        assert status.status_code == 200, status.text
+        assert finished == 0, f"status waited for {finished} SPARQL calls to end first"
+        # The flood is gone with its callers: the service answers at once.
+        assert httpx.post(f"{server.base}/api/status", json={}, timeout=10).status_code == 200
     finally:
         server.stop()

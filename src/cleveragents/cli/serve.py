@@ -39,6 +39,7 @@ import functools
 import inspect
 import json
 import logging
+import math
 import os
 import re
 import signal
@@ -714,14 +715,56 @@ def _as_text(tool: ServiceTool) -> Callable[..., Awaitable[str]]:
     # closed) stops its work: a sync tool runs in a thread the SDK waits for.
     @functools.wraps(tool.fn)
     async def call(**arguments: Any) -> str:  # noqa: ANN401 - the tool's own arguments
-        return await _in_thread(functools.partial(run, arguments))
+        try:
+            return await _in_thread(functools.partial(run, arguments), tool.name)
+        except QueryTimeoutError as exc:  # its lane is full (raised before any thread)
+            raise ToolError(str(exc)) from None
 
     call.__annotations__ = {**tool.fn.__annotations__, "return": str}
     return call
 
 
-async def _in_thread(work: Callable[[], _T]) -> _T:
-    """``work()`` in a worker thread, as a call that cancelling this task cancels.
+# Threads one tool's calls hold at most at once.  Each tool has its own
+# lane: a flood of one tool's slow calls (SPARQL queries waiting for the
+# SPARQL workers, cold traversals) waits in its lane holding no thread, while
+# every other tool keeps its own.  With one shared pool (anyio's 40 threads)
+# 40 queued SPARQL queries held every thread and ``status`` waited 9-29 s.
+# A call that waited _LANE_WAIT seconds for its lane is refused (503: try
+# again; the SPARQL time limit) rather than queued for minutes behind others.
+_LANE_THREADS = 8
+_LANE_WAIT = 10.0
+
+
+class _Lanes:
+    """A capacity limiter per tool, made in the running event loop on first
+    use (a limiter belongs to its loop; a new loop, as in a new server of
+    the same process, gets new ones)."""
+
+    def __init__(self) -> None:
+        self._loop: object = None
+        self._lanes: dict[str, Any] = {}
+
+    def get(self, name: str) -> Any:  # noqa: ANN401 - anyio.CapacityLimiter
+        import asyncio
+
+        import anyio
+
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            # The threads' own limiter: no bound but the lanes'.
+            self._loop, self._lanes = loop, {"": anyio.CapacityLimiter(math.inf)}
+        lane = self._lanes.get(name)
+        if lane is None:
+            lane = self._lanes[name] = anyio.CapacityLimiter(_LANE_THREADS)
+        return lane
+
+
+_LANES = _Lanes()
+
+
+async def _in_thread(work: Callable[[], _T], tool: str) -> _T:
+    """``work()`` in a worker thread of ``tool``'s lane (see
+    :data:`_LANE_THREADS`), as a call that cancelling this task cancels.
 
     Python cannot stop the thread, but the work watches the call's
     :class:`CancelToken` (a SPARQL worker is killed at once); the task itself
@@ -729,6 +772,14 @@ async def _in_thread(work: Callable[[], _T]) -> _T:
     """
     import anyio.to_thread
 
+    lane = _LANES.get(tool)
+    with anyio.move_on_after(_LANE_WAIT) as waited:
+        await lane.acquire()
+    if waited.cancelled_caught:
+        raise QueryTimeoutError(
+            f"the service was busy with {lane.borrowed_tokens:g} {tool!r} calls for "
+            f"{_LANE_WAIT:g} s and {lane.statistics().tasks_waiting} more wait; try again shortly"
+        )
     token = CancelToken()
 
     def run() -> _T:
@@ -736,10 +787,12 @@ async def _in_thread(work: Callable[[], _T]) -> _T:
             return work()
 
     try:
-        return await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
+        return await anyio.to_thread.run_sync(run, abandon_on_cancel=True, limiter=_LANES.get(""))
     except anyio.get_cancelled_exc_class():
         token.cancel()
         raise
+    finally:
+        lane.release()
 
 
 def _http_app(
@@ -796,7 +849,7 @@ def _http_app(
         except BadArguments as exc:
             return _json({"error": str(exc)}, 400)
         try:
-            answer = await _unless_client_leaves(request, lambda: tool.fn(**kwargs))
+            answer = await _unless_client_leaves(request, lambda: tool.fn(**kwargs), tool.name)
         except _ClientLeft:
             # The client hung up while its call ran: the work was stopped.
             structlog.get_logger("cleveragents.acms.serve").info(
@@ -892,8 +945,8 @@ def _matches(value: str, allowed: Sequence[str]) -> bool:
     return False
 
 
-async def _unless_client_leaves(request: Request, work: Callable[[], _T]) -> _T:
-    """``work()`` in a worker thread (:func:`_in_thread`), cancelled if the
+async def _unless_client_leaves(request: Request, work: Callable[[], _T], tool: str) -> _T:
+    """``work()`` in a worker thread of ``tool``'s lane (:func:`_in_thread`), cancelled if the
     client disconnects first (the request body is read already, so the next
     ASGI message is the disconnect).
 
@@ -916,7 +969,7 @@ async def _unless_client_leaves(request: Request, work: Callable[[], _T]) -> _T:
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(watch, tasks.cancel_scope)
         try:
-            outcome.append(await _in_thread(work))
+            outcome.append(await _in_thread(work, tool))
         except Exception as exc:
             failed.append(exc)
         tasks.cancel_scope.cancel()
