@@ -130,6 +130,11 @@ def test_a_range_past_the_end_is_an_error(world) -> None:  # type: ignore[no-unt
     with pytest.raises(ValueError, match="has 7 lines: line 500 is past its end"):
         session.read("pkg/core.py#L500-L600")
     assert lines_of(session.read("pkg/core.py#L7-L90")) == [(7, "    return 'quokka'")]
+    # An empty file read whole is no lines; its line 1 is past its end too
+    # (a reviewer found "no results", exit 0, where a.py#L2 of a one-line file fails).
+    assert session.read("pkg/empty.py")["results"] == []
+    with pytest.raises(ValueError, match="has 0 lines: line 1 is past its end"):
+        session.read("pkg/empty.py#L1")
 
 
 def test_a_symbol_uri_reads_the_symbols_lines(world) -> None:  # type: ignore[no-untyped-def]

@@ -12,6 +12,7 @@ from typing import Any, cast
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rdflib import Literal
 
 from cleveragents.application.services.agent_session import (
     AgentSession,
@@ -27,7 +28,7 @@ from cleveragents.domain.models.acms.backends import (
     VectorBackend,
 )
 from cleveragents.domain.models.acms.errors import QueryLimitError, ScopeError
-from cleveragents.domain.models.acms.uko import PREDICATES, file_uri
+from cleveragents.domain.models.acms.uko import PREDICATES, file_uri, unit_uri
 from cleveragents.infrastructure.acms.hashing_embedder import HashingEmbedder
 from cleveragents.infrastructure.acms.memory_indexes import (
     MemoryGraphIndex,
@@ -300,3 +301,75 @@ def test_a_path_in_several_resources_is_told_the_depth_that_answers_for_all() ->
         with pytest.raises(QueryLimitError, match="at hop 2: ask for depth 1 or less"):
             s.traverse("pkg/core.py", depth=depth)
     assert len(s.traverse("pkg/core.py", depth=1)["results"]) == 2
+
+
+# Found by a reviewer: read cut a path at its first "#" and looked a symbol
+# up by its name as given, unquoted; the index quotes both.
+NAMED = {(A, "README.md"), (A, "sp ace#1.py")}
+
+
+def named_session() -> AgentSession:
+    graph = MemoryGraphIndex()
+    triples = []
+    for path, name, first, last in (
+        ("README.md", "Getting Started", 1, 2),
+        ("README.md", "café", 3, 3),
+        ("sp ace#1.py", "gamma", 2, 3),
+    ):
+        symbol = unit_uri(A, path, f"sym={name}")
+        triples += [
+            (file_uri(A, path), PREDICATES["defines"], symbol),
+            (symbol, PREDICATES["name"], Literal(name)),
+            (symbol, PREDICATES["kind"], Literal("function")),
+            (symbol, PREDICATES["line"], Literal(first)),
+            (symbol, PREDICATES["endLine"], Literal(last)),
+        ]
+    graph.upsert(A, triples)
+    dim = 16
+    return AgentSession(
+        text=cast(TextBackend, MemoryTextIndex()),
+        vector=cast(VectorBackend, MemoryVectorIndex(dim)),
+        graph=cast(GraphBackend, graph),
+        embedder=HashingEmbedder(dim),
+        scope=SessionScope(frozenset({A}), {"p/a": frozenset({A})}),
+        read_file=lambda rid, path, size: FileText("one\ntwo\nthree\n"),
+        is_indexed=lambda rid, path: (rid, path) in NAMED,
+    )
+
+
+@pytest.mark.parametrize(
+    ("written", "lines"),
+    [
+        ("README.md#sym=Getting Started", [1, 2]),
+        ("README.md#sym=Getting%20Started", [1, 2]),
+        (file_uri(A, "README.md") + "#sym=Getting Started", [1, 2]),
+        ("README.md#sym=café", [3]),
+        (file_uri(A, "README.md") + "#sym=café", [3]),
+        ("sp ace#1.py", [1, 2, 3]),
+        ("sp ace#1.py#sym=gamma", [2, 3]),
+        ("sp ace#1.py#L3", [3]),
+    ],
+)
+def test_read_takes_a_symbol_or_a_file_name_as_written(written: str, lines: list[int]) -> None:
+    got = named_session().read(written)
+    assert [r["line"] for r in got["results"]] == lines
+
+
+def test_read_of_a_symbol_the_file_lacks_names_it_as_written() -> None:
+    with pytest.raises(ValueError, match="defines no symbol 'Getting Startd'"):
+        named_session().read("README.md#sym=Getting Startd")
+
+
+def test_symbols_of_a_file_with_a_hash_in_its_name() -> None:
+    s = named_session()
+    for written in ("sp ace#1.py", "sp ace#1.py#sym=gamma", file_uri(A, "sp ace#1.py")):
+        assert [r["uri"] for r in s.symbols(written)["results"]] == [
+            unit_uri(A, "sp ace#1.py", "sym=gamma")
+        ], written
+
+
+def test_a_doubled_slash_is_named_and_dot_slash_slash_is_relative() -> None:
+    s = named_session()
+    with pytest.raises(ValueError, match=r"starts or ends with '/' \(the file's URI is"):
+        s.read(f"uko://{A}//README.md")
+    assert s.read(".//README.md")["uri"] == file_uri(A, "README.md")

@@ -720,25 +720,7 @@ class AgentSession:
             if owner is not None and not self._is_node(view, node):
                 raise ValueError(_no_node(what, node))
             return [node]
-        # A fragment (``#sym=Name``, ``#L10-L42``) names a node of that file,
-        # as read takes it, unless the whole is an indexed path (``a#b.py``).
-        # The fragment is quoted as the index quotes it (``#sym=café``).
-        whole = node[2:] if node.startswith("./") else node
-        roots = self._roots(view) if os.path.isabs(whole) else None
-        found: list[tuple[str, str]] = []
-        fragment = ""
-        # The longest indexed prefix ending before a "#" (a few tried: each
-        # try is a catalog lookup per resource).
-        cuts = [i for i, c in enumerate(whole) if c == "#"][-_MAX_HASH_SPLITS:]
-        for i in [len(whole), *reversed(cuts)]:
-            found = [
-                (rid, path)
-                for rid, path in _places(whole[:i], view.scope, roots)
-                if path.strip("/") and self._is_indexed(rid, path)
-            ]
-            if found:
-                fragment = whole[i + 1 :]
-                break
+        whole, roots, found, fragment = self._indexed_prefix(view, node)
         nodes = [
             unit_uri(rid, path, unquote(fragment)) if fragment else file_uri(rid, path)
             for rid, path in found
@@ -755,6 +737,30 @@ class AgentSession:
                 "path relative to a resource's root or an absolute path inside one"
             )
         return nodes
+
+    def _indexed_prefix(
+        self, view: ScopedView, node: str
+    ) -> tuple[str, dict[str, str] | None, list[tuple[str, str]], str]:
+        """A file path given with or without a fragment (``#sym=Name``,
+        ``#L10-L42``), split where the index says: the whole is a path if a
+        resource indexes it (``a#b.py``), else the longest indexed prefix
+        ending before a ``#`` (a few tried: each try is a catalog lookup per
+        resource).  Returns the path as given (``./`` dropped), the in-scope
+        roots for an absolute one (else None), the ``(resource, path)``
+        places found and the fragment after them (raw, as given)."""
+        whole = node[2:].lstrip("/") if node.startswith("./") else node  # .//a.py is ./a.py
+        roots = self._roots(view) if os.path.isabs(whole) else None
+        found: list[tuple[str, str]] = []
+        cuts = [i for i, c in enumerate(whole) if c == "#"][-_MAX_HASH_SPLITS:]
+        for i in [len(whole), *reversed(cuts)]:
+            found = [
+                (rid, path)
+                for rid, path in _places(whole[:i], view.scope, roots)
+                if path.strip("/") and self._is_indexed(rid, path)
+            ]
+            if found:
+                return whole, roots, found, whole[i + 1 :]
+        return whole, roots, found, ""
 
     def _roots(self, view: ScopedView) -> dict[str, str]:
         """The real root directory of each in-scope resource whose location
@@ -808,7 +814,13 @@ class AgentSession:
         view = self._view(projects, resources)
         # A path no in-scope resource indexes, an absolute path outside
         # them, another resource's URI: an error that says so, never "no symbols".
-        nodes = self._graph_nodes(view, path.split("#", 1)[0], "path")
+        _check_path_text(path, "path")
+        found = [] if _IRI_START.match(path) else self._indexed_prefix(view, path)[2]
+        # A file's fragment (``#sym=Name``) names the file; a "#" in its name
+        # (``sp ace#1.py``) is part of it when the index says so.
+        nodes = [file_uri(rid, p) for rid, p in found] or self._graph_nodes(
+            view, path.split("#", 1)[0], "path"
+        )
         items: list[dict[str, Any]] = []
         for own in nodes:
             items += self._symbol_rows(view, own)
@@ -1016,11 +1028,20 @@ class AgentSession:
             raise ScopeError(f"resource {rid} is not in this session's scope")
         fragment = uri.split("#", 1)[1] if "#" in uri else ""
         own = file_uri(rid, path)
+        if path != path.strip("/"):  # uko://R//a.py: not a.py's URI, but surely meant
+            raise ValueError(
+                f"{uri[:300]!r} names no file: its path starts or ends with '/' "
+                f"(the file's URI is {own[:300]!r})"
+            )
         if not self._is_indexed(rid, path):
             raise ValueError(f"{own[:300]!r} is not an indexed file of this scope")
         found = _RANGE.match(fragment)
         if fragment.startswith("sym="):
-            symbol = self._symbol_lines(uri, own, fragment[4:])
+            # Quoted as the index quotes it, whether it came quoted or not
+            # (``#sym=Getting Started``, ``#sym=café``).
+            symbol = self._symbol_lines(
+                unit_uri(rid, path, unquote(fragment)), own, unquote(fragment[4:])
+            )
             if start_line is None and end_line is None:
                 start_line, end_line = symbol
         elif fragment and not found:
@@ -1042,7 +1063,7 @@ class AgentSession:
         # Numbered as the indexer numbers them (\r\n, \r and \n end a line;
         # a final line ending starts no line), so hits' ranges match.
         lines = split_lines(got.text)
-        if first > max(len(lines), 1):
+        if first > len(lines) and (lines or start_line is not None):  # an empty file has no L1
             raise ValueError(f"{own} has {len(lines)} lines: line {first} is past its end")
         wanted = len(lines) if last is None else min(last, len(lines))
         stop = min(wanted, first - 1 + _MAX_READ_LINES)
@@ -1084,15 +1105,20 @@ class AgentSession:
             ValueError: no in-scope resource indexes the path, or several do
                 (their URIs are named, to pick one).
         """
-        path, mark, fragment = given.partition("#")
-        nodes = self._graph_nodes(self._view(None, None), path, "uri")
+        view = self._view(None, None)
+        _, _, found, fragment = self._indexed_prefix(view, given)
+        if not found:  # a blank node (refused by read), else the error naming the forms
+            return self._graph_nodes(view, given, "uri")[0]
+        nodes = [file_uri(rid, path) for rid, path in found]
+        path = found[0][1]
         if len(nodes) > 1:
             shown = ", ".join(nodes[:5]) + (f" and {len(nodes) - 5} more" if len(nodes) > 5 else "")
             raise ValueError(
                 f"{path[:200]!r} is a file of {len(nodes)} resources of this scope; "
                 f"read it by URI: {shown}"
             )
-        return nodes[0] + mark + fragment
+        # The fragment quoted as the index quotes it (``#sym=Getting%20Started``).
+        return unit_uri(found[0][0], path, unquote(fragment)) if fragment else nodes[0]
 
     # ------------------------------------------------------------ context
 
