@@ -324,6 +324,10 @@ def test_human_output_shows_uri_lines_score_and_snippet(world: dict[str, Any]) -
         (("project", "add", "local/alpha"), "already exists"),
         (("resource", "add", "/nonexistent/dir", "--project", "local/alpha"), "not a directory"),
         (("resource", "add", "", "--project", "local/alpha"), "the path is empty"),
+        (
+            ("search", "text", "-x", "--project", "local/alpha"),
+            "'-x' is taken for an option: put a query or path that begins with '-' after '--'",
+        ),
         (("frobnicate",), "invalid choice"),
     ],
 )
@@ -337,6 +341,12 @@ def test_bad_input_exits_2_with_one_clear_line(
     assert message in lines[0]
     assert "Traceback" not in done.stderr
     assert done.stdout == ""
+
+
+def test_a_query_that_begins_with_a_dash_goes_after_double_dash(world: dict[str, Any]) -> None:
+    done = world["cli"].run("search", "text", "--project", "local/alpha", "--", "-aardvark")
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
 
 
 @pytest.mark.parametrize("where", [".git", ".git/refs"])

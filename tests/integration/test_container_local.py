@@ -55,3 +55,21 @@ def test_local_workers_prepare_the_text_the_tantivy_index_writes(tmp_path: Path)
     c = build_container("local", tmp_path / "data")
     spec = c.indexer().spec
     assert spec is not None and spec.text_preparer is prepare_content
+
+
+@pytest.mark.parametrize("dimension", ["0", "-3", "32769", "99999999999"])
+def test_an_embedding_dimension_out_of_range_is_one_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dimension: str
+) -> None:
+    """Found by a reviewer: 99999999999 was "internal error: MemoryError:
+    Unable to allocate 745. GiB" at the first embedding, exit 1."""
+    monkeypatch.setenv("ACMS_EMBEDDING_DIM", dimension)
+    with pytest.raises(ValueError, match=rf"within 1\.\.32768, got {dimension} "):
+        build_container("local", tmp_path / "data")
+
+
+def test_the_largest_embedding_dimension_is_accepted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ACMS_EMBEDDING_DIM", "32768")
+    assert build_container("local", tmp_path / "data").vector_backend().dimension == 32768

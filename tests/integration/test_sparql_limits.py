@@ -219,6 +219,19 @@ def test_the_size_cap_is_exact(graph, rid) -> None:
         check_query(at_cap + "a", init_ns={})
 
 
+@pytest.mark.parametrize("clause", ["LIMIT", "OFFSET"])
+def test_a_limit_or_offset_past_the_largest_index_is_refused_naming_it(
+    graph, rid, clause: str
+) -> None:
+    """Found by a reviewer: it was "SPARQL evaluation failed: ValueError:
+    Stop argument for islice() must be ..." (Python's words, not the query's)."""
+    huge = sys.maxsize + 1
+    with pytest.raises(QueryError, match=f"SPARQL {clause} {huge} is too large"):
+        graph.sparql_query(f"{PLAIN} {clause} {huge}", scope=frozenset({rid}))
+    largest = graph.sparql_query(f"{PLAIN} {clause} {sys.maxsize}", scope=frozenset({rid}))
+    assert largest.metadata["rows"] == ("20" if clause == "LIMIT" else "0")
+
+
 # ------------------------------------------------------------------ finding 2: parse in the worker
 
 

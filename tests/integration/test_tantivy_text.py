@@ -366,6 +366,16 @@ def test_bad_queries_raise_query_error(
     assert isinstance(backend.search(query, scope=frozenset(two_resources)), list)
 
 
+@pytest.mark.parametrize("query", ["content:*", "path:*", "needle AND symbol:*"])
+def test_a_field_star_is_refused_as_match_everything_not_as_a_schema_error(
+    backend: TantivyTextBackend, two_resources: tuple[str, str], query: str
+) -> None:
+    """Found by a reviewer: "invalid query: Schema error: 'Field content is
+    not a fast field.'" named the engine's internals, not the query's."""
+    with pytest.raises(QueryError, match=r"'\w+:\*' \(every document with the field\)"):
+        backend.search(query, scope=frozenset(two_resources), syntax="tantivy")
+
+
 class _EnginePanic(BaseException):
     """Stands in for pyo3's PanicException, which derives from BaseException."""
 

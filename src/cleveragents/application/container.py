@@ -72,6 +72,8 @@ __all__ = [
 
 PROFILES = ("stub", "local", "remote")
 DEFAULT_EMBEDDING_DIMENSION = 384
+# Milvus's largest vector dimension; far past any embedding model's.
+MAX_EMBEDDING_DIMENSION = 32_768
 
 
 def _index_store(data_dir: str, dimension: int) -> ManagedIndexStore:
@@ -231,8 +233,13 @@ def build_container(
             embedding_dimension = int(raw)
         except ValueError:
             raise ValueError(f"ACMS_EMBEDDING_DIM must be an integer, got {raw!r}") from None
-    if embedding_dimension <= 0:
-        raise ValueError("the embedding dimension must be positive")
+    if not 0 < embedding_dimension <= MAX_EMBEDDING_DIMENSION:
+        # Past it, the first embedding's allocation fails (99999999999: "Unable
+        # to allocate 745 GiB"): a setting's error, said as one.
+        raise ValueError(
+            f"the embedding dimension must be within 1..{MAX_EMBEDDING_DIMENSION}, "
+            f"got {embedding_dimension} (ACMS_EMBEDDING_DIM)"
+        )
     if embedder == "minilm" and embedding_dimension != DEFAULT_EMBEDDING_DIMENSION:
         raise ValueError(f"the minilm embedder has dimension 384, not {embedding_dimension}")
 

@@ -157,9 +157,38 @@ def check_rebuild_options(args: argparse.Namespace, profile: str = "local") -> N
 class CommandParser(argparse.ArgumentParser):
     """An argument parser whose errors are one line: :class:`UsageError`."""
 
+    _given: tuple[str, ...] = ()  # the arguments of the last top-level parse
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        if namespace is None:  # a top-level parse (a subcommand's gets the namespace)
+            CommandParser._given = tuple(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
     def error(self, message: str) -> NoReturn:
         # One line, not argparse's usage block.
-        raise UsageError(f"{message} (see '{self.prog} --help')")
+        raise UsageError(f"{message}{self._dash_hint(message)} (see '{self.prog} --help')")
+
+    def _dash_hint(self, message: str) -> str:
+        """How to pass a query or path that begins with '-' (``-x``,
+        ``-rf.py``): argparse takes it for an unknown option and says only
+        that the query is missing."""
+        if not message.startswith(("the following arguments are required", "unrecognized")):
+            return ""
+        given = self._given[: self._given.index("--")] if "--" in self._given else self._given
+        known = self._option_string_actions
+        for token in given:
+            name = token.split("=", 1)[0]
+            # One dash: "--x" is more likely a mistyped option than a query.
+            dashed = len(token) > 1 and token[0] == "-" and token[1] != "-"
+            if dashed and not token[1].isdigit() and not any(o.startswith(name) for o in known):
+                return (
+                    f"; {token!r} is taken for an option: put a query or path that "
+                    f"begins with '-' after '--', the options before it "
+                    f"({self.prog} --project P -- {token})"
+                )
+        return ""
 
 
 _Parser = CommandParser

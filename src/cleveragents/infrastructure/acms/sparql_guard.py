@@ -39,6 +39,7 @@ import contextvars
 import logging
 import os
 import re
+import sys
 import threading
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
@@ -243,6 +244,13 @@ def _refuse_forbidden_nodes(root: CompValue) -> None:
             form = _FORBIDDEN_NODES.get(node.name)
             if form is not None:
                 raise QueryError(f"SPARQL {form} is refused: queries see only the scoped graph")
+            if node.name == "Slice":
+                for clause, key in (("OFFSET", "start"), ("LIMIT", "length")):
+                    value = dict.get(node, key)
+                    if isinstance(value, int) and value > sys.maxsize:
+                        raise QueryError(
+                            f"SPARQL {clause} {value} is too large (at most {sys.maxsize})"
+                        )
             stack.extend(dict.values(node))
         elif isinstance(node, dict):
             stack.extend(node.values())

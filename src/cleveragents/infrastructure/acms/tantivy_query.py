@@ -212,6 +212,7 @@ _INTERNAL_FIELD = re.compile(
     r"(?<![\w.])(resource_id|uko_uri|body|metadata|symbol_exact|symbol_case|names|path_raw)\s*:"
 )
 _BARE_STAR = re.compile(r"(?<![\w*:\\])\*(?![\w*])")
+_FIELD_STAR = re.compile(r"(?<![\w\\])([A-Za-z_]\w*):\*(?![\w*])")  # content:*, path:*
 _REGEX = re.compile(r"(?:^|[\s(:+-])/(?:[^/\\]|\\.)+/")
 _FUZZY = re.compile(r"(?<=[^\s~])~(\d+)")
 _OPERATORS = re.compile(r"\b(?:AND|OR|NOT)\b")
@@ -446,6 +447,15 @@ class QueryBuilder:
             # Tantivy scores a match-all clause 0 or 1 depending on its segment
             # layout, so scores would no longer depend on the documents alone.
             raise QueryError("a bare '*' (match everything) is not supported; search for terms")
+        field_star = _FIELD_STAR.search(_QUOTED.sub("q", query))
+        if field_star:
+            # Tantivy's "has the field" query, which only its fast fields answer
+            # ("Schema error: Field content is not a fast field"): every
+            # document has every field here, so it is match-everything too.
+            raise QueryError(
+                f"'{field_star.group(0)}' (every document with the field) is not supported; "
+                "search for terms"
+            )
         self._check_shapes(query, unquoted)
 
     def _terms(self, text: str) -> list[str]:
