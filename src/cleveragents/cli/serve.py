@@ -974,7 +974,10 @@ async def _unless_client_leaves(request: Request, work: Callable[[], _T], tool: 
             failed.append(exc)
         tasks.cancel_scope.cancel()
     if failed:
-        raise failed[0]
+        try:
+            raise failed[0]
+        finally:
+            failed.clear()  # no cycle through this frame keeps the error's frames alive
     if gone or not outcome:
         raise _ClientLeft
     return outcome[0]

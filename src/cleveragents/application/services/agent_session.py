@@ -374,7 +374,10 @@ def walk_nodes(
                 view.traverse(node, depth=depth, direction=direction, predicates=predicates)
             )
         except WalkLimitError as exc:
-            over.append(exc)
+            # Without its traceback: it holds the walk's frames (10,000
+            # triples and their sets), kept by a cycle (this frame, ``over``)
+            # until a full collection.
+            over.append(exc.with_traceback(None))
     if over:
         first = min(over, key=lambda e: e.hop)
         raise walk_limit_error(given, first.max_rows, first.hop) from first

@@ -18,6 +18,7 @@ import os
 import shlex
 import stat
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -775,16 +776,20 @@ class _LazyBackend:
     """Stands for a backend (or the embedder) and builds it on the first
     attribute looked up."""
 
-    __slots__ = ("_factory", "_target")
+    __slots__ = ("_factory", "_lock", "_target")
 
     def __init__(self, factory: Callable[[], object]) -> None:
         self._factory = factory
+        self._lock = threading.Lock()
         self._target: object | None = None
 
     def __getattr__(self, name: str) -> Any:  # noqa: ANN401 - whatever the backend has
         target = self._target
         if target is None:
-            target = self._target = self._factory()
+            with self._lock:  # concurrent first calls build it once
+                target = self._target
+                if target is None:
+                    target = self._target = self._factory()
         return getattr(target, name)
 
 

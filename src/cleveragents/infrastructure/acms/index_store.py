@@ -57,6 +57,7 @@ import os
 import shutil
 import stat
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
@@ -385,6 +386,9 @@ class ManagedIndexStore:
             "catalog": catalog,
         }
         self._open: dict[str, object] = {}
+        # One lock per index: a first use from several threads at once opens
+        # the index once (the graph factory opens the catalog: another lock).
+        self._opening = {name: threading.Lock() for name in self._factories}
         self._live = False  # the live indexes of data_dir (their links)
         self._local = False  # the indexes are files of data_dir (_at)
         self._writing = 0  # depth of writing() blocks held by this process
@@ -508,7 +512,10 @@ class ManagedIndexStore:
     def _get(self, name: str) -> object:
         value = self._open.get(name)
         if value is None:
-            value = self._open[name] = self._factories[name]()
+            with self._opening[name]:
+                value = self._open.get(name)
+                if value is None:
+                    value = self._open[name] = self._factories[name]()
         return value
 
     @property
