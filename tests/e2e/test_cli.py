@@ -349,6 +349,33 @@ def test_a_query_that_begins_with_a_dash_goes_after_double_dash(world: dict[str,
     assert "Traceback" not in done.stderr
 
 
+def test_a_root_swapped_for_a_symlink_is_neither_indexed_nor_read_through(
+    tmp_path: Path,
+) -> None:
+    """Found by a reviewer: roots are registered resolved, yet ``mv real
+    real.orig; ln -s other real`` made the next reindex index ``other/`` as
+    the resource, and ``read`` serve it."""
+    cli = Cli(tmp_path / "data")
+    real = write_project(tmp_path / "real", "realm")
+    other = write_project(tmp_path / "other", "outsider")
+    cli.run("project", "add", "local/p")
+    rid = cli.run("resource", "add", str(real), "--project", "local/p").stdout.strip()
+    assert cli.run("reindex").returncode == 0
+    real.rename(tmp_path / "real.orig")
+    real.symlink_to(other, target_is_directory=True)
+    done = cli.run("reindex", ok=False)
+    assert done.returncode == 1, done.stderr
+    assert f"resource {rid}" in done.stderr and "is a symlink now" in done.stderr
+    assert "Traceback" not in done.stderr
+    found = cli.json("search", "text", "outsider", "--project", "local/p")
+    assert found == []
+    kept = cli.json("search", "text", "realm", "--project", "local/p")
+    assert kept, "the resource's indexed files are kept"
+    read = cli.run("read", "pkg/helpers.py", "--project", "local/p", ok=False)
+    assert read.returncode == 2 and "is a symlink now" in read.stderr
+    assert "outsider" not in read.stdout
+
+
 @pytest.mark.parametrize("where", [".git", ".git/refs"])
 def test_resource_add_refuses_a_git_directory(world: dict[str, Any], where: str) -> None:
     """Its files are git's objects and config (remote URLs with credentials),

@@ -101,7 +101,7 @@ def test_unknown_provider_name_is_rejected_and_nothing_changes() -> None:
     [
         ("ACMS_PROFILE", "production", "ACMS_PROFILE"),
         ("ACMS_EMBEDDING_DIM", "many", "ACMS_EMBEDDING_DIM"),
-        ("ACMS_EMBEDDING_DIM", "0", "positive"),
+        ("ACMS_EMBEDDING_DIM", "0", "within 1..32768"),
     ],
 )
 def test_bad_configuration_is_a_clear_error(

@@ -54,6 +54,7 @@ from cleveragents.application.services.resource_files import (
     is_binary,
     list_resource,
     read_file,
+    refuse_swapped_root,
     secret_content,
 )
 from cleveragents.domain.models.acms.errors import ResourceListingError
@@ -104,6 +105,17 @@ def hydrate_tiers_for_plan(
             if resource is None:
                 _log.debug(
                     "context_hydrator.resource_not_found", project=name, resource_id=resource_id
+                )
+                continue
+            try:
+                refuse_swapped_root(resource.location)  # registered resolved
+            except ResourceListingError as exc:
+                _log.warning(
+                    "context_hydrator.listing_failed",
+                    project=name,
+                    resource_id=resource.resource_id,
+                    location=resource.location,
+                    error=str(exc),
                 )
                 continue
             total += _hydrate_resource(

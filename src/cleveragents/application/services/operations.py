@@ -477,6 +477,7 @@ class AcmsOperations:
             decode_text,
             is_binary,
             read_file,
+            refuse_swapped_root,
         )
 
         projects, resources = list(projects), list(resources)
@@ -501,6 +502,10 @@ class AcmsOperations:
                 raise ValueError(
                     f"resource {rid} is no longer registered (removed since this started)"
                 )
+            try:
+                refuse_swapped_root(resource.location)
+            except ResourceListingError as exc:
+                raise ValueError(f"{path} is not served: {exc}") from None
             got = read_file(resource.location, ListedFile(path, 0, 0), max_bytes=max_bytes)
             if got is None:
                 raise ValueError(_why_unreadable(resource.location, path, max_bytes))
@@ -603,6 +608,8 @@ class AcmsOperations:
         git cannot list is recorded in ``report.failed`` (its units stay as
         they were) and the other resources are still indexed.
         """
+        from cleveragents.application.services.resource_files import refuse_swapped_root
+
         projects, resources = list(projects), list(resources)
         everything = not projects and not resources
         targets = None if everything else sorted(self.scope(projects, resources))
@@ -636,6 +643,7 @@ class AcmsOperations:
                     report.empty.append(rid)
                     continue
                 try:
+                    refuse_swapped_root(resource.location)
                     stats = indexer.index_resource(
                         rid,
                         resource.location,
@@ -672,6 +680,7 @@ class AcmsOperations:
         Readers see the old index or the new one, never a half-built one; a
         reader that has an index open picks the new one up on its next query.
         """
+        from cleveragents.application.services.resource_files import refuse_swapped_root
 
         report = ReindexReport()
         t0 = time.perf_counter()
@@ -685,6 +694,7 @@ class AcmsOperations:
                 for resource in self.resources.list():
                     _refuse_missing([resource], live)
                     try:
+                        refuse_swapped_root(resource.location)
                         report.resources[resource.resource_id] = indexer.index_resource(
                             resource.resource_id,
                             resource.location,

@@ -73,6 +73,7 @@ __all__ = [
     "list_files",
     "list_resource",
     "read_file",
+    "refuse_swapped_root",
     "secret_content",
 ]
 
@@ -560,6 +561,8 @@ def _scan_directory(
         _unreadable_directory(root, prefix.rstrip("/"), exc, left_out)
         return []
     if "refs" in subdirs and "objects" in subdirs and _is_git_directory(fd):
+        if not prefix:
+            raise _git_directory_root(root)
         # A bare clone or a renamed .git: none of it is the project's.
         del files[marks[0] :], secret_skipped[marks[1] :]
         if left_out is not None:
@@ -591,20 +594,12 @@ def _open_root(root: str) -> int:
 
     Raises:
         ResourceListingError: it cannot be opened (unreadable, gone, not a
-            directory, a symlink now: registered roots are resolved): a
-            listing of nothing would delete every indexed file of the
-            resource, where the operator must hear of it instead.
+            directory): a listing of nothing would delete every indexed file
+            of the resource, where the operator must hear of it instead.
     """
     try:
-        fd = os.open(root, _DIR_FLAGS)
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(root):
-            # Registered resolved: a symlink now leads wherever someone pointed it.
-            raise ResourceListingError(
-                f"the resource's directory {root!r} is a symlink now, not the directory "
-                "registered: nothing is listed through it and its indexed files are kept "
-                "(put the directory back, or register the one it leads to)"
-            ) from None
         raise _cannot_list(root, exc) from None
     try:
         # Listable but not searchable (``r--``): every name, no file's stat.
@@ -613,6 +608,29 @@ def _open_root(root: str) -> int:
         os.close(fd)
         raise _cannot_list(root, exc) from None
     return fd
+
+
+def _git_directory_root(root: str) -> ResourceListingError:
+    return ResourceListingError(
+        f"{root!r} is a git repository's own directory (or lies in one): git's objects, "
+        "refs and config, not a project's files; nothing of it is listed (remove the "
+        "resource and register the work tree instead)"
+    )
+
+
+def refuse_swapped_root(root: str | os.PathLike[str]) -> None:
+    """Refuse a registered resource's root that is a symlink now.
+
+    Roots are registered resolved, so a symlink there was put in its place
+    since (``mv real real.orig; ln -s other real``): following it would
+    index and serve another tree as the resource.  Raises
+    ResourceListingError (its indexed files are kept)."""
+    if os.path.islink(root):
+        raise ResourceListingError(
+            f"the resource's directory {os.fspath(root)!r} is a symlink now, not the directory "
+            "registered: nothing is listed or read through it and its indexed files are kept "
+            "(put the directory back, or register the one it leads to)"
+        )
 
 
 def _cannot_list(path: str, exc: OSError) -> ResourceListingError:
@@ -776,14 +794,10 @@ def list_resource(
     """
     root_str = os.fspath(root)
     inside = excluded_below(root_str, exclude)
-    git_dir = git_directory_of(root_str)
-    if git_dir is not None:
-        raise ResourceListingError(
-            f"{root_str!r} is {'' if git_dir == os.path.realpath(root_str) else 'inside '}"
-            f"the git repository directory {git_dir!r}: git's objects, refs and config, "
-            "not a project's files; nothing of it is listed (remove the resource and "
-            "register the work tree instead)"
-        )
+    # Nothing outside the root is opened to tell (``resource add`` looks at
+    # its parents): a ``.git`` on its path here, the root itself in the walk.
+    if any(part in _VCS_DIRS for part in Path(root_str).parts):
+        raise _git_directory_root(root_str)
     secret_skipped: list[tuple[str, str]] = []
     left_out: list[tuple[str, str]] = []
     if resource_type in _GIT_TYPES:
@@ -909,7 +923,7 @@ def _open_beneath(root: str, parts: list[str]) -> int:
     the previous one, so a component swapped for a symlink after listing fails
     with ``ELOOP``/``ENOTDIR`` instead of leading outside the root.
     """
-    dir_fd = os.open(root, _DIR_FLAGS)  # the root swapped for a symlink: ELOOP
+    dir_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         for part in parts[:-1]:
             next_fd = os.open(part, _DIR_FLAGS, dir_fd=dir_fd)
