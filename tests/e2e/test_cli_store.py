@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from cli_process import MODULE, cli_env, run_acms
 
 REPO = Path(__file__).resolve().parents[2]
 REINDEX = REPO / "scripts" / "reindex.py"
+MODULE_CMD = [sys.executable, *MODULE]
 
 
 def run(
@@ -83,6 +86,41 @@ def test_the_data_directory_is_owner_only_whatever_the_umask(
     assert loose_paths(data) == []
     status = run(data, "status", umask=umask)
     assert status.returncode == 0 and "warning" not in status.stderr
+
+
+def _umask_of(pid: int) -> str:
+    with open(f"/proc/{pid}/status") as fh:
+        return next(line.split()[1] for line in fh if line.startswith("Umask:"))
+
+
+@pytest.mark.parametrize(
+    "service", [("watch",), ("serve", "--http", "127.0.0.1:0", "--project", "local/a")]
+)
+def test_the_services_write_owner_only_files_whatever_the_umask(
+    tmp_path: Path, tree: Path, service: tuple[str, ...]
+) -> None:
+    """Found by a reviewer: ``acms watch`` and ``acms serve`` were handed
+    off before the CLI set its umask, so a watch killed mid-run (or out of
+    space) left 0644 segment files that ``status`` then warned of."""
+    data = tmp_path / "data"
+    assert run(data, "project", "add", "local/a").returncode == 0
+    assert run(data, "resource", "add", str(tree), "--project", "local/a").returncode == 0
+    proc = subprocess.Popen(
+        [*MODULE_CMD, *service],
+        env=cli_env(data),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        preexec_fn=lambda: os.umask(0o022),
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while _umask_of(proc.pid) != "0077" and time.monotonic() < deadline:
+            assert proc.poll() is None, "the service ended"
+            time.sleep(0.05)
+        assert _umask_of(proc.pid) == "0077"
+    finally:
+        proc.terminate()
+        proc.wait(30)
 
 
 def test_status_warns_about_loose_modes_and_names_them(tmp_path: Path, tree: Path) -> None:

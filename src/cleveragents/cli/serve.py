@@ -1107,6 +1107,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    from cleveragents.bootstrap import private_umask
+
+    private_umask()  # it may open or repair the data directory: owner-only files
     configure_stderr_logging(args.log_level)
     try:
         with sigterm_unwinds():

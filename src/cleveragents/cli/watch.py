@@ -252,8 +252,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"{_PROG}: error: {one_line(exc)}", file=sys.stderr)
         return 2
+    from cleveragents.bootstrap import private_umask
     from cleveragents.cli.serve import configure_stderr_logging
 
+    private_umask()  # it writes the data directory: owner-only files, as acms reindex
     configure_stderr_logging(args.log_level)
     if args.log_level != "debug":
         # One line per batch of changes ("2 changes detected"): the reindex
