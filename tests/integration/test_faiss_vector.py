@@ -1059,3 +1059,45 @@ def test_cache_bytes_is_validated(tmp_path: Path) -> None:
             FaissVectorBackend(tmp_path, dimension=8, cache_bytes=bad)
     with pytest.raises(TypeError):
         FaissVectorBackend(tmp_path, dimension=8, cache_bytes=1.5)  # type: ignore[arg-type]
+
+
+_WRITE_PAST_A_FILE_SIZE_LIMIT = """
+import resource, signal, sys
+import numpy as np
+from cleveragents.domain.models.acms.backends import IndexUnit
+from cleveragents.domain.models.acms.errors import IndexUnavailableError
+from cleveragents.domain.models.acms.uko import unit_uri
+from cleveragents.infrastructure.acms.faiss_vector import FaissVectorBackend
+
+backend = FaissVectorBackend(sys.argv[1], dimension=4)
+rid = "01JD5TD11B0000000000000000"
+one = [IndexUnit(unit_uri(rid, "a.py", "L1-L1"), "x", {"path": "a.py"})]
+backend.upsert(rid, one, np.ones((1, 4), dtype=np.float32))
+# What a full disk does to the next write, without filling one.
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000))
+many = [
+    IndexUnit(unit_uri(rid, f"f{i}.py", "L1-L1"), "y" * 500, {"path": f"f{i}.py"})
+    for i in range(3000)
+]
+try:
+    backend.upsert(rid, many, np.ones((3000, 4), dtype=np.float32))
+except IndexUnavailableError as exc:
+    print(exc)
+"""
+
+
+def test_a_write_the_disk_refuses_names_the_database_and_why(tmp_path: Path) -> None:
+    """Found by a reviewer: a full disk was "cannot write the vector index",
+    even at debug level; the database and SQLite's reason are in the line."""
+    done = subprocess.run(
+        [sys.executable, "-c", _WRITE_PAST_A_FILE_SIZE_LIMIT, str(tmp_path / "v")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    line = done.stdout.strip()
+    assert line.startswith(f"cannot write the vector index {tmp_path / 'v' / 'vectors.sqlite3'}: ")
+    assert "disk I/O error" in line or "full" in line, line

@@ -298,7 +298,9 @@ class FaissVectorBackend:
                 try:
                     conn.close()
                 except sqlite3.Error as exc:
-                    raise IndexUnavailableError("cannot close the vector index") from exc
+                    raise IndexUnavailableError(
+                        f"cannot close the vector index {self._db_path}: {exc}"
+                    ) from exc
 
     def loaded_resources(self) -> frozenset[str]:
         """ULIDs of the resources whose rows are held in memory.
@@ -561,7 +563,9 @@ class FaissVectorBackend:
                     # Rows are compacted in place, keeping their order.
                     res.index.remove_ids(_faiss().IDSelectorBatch(np.flatnonzero(gone)))
                 except (RuntimeError, AssertionError) as exc:
-                    raise IndexUnavailableError("cannot update the FAISS index") from exc
+                    raise IndexUnavailableError(
+                        f"cannot update the FAISS index {self._db_path}: {exc}"
+                    ) from exc
                 res.ids = res.ids[~gone]
         ids: list[int] = []
         blobs: list[bytes] = []
@@ -628,7 +632,7 @@ class FaissVectorBackend:
         try:
             res.index.add(vectors)
         except (RuntimeError, AssertionError) as exc:
-            raise IndexUnavailableError("cannot build the FAISS index") from exc
+            raise IndexUnavailableError(f"cannot build the FAISS index: {exc}") from exc
         res.ids = np.concatenate([res.ids, ids])
 
     @staticmethod
@@ -737,7 +741,9 @@ class FaissVectorBackend:
                 except sqlite3.Error as exc:
                     if conn is not self._conn:
                         continue  # swapped under this pass, as above
-                    raise IndexUnavailableError("cannot read the vector index") from exc
+                    raise IndexUnavailableError(
+                        f"cannot read the vector index {self._db_path}: {exc}"
+                    ) from exc
                 if len(rows) == len(hits):
                     break
                 # A hit was deleted by another connection since the check.
@@ -926,7 +932,9 @@ class FaissVectorBackend:
             try:
                 return self._connection().execute(sql, args).fetchall()
             except sqlite3.Error as exc:
-                raise IndexUnavailableError("cannot read the vector index") from exc
+                raise IndexUnavailableError(
+                    f"cannot read the vector index {self._db_path}: {exc}"
+                ) from exc
 
     def _write(
         self,
@@ -990,7 +998,9 @@ class FaissVectorBackend:
                         cur.execute("DELETE FROM removed WHERE resource_id = ?", (rid,))
                         generation = None
             except sqlite3.Error as exc:
-                raise IndexUnavailableError("cannot write the vector index") from exc
+                raise IndexUnavailableError(
+                    f"cannot write the vector index {self._db_path}: {exc}"
+                ) from exc
             self._apply(
                 rid,
                 before,
