@@ -266,6 +266,61 @@ def short_tmp() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def _fork_server_of(pid: int) -> bool:
+    """Whether ``pid`` has started ``multiprocessing``'s fork server."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as fh:
+            children = fh.read().split()
+    except FileNotFoundError:
+        return False
+    for child in children:
+        try:
+            with open(f"/proc/{child}/cmdline", "rb") as fh:
+                if b"forkserver" in fh.read():
+                    return True
+        except FileNotFoundError:
+            continue
+    return False
+
+
+@pytest.mark.parametrize("after", [0.05, 0.15, 0.3, 0.5])
+def test_ctrl_c_while_the_worker_pool_starts_is_one_line(
+    big: dict[str, Any], short_tmp: Path, after: float
+) -> None:
+    """Found by a reviewer: Ctrl-C (the whole process group, as a terminal
+    sends it) while the fork server started its interpreter or imported its
+    preloads, or forked a worker the writer then gave up on, printed 12-38
+    lines of traceback under "acms: interrupted".  (Sent while the writer
+    spawns the fork server, a few milliseconds, Ctrl-C is lost: see
+    ``index_workers._start_fork_server_deaf_to_ctrl_c``; so not at 0.)"""
+    env = {**big["env"], "TMPDIR": str(short_tmp)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cleveragents.acms", "reindex", "--jobs", "2", "--full"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not _fork_server_of(proc.pid) and proc.poll() is None:
+            assert time.monotonic() < deadline, "no fork server started"
+            time.sleep(0.002)
+        time.sleep(after)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    lines = [line for line in err.splitlines() if not line.endswith(" files")]  # progress
+    assert proc.returncode == 130, err
+    assert lines == ["acms: interrupted"], err
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("program", "group"),

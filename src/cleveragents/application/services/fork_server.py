@@ -6,7 +6,8 @@ SIGTERM sent to the whole process group (GNU ``timeout``, ``kill -- -PGID``,
 systemd) would kill it while the writer waits for the pid of a worker it
 asked for: the writer then fails with ``EOFError`` instead of unwinding as
 the SIGTERM asks.  So the fork server ignores SIGTERM, as
-``multiprocessing``'s resource tracker does; it still ends with the writer
+``multiprocessing``'s resource tracker does (SIGINT too, as soon as it
+can: see ``index_workers._start_fork_server_deaf_to_ctrl_c``); it still ends with the writer
 (its ``alive`` pipe reaches EOF), and SIGKILL still ends it.  The workers it
 forks inherit the ignored SIGTERM and take it back
 (``index_workers._init_worker``): the pool terminates them with it.
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import signal
 import sys
+from types import TracebackType
 
 
 def _in_fork_server() -> bool:
@@ -35,5 +37,27 @@ def _in_fork_server() -> bool:
     return False
 
 
+def _quiet_if_the_writer_left(
+    kind: type[BaseException], value: BaseException, tb: TracebackType | None
+) -> None:
+    """The fork server's (and its children's) last word on an uncaught error.
+
+    A child forked for a worker that the writer gave up on meanwhile (Ctrl-C
+    while the pool started) fails to unpickle what the writer already
+    removed (its semaphore: ``FileNotFoundError``) or finds the pipe closed;
+    the writer has said "acms: interrupted", and a traceback under it says
+    nothing more.  Anything else is printed as usual."""
+    if isinstance(value, EOFError | ConnectionError | FileNotFoundError | KeyboardInterrupt):
+        return
+    sys.__excepthook__(kind, value, tb)
+
+
 if _in_fork_server():
+    sys.excepthook = _quiet_if_the_writer_left
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # Ctrl-C reaches the whole process group: the fork server ignores it
+    # once its preloads are imported, but one arriving while they import
+    # (numpy, the grammars: ~0.5 s) printed a traceback under the writer's
+    # one line "acms: interrupted".  The writer handles it (its workers
+    # ignore it too, see index_workers._init_worker).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)

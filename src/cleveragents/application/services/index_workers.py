@@ -607,6 +607,29 @@ def sweep_plan_dirs(parent: str) -> int:
     return removed
 
 
+def _start_fork_server_deaf_to_ctrl_c() -> None:
+    """Start ``multiprocessing``'s fork server (if it is not running) with
+    SIGINT ignored from its first instruction: an ignored signal stays
+    ignored across ``exec`` (a blocked one does not stay blocked there),
+    and Python then installs no handler of its own.
+
+    Ctrl-C reaches the whole process group; one arriving while the fork
+    server's interpreter started, or imported its preloads, printed a
+    traceback under the writer's one line "acms: interrupted".  The price:
+    the writer ignores Ctrl-C for the spawn itself (a fork and an ``exec``,
+    a few milliseconds), and one pressed just then is lost: the run goes
+    on until the next.  Only the main thread sets handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    from multiprocessing import forkserver
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        forkserver.ensure_running()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 class PlannerPool:
     """``jobs`` worker processes that plan batches of files (see the module doc).
 
@@ -640,6 +663,7 @@ class PlannerPool:
             modules = [FORK_SERVER_MODULE, __name__]
             modules += [preparer.__module__] if preparer is not None else []
             context.set_forkserver_preload(modules)
+            _start_fork_server_deaf_to_ctrl_c()
             self._pool = ProcessPoolExecutor(
                 self.jobs,
                 mp_context=context,
