@@ -419,6 +419,41 @@ def test_a_lost_index_is_an_error_naming_the_rebuild_never_an_empty_one(
         assert [r.uko_uri for r in ops.view(ops.scope(["local/l"], [])).search("quokka_function")]
 
 
+def test_a_lost_vector_database_is_an_error_naming_the_rebuild_never_an_empty_one(
+    tmp_path: Path, tree: Path
+) -> None:
+    """Found by a reviewer: ``vectors.sqlite3`` deleted (its directory kept)
+    opened as a new, empty database: ``status`` exit 0 with ``vector=0``,
+    vector search "no results", hybrid search text alone."""
+    data = tmp_path / "data"
+    index_once(data, tree, "local/l")
+    database = data / "vectors" / "vectors.sqlite3"
+    for path in data.glob("vectors/vectors.sqlite3*"):
+        path.unlink()
+    with reopened(data) as ops:
+        view = ops.view(ops.scope(["local/l"], []))
+        with pytest.raises(IndexUnavailableError, match=rf"{database} is missing.*--rebuild"):
+            ops.status()
+        with pytest.raises(IndexUnavailableError, match="--rebuild"):
+            view.similarity_search(ops.embed_query("quokka_function"))
+    assert not database.exists()  # nothing made in its place
+    with reopened(data) as ops:
+        ops.rebuild()
+    with reopened(data) as ops:
+        assert ops.verify() == []
+        hits = ops.view(ops.scope(["local/l"], [])).similarity_search(
+            ops.embed_query("quokka_function")
+        )
+        assert hits
+
+
+def test_the_vector_database_name_is_the_vector_index_s() -> None:
+    from cleveragents.infrastructure.acms.faiss_vector import DB_FILENAME
+    from cleveragents.infrastructure.acms.index_store import VECTOR_DATABASE
+
+    assert VECTOR_DATABASE == DB_FILENAME
+
+
 @pytest.mark.parametrize("lost", ["text", "graph"])
 def test_an_index_moved_away_under_a_running_session_is_an_error_not_empty(
     tmp_path: Path, tree: Path, lost: str

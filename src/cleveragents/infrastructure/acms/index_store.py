@@ -112,6 +112,10 @@ __all__ = [
 ]
 
 INDEX_NAMES = ("text", "vectors", "graph", "catalog")
+# The vector index's database in its directory (faiss_vector.DB_FILENAME;
+# not imported from there: that module imports numpy).
+VECTOR_DATABASE = "vectors.sqlite3"
+
 # The indexes that hold a resource's units (the catalog records them).
 _UNIT_INDEXES = ("text", "vectors", "graph")
 # Catalog meta key: "1" once a session of this store's local indexes wrote.
@@ -569,6 +573,8 @@ class ManagedIndexStore:
             return
         label = {"vectors": "vector"}.get(name, name)
         where = self._root() / name
+        if name == "vectors" and where.is_dir():
+            where = where / VECTOR_DATABASE  # the database is what is gone
         rebuild = "`acms reindex --rebuild` builds every index again from the files"
         catalog = self.catalog
         if catalog.get_meta(_LOCAL_META) == "1":
@@ -599,7 +605,12 @@ class ManagedIndexStore:
         if not self._live or root is None or name == "catalog":
             return False
         live = root / name
-        if live.exists() or live.is_symlink() or not (root / "catalog").exists():
+        if not (root / "catalog").exists():
+            return False
+        # The vector index is one database: its directory without it opened
+        # as a new, empty one (found by a reviewer).
+        whole = name != "vectors" or (live / VECTOR_DATABASE).exists()
+        if (live.exists() or live.is_symlink()) and whole:
             return False
         return bool(self.catalog.resource_ids())
 
