@@ -221,3 +221,21 @@ def test_sigterm_is_not_held_up_by_another_writers_lock(tmp_path: Path) -> None:
             code = watcher.wait(timeout=30)
             assert time.monotonic() - asked < 5, "SIGTERM waited for the lock"
         assert code == 0, log_path.read_text()  # waiting for a lock is not failing
+
+
+def test_files_the_reindex_indexes_are_watched_whatever_editors_name_them(
+    tmp_path: Path,
+) -> None:
+    """Found by a reviewer: watchfiles' default filter dropped ``notes~``,
+    ``flycheck_*`` and ``.#*`` (editors' files) and everything under
+    ``.git``: such a file, which the reindex indexes, stayed unsearchable
+    until some other change.  The rescan is long here: only events count."""
+    repo = tmp_path / "repo"
+    env = _indexed(repo, tmp_path / "data")
+    with _watcher(env, "600", tmp_path / "watch.log") as watcher:
+        time.sleep(1.5)  # let it start watching
+        (repo / "notes~").write_text("tildemarker = 1\n")
+        _wait(lambda: _found(env, "tildemarker"))
+        (repo / "flycheck_util.py").write_text("flymarker = 2\n")
+        _wait(lambda: _found(env, "flymarker"))
+        assert _stop(watcher) == 0

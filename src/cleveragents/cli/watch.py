@@ -39,7 +39,7 @@ from typing import Any
 
 from cleveragents._logging import get_logger
 
-__all__ = ["main", "resources_for"]
+__all__ = ["indexed_change", "main", "resources_for"]
 
 _log = get_logger("cleveragents.acms.watch")
 
@@ -55,6 +55,32 @@ def resources_for(changed: Iterable[str], roots: Mapping[str, str]) -> set[str]:
             if real.startswith(root) or real == root[:-1]:
                 hit.add(rid)
     return hit
+
+
+# Under a ``.git``, only what changes what git lists: a nested repository
+# appearing or going (its ``.git``) and the repository's own ignore rules.
+_GIT_EVENTS = (os.sep + ".git", os.path.join(os.sep + ".git", "info", "exclude"))
+
+
+def indexed_change(path: str, roots: Iterable[str]) -> bool:
+    """Whether a change at ``path`` (under one of ``roots``, each ending in
+    the separator) can change what a reindex lists or reads: anything but
+    what the listing never enters (``SKIP_DIRS`` below the root, git's
+    internals).  watchfiles' default filter also dropped editors' files
+    (``notes~``, ``flycheck_util.py``, ``.#x``), which the reindex indexes,
+    and every event under ``.git`` (a nested repository appearing or
+    removed changes what git lists): a reviewer found both stale."""
+    from cleveragents.application.services.resource_files import SKIP_DIRS
+
+    rel = path
+    for root in roots:
+        if path.startswith(root):
+            rel = path[len(root) :]
+            break
+    parts = rel.split(os.sep)
+    if ".git" in parts:
+        return path.endswith(_GIT_EVENTS)
+    return not any(part in SKIP_DIRS for part in parts[:-1])
 
 
 def _roots(ops: Any) -> dict[str, str]:  # noqa: ANN401 - AcmsOperations
@@ -79,10 +105,10 @@ def run(
     from watchfiles._rust_notify import WatchfilesRustInternalError
 
     own = os.path.join(os.path.realpath(data_dir), "")
-    default = watchfiles.DefaultFilter()
+    watched: list[str] = []  # the roots of the current watch, each ending in "/"
 
     def wanted(change: watchfiles.Change, path: str) -> bool:
-        return default(change, path) and not os.path.realpath(path).startswith(own)
+        return indexed_change(path, watched) and not os.path.realpath(path).startswith(own)
 
     failures = 0  # watcher errors in a row
     retry = _Retry(debounce)
@@ -91,6 +117,7 @@ def run(
         if not roots:
             stop.wait(rescan)
             continue
+        watched[:] = sorted({os.path.join(root, "") for root in roots.values()})
         _log.info("acms.watch.watching", resources=len(roots))
         # The file system watch is live from the generator's first step, not
         # before: a file saved between the last reindex and then would never
