@@ -287,3 +287,12 @@ def test_read_says_why_an_indexed_file_cannot_be_read_now(tmp_path) -> None:  # 
         assert done.returncode == 2, (name, done.stdout)
         assert done.stderr.splitlines() == [f"acms: error: {message}"], name
     assert acms(env, "read", file_uri(rid, "pkg/core.py"), "--project", "local/a").returncode == 0
+    # The whole root gone: a reindex keeps its files, so "run acms reindex"
+    # would change nothing (a reviewer found the loop).
+    root.rename(tmp_path / "p.away")
+    done = acms(env, "read", file_uri(rid, "pkg/core.py"), "--project", "local/a")
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        f"acms: error: pkg/core.py cannot be read: its resource's directory {root} is gone or "
+        "not a directory (its indexed files are kept; 'acms resource remove' deletes them)"
+    ]

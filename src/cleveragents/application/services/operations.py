@@ -161,6 +161,13 @@ def _why_unreadable(location: str, path: str, max_bytes: int) -> str:
     outside the resource (one on its path became a symlink): its existence,
     type or size is not the resource's to tell."""
     full = os.path.join(location, path)
+    if not os.path.isdir(location):
+        # A reindex keeps a gone root's files (an unmounted volume comes
+        # back): "run acms reindex" would change nothing.
+        return (
+            f"{path} cannot be read: its resource's directory {location} is gone or not a "
+            "directory (its indexed files are kept; 'acms resource remove' deletes them)"
+        )
     root = os.path.realpath(location)
     parent = os.path.realpath(os.path.dirname(full))
     if parent != root and not parent.startswith(root + os.sep):
