@@ -297,10 +297,14 @@ def test_verify_holds_the_reindex_lock_and_names_an_interrupted_run(
     )
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     with reopened(data) as ops:
+        # status says so too (a reviewer found it silent: exit 0, counts
+        # that disagree, and a deleted file still served).
+        assert [r["interrupted"] for r in ops.status()["resources"]] == [1]
         problems = ops.verify()
         assert problems and all(p.resource_id == rid and p.interrupted for p in problems)
         ops.reindex()
         assert ops.verify() == []
+        assert [r["interrupted"] for r in ops.status()["resources"]] == [0]
 
 
 def test_an_owned_session_releases_its_files_when_closed(tmp_path: Path, tree: Path) -> None:

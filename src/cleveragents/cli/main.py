@@ -1237,6 +1237,12 @@ def _status(status: dict[str, Any]) -> str:
                 if r.get("quarantined")
                 else ""
             )
+            + (
+                "  interrupted: a reindex of it stopped midway; what it serves may be older "
+                "than its files until the next reindex, which repairs it"
+                if r.get("interrupted")
+                else ""
+            )
         )
     sizes = "  ".join(f"{k}={v}" for k, v in status["bytes_on_disk"].items())
     lines.append(f"bytes on disk: {sizes}")

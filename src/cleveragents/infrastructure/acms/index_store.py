@@ -845,8 +845,9 @@ class ManagedIndexStore:
 
     def counts(self, resource_id: str) -> dict[str, int]:
         """Of one resource: its indexed files and its graph's file subjects
-        as the catalog records them, the units each index holds, and its
-        files indexed without tree-sitter because their content crashed it.
+        as the catalog records them, the units each index holds, its files
+        indexed without tree-sitter because their content crashed it, and
+        whether a session of it stopped midway (``interrupted``).
 
         A file is indexed when its row names units or subjects (the reindex
         summary's ``indexed``): an empty file has no unit but its file node,
@@ -877,6 +878,10 @@ class ManagedIndexStore:
                 for path, sha in self._quarantine_of(rid)
                 if (rec := records.get(path)) is not None and rec.sha256 == sha
             ),
+            # 1: a session of it stopped midway (killed, out of space); its
+            # indexes may disagree with its files until the next reindex,
+            # which repairs it.
+            "interrupted": int(self.catalog.get_meta(_dirty_key(rid)) is not None),
         }
 
     def recorded_units(
