@@ -7,6 +7,7 @@ engines), so the resolution and the scope it keeps are tested without disk.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, cast
 
 import pytest
@@ -57,15 +58,31 @@ def session() -> AgentSession:
                 (node, PREDICATES["language"], "python"),
             ],
         )
+    return over(
+        graph,
+        SessionScope(frozenset({A, B}), {"p/a": frozenset({A}), "p/b": frozenset({B})}),
+        lambda rid, path: f"{rid} {path}\nline two\nline three\n",
+        INDEXED,
+    )
+
+
+def over(
+    graph: MemoryGraphIndex,
+    scope: SessionScope,
+    text_of: Callable[[str, str], str],
+    indexed: set[tuple[str, str]],
+) -> AgentSession:
+    """A session over ``graph`` (empty text and vector indexes) whose files
+    read as ``text_of(rid, path)`` and whose indexed files are ``indexed``."""
     dim = 16
     return AgentSession(
         text=cast(TextBackend, MemoryTextIndex()),
         vector=cast(VectorBackend, MemoryVectorIndex(dim)),
         graph=cast(GraphBackend, graph),
         embedder=HashingEmbedder(dim),
-        scope=SessionScope(frozenset({A, B}), {"p/a": frozenset({A}), "p/b": frozenset({B})}),
-        read_file=lambda rid, path, size: FileText(f"{rid} {path}\nline two\nline three\n"),
-        is_indexed=lambda rid, path: (rid, path) in INDEXED,
+        scope=scope,
+        read_file=lambda rid, path, size: FileText(text_of(rid, path)),
+        is_indexed=lambda rid, path: (rid, path) in indexed,
     )
 
 
@@ -325,16 +342,8 @@ def named_session() -> AgentSession:
             (symbol, PREDICATES["endLine"], Literal(last)),
         ]
     graph.upsert(A, triples)
-    dim = 16
-    return AgentSession(
-        text=cast(TextBackend, MemoryTextIndex()),
-        vector=cast(VectorBackend, MemoryVectorIndex(dim)),
-        graph=cast(GraphBackend, graph),
-        embedder=HashingEmbedder(dim),
-        scope=SessionScope(frozenset({A}), {"p/a": frozenset({A})}),
-        read_file=lambda rid, path, size: FileText("one\ntwo\nthree\n"),
-        is_indexed=lambda rid, path: (rid, path) in NAMED,
-    )
+    scope = SessionScope(frozenset({A}), {"p/a": frozenset({A})})
+    return over(graph, scope, lambda rid, path: "one\ntwo\nthree\n", NAMED)
 
 
 @pytest.mark.parametrize(
