@@ -940,11 +940,21 @@ class AgentSession:
                     or written.endswith("." + target)
                 }
             elif "." in target:  # a qualified name: only the definitions of that name
-                defs = {
+                named_so = {
                     d
                     for d in defs
                     if (written := unquote(_REDEFINED.sub("", d))).endswith("sym=" + target)
                     or written.endswith("." + target)
+                }
+                # Else a name qualified by its module, as code imports it
+                # (json.loads, email.message.Message.get_payload): it was
+                # "nothing in scope defines this name", and the callers in
+                # its own file were lost (a reviewer found it).
+                defs = named_so or {
+                    d
+                    for d in defs
+                    if (full := _module_qualified(d)) is not None
+                    and (full == target or full.endswith("." + target))
                 }
             nodes = defs
         if not definitions_only:
@@ -1157,6 +1167,24 @@ class AgentSession:
             # The hits the search already left out are left out of the context too.
             left_out=dropped["more"] if isinstance(dropped, dict) else 0,
         )
+
+
+def _module_qualified(symbol: str) -> str | None:
+    """A symbol URI's name qualified by its file as a module path:
+    ``json/__init__.py#sym=loads`` -> ``json.loads``,
+    ``email/message.py#sym=Message.get_payload`` ->
+    ``email.message.Message.get_payload`` (a package's ``__init__``, a JS
+    ``index`` or a Rust ``mod`` file is its directory); None for another URI."""
+    path = path_of(symbol)
+    if path is None or "sym=" not in symbol:
+        return None
+    name = _REDEFINED.sub("", unquote(symbol.rsplit("sym=", 1)[-1]))
+    directory, _, file_name = path.rpartition("/")
+    stem = file_name.split(".", 1)[0]
+    parts = [p for p in directory.split("/") if p]
+    if stem not in ("__init__", "index", "mod"):
+        parts.append(stem)
+    return ".".join([*parts, name])
 
 
 def _places(
