@@ -781,6 +781,17 @@ def _hits(results: Sequence[TextResult | VectorResult], query: str = "") -> str:
         shown = matching_lines(r.content, start, terms, max_lines=4) if terms else []
         if shown:
             out += [f"  {n['line']:>6}  {printable(n['text'])}{_cut_mark(n)}" for n in shown]
+            # Lines that match and did not fit in four: said, not dropped
+            # (a reviewer found them silently left out).
+            seen = {n["line"] for n in shown}
+            more = sum(
+                1
+                for i, line in enumerate(r.content.split("\n"))
+                if start + i not in seen and terms & query_terms(line)
+            )
+            if more:
+                plural = "s" if more > 1 else ""
+                out.append(f"          … {more} more matching line{plural} (acms read the URI)")
         else:
             out.append(f"         {_snippet(r.content)}")
     return "\n".join(out)
