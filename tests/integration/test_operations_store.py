@@ -300,11 +300,17 @@ def test_verify_holds_the_reindex_lock_and_names_an_interrupted_run(
         # status says so too (a reviewer found it silent: exit 0, counts
         # that disagree, and a deleted file still served).
         assert [r["interrupted"] for r in ops.status()["resources"]] == [1]
+        # While a writer holds the lock, the marker is its session's: a run
+        # in progress, not a stopped one (a read-back found status calling
+        # every running reindex "interrupted").
+        with ReindexLock(data, timeout=0):
+            rows = ops.status()["resources"]
+        assert [(r["interrupted"], r["reindexing"]) for r in rows] == [(0, 1)]
         problems = ops.verify()
         assert problems and all(p.resource_id == rid and p.interrupted for p in problems)
         ops.reindex()
         assert ops.verify() == []
-        assert [r["interrupted"] for r in ops.status()["resources"]] == [0]
+        assert [(r["interrupted"], r["reindexing"]) for r in ops.status()["resources"]] == [(0, 0)]
 
 
 def test_an_owned_session_releases_its_files_when_closed(tmp_path: Path, tree: Path) -> None:

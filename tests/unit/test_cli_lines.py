@@ -62,3 +62,9 @@ def test_a_hit_s_matching_lines_past_the_four_shown_are_counted() -> None:
     assert f"… {10 - len(shown)} more matching lines (acms read the URI)" in text
     one = TextResult(hit.uko_uri, "def scan_once(): pass\nx = 1", 0.5, hit.metadata)
     assert "more matching" not in _hits([one], "scan_once")
+
+
+def test_a_resource_a_reindex_writes_now_is_not_called_interrupted() -> None:
+    line = status_of(reindexing=1).splitlines()[1]
+    assert "reindexing: a reindex is writing it now" in line
+    assert "interrupted" not in line

@@ -92,7 +92,7 @@ from cleveragents.infrastructure.acms.index_layout import (
     install,
     live_index_path,
 )
-from cleveragents.infrastructure.acms.reindex_lock import LOCK_FILE, ReindexLock
+from cleveragents.infrastructure.acms.reindex_lock import LOCK_FILE, ReindexLock, reindex_running
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
@@ -146,6 +146,10 @@ def coarse_clock_ns() -> int:
 class DimensionChangedError(RepairNeededError):
     """The live vector index holds another dimension than the embedder's:
     only ``reindex --rebuild`` replaces it."""
+
+
+def _session_state(marked: bool, running: bool) -> dict[str, int]:
+    return {"interrupted": int(marked and not running), "reindexing": int(marked and running)}
 
 
 def _dirty_key(rid: str) -> str:
@@ -878,10 +882,16 @@ class ManagedIndexStore:
                 for path, sha in self._quarantine_of(rid)
                 if (rec := records.get(path)) is not None and rec.sha256 == sha
             ),
-            # 1: a session of it stopped midway (killed, out of space); its
-            # indexes may disagree with its files until the next reindex,
-            # which repairs it.
-            "interrupted": int(self.catalog.get_meta(_dirty_key(rid)) is not None),
+            # A session's marker: its session runs now (the lock is held:
+            # "reindexing"), or one stopped midway (killed, out of space:
+            # "interrupted"; its indexes may disagree with its files until
+            # the next reindex, which repairs it).  Every session sets the
+            # marker, so status told a running one "interrupted" (found in
+            # a read-back).
+            **_session_state(
+                self.catalog.get_meta(_dirty_key(rid)) is not None,
+                self.data_dir is not None and reindex_running(self.data_dir),
+            ),
         }
 
     def recorded_units(

@@ -16,9 +16,28 @@ from types import TracebackType
 from cleveragents.domain.models.acms.errors import BusyError, IndexUnavailableError
 from cleveragents.infrastructure.acms.file_modes import make_private_dirs
 
-__all__ = ["LOCK_FILE", "ReindexLock"]
+__all__ = ["LOCK_FILE", "ReindexLock", "reindex_running"]
 
 LOCK_FILE = "reindex.lock"
+
+
+def reindex_running(data_dir: str | os.PathLike[str]) -> bool:
+    """Whether a writer holds the data directory's reindex lock now: a
+    shared lock tried without waiting and let go at once (nothing created;
+    a missing or unreadable lock file is no writer)."""
+    try:
+        fd = os.open(Path(data_dir) / LOCK_FILE, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # closing lets the shared lock go
+    return False
 
 
 class ReindexLock:
