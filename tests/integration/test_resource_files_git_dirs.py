@@ -114,3 +114,14 @@ def test_git_directory_of_says_none_for_a_work_tree_and_a_lookalike(
     assert git_directory_of(tree / "vendor" / "mirror.git" / "objects") == str(
         tree / "vendor" / "mirror.git"
     )
+
+
+def test_a_linked_work_tree_inside_a_bare_clone_is_a_work_tree(tmp_path: Path) -> None:
+    """``git worktree add main`` in ``proj.git``: ``proj.git/main`` is a work
+    tree (its ``.git`` file), not git's files (a read-back found it refused)."""
+    source = repository(tmp_path / "w")
+    bare = bare_clone(source, tmp_path / "proj.git")
+    git(bare, "worktree", "add", "-q", "main")
+    assert git_directory_of(bare / "main") is None
+    assert git_directory_of(bare / "main" / "f.py") is None
+    assert git_directory_of(bare / "refs") == str(bare)

@@ -72,7 +72,7 @@ def indexed_change(path: str, roots: Iterable[str]) -> bool:
     (``notes~``, ``flycheck_util.py``, ``.#x``), which the reindex indexes,
     and every event under ``.git`` (a nested repository appearing or
     removed changes what git lists): a reviewer found both stale."""
-    from cleveragents.application.services.resource_files import SKIP_DIRS
+    from cleveragents.application.services.resource_files import BINARY_EXTENSIONS, SKIP_DIRS
 
     rel = path
     for root in roots:
@@ -82,6 +82,8 @@ def indexed_change(path: str, roots: Iterable[str]) -> bool:
     parts = rel.split(os.sep)
     if ".git" in parts:
         return path.endswith(_GIT_EVENTS)
+    if os.path.splitext(parts[-1])[1].lower() in BINARY_EXTENSIONS:
+        return False  # never read (vim's swap file, rewritten every few seconds)
     return not any(part in SKIP_DIRS for part in parts[:-1])
 
 
@@ -258,24 +260,35 @@ class _Retry:
         stop.wait(wait)
 
 
-class _Stopping(BaseException):
+class _Stopping(KeyboardInterrupt):
     """SIGINT or SIGTERM while a reindex runs: it unwinds, as ``acms
     reindex`` does on either (the index store's marker makes the next run
     repair the stopped session).  It finished first, which took 20-30 s for
     3,000 files, past the 10 s ``docker stop`` waits before SIGKILL (a
-    reviewer found it).  A BaseException, as KeyboardInterrupt: no
-    ``except Exception`` on the way takes it for a failure to retry."""
+    reviewer found it).  A KeyboardInterrupt, as ``acms reindex``'s
+    Terminated: every ``except`` on the way that lets Ctrl-C through
+    (``reraise_fatal``) lets it through, and none takes it for a failure to
+    retry.  Not raised while a worker pool starts (see
+    ``cli.main._inside_multiprocessing``): delivered again a moment later."""
 
     reindexing = False  # set by _Retry.reindex around the reindex (the main thread)
     raised = False  # once: a second signal must not break the unwinding
 
 
 def _on_stop_signal(stop: threading.Event) -> Callable[[int, FrameType | None], None]:
+    from cleveragents.cli.main import _inside_multiprocessing
+
     def handler(signum: int, frame: FrameType | None) -> None:
         stop.set()
-        if _Stopping.reindexing and not _Stopping.raised:
-            _Stopping.raised = True
-            raise _Stopping
+        if not _Stopping.reindexing or _Stopping.raised:
+            return
+        if _inside_multiprocessing(frame):
+            again = threading.Timer(0.05, os.kill, (os.getpid(), signum))
+            again.daemon = True
+            again.start()
+            return
+        _Stopping.raised = True
+        raise _Stopping
 
     return handler
 

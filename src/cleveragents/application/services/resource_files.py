@@ -109,6 +109,8 @@ BINARY_EXTENSIONS: frozenset[str] = frozenset(
         ".woff", ".woff2", ".ttf", ".otf", ".eot",
         # data stores and serialised arrays
         ".sqlite", ".sqlite3", ".db", ".pkl", ".pickle", ".npy", ".npz", ".parquet",
+        # vim's swap files, rewritten every few seconds while a file is edited
+        ".swp", ".swo", ".swx",
         ".h5", ".hdf5", ".onnx", ".pt", ".pth", ".safetensors",
     }
 )  # fmt: skip
@@ -244,6 +246,12 @@ def git_directory_of(path: str | os.PathLike[str]) -> str | None:
         try:
             if _is_git_directory(fd):
                 return str(candidate)
+            with contextlib.suppress(FileNotFoundError):
+                # A work tree's root (a .git directory or file in it): what
+                # lies above is not this path's repository, even a bare
+                # clone whose linked work tree it is (found in a read-back).
+                os.stat(".git", dir_fd=fd, follow_symlinks=False)
+                return None
         finally:
             os.close(fd)
     return None
