@@ -87,6 +87,11 @@ def test_another_module_s_name_is_not_this_definition(session: AgentSession) -> 
             "email.message.Message.get_payload",
         ),
         ("uko://01JD5TD11B0000000000000000/src/index.ts#sym=main", "src.main"),
+        ("uko://01JD5TD11B0000000000000000/src/index.d.ts#sym=T", "src.T"),
+        ("uko://01JD5TD11B0000000000000000/a/mod.rs#sym=f", "a.f"),
+        # A Python module named index.py or mod.py is a module (a read-back).
+        ("uko://01JD5TD11B0000000000000000/search/index.py#sym=build", "search.index.build"),
+        ("uko://01JD5TD11B0000000000000000/m/mod.py#sym=f", "m.mod.f"),
         ("uko://01JD5TD11B0000000000000000/a.py", None),
     ],
 )

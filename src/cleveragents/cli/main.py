@@ -84,7 +84,9 @@ class Terminated(KeyboardInterrupt):
 def sigterm_unwinds() -> Iterator[None]:
     """While inside, SIGTERM (what docker and systemd send) raises
     :class:`Terminated` in the main thread; :func:`guarded` reports it in one
-    line and exits 143.  A second SIGTERM while unwinding is ignored (the
+    line and exits 143.  Ctrl-C raises KeyboardInterrupt as it always does,
+    but, as SIGTERM, not while a worker pool starts (delivered again a
+    moment later).  A second signal while unwinding is ignored (the
     cleanup finishes; SIGKILL still ends the process).  Outside the main
     thread (an in-process caller), nothing changes."""
     if threading.current_thread() is not threading.main_thread():
@@ -94,14 +96,14 @@ def sigterm_unwinds() -> Iterator[None]:
     retry: list[threading.Timer] = []
     waiting = threading.Event()  # a delivery again is due
 
-    def deliver_again() -> None:
+    def deliver_again(signum: int) -> None:
         # Cleared before the kill: the handler it runs may land inside
         # multiprocessing again and must then be able to ask for another.
         # (Asking whether the timer thread was still alive lost the signal
         # when the handler ran before that thread ended: the reindex then
         # ran to its end, exit 0.)
         waiting.clear()
-        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signum)
 
     def terminate(signum: int, frame: types.FrameType | None) -> None:
         if _inside_multiprocessing(frame):
@@ -109,33 +111,55 @@ def sigterm_unwinds() -> Iterator[None]:
             # fork server to report its pid): unwinding from here leaves that
             # worker unknown to the pool, which does not wait for it, and it
             # dies with a traceback once the pool's semaphores are gone.
-            # Delivered again in a moment, from outside.
+            # Delivered again in a moment, from outside.  Ctrl-C too: it
+            # raised there as well ("cannot join thread before it is
+            # started", exit 1).
             if not waiting.is_set():
                 waiting.set()
-                retry[:] = [threading.Timer(0.05, deliver_again)]
+                retry[:] = [threading.Timer(0.05, deliver_again, (signum,))]
                 retry[0].daemon = True
                 retry[0].start()
             return
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if signum == signal.SIGINT:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a second SIGTERM
+            raise KeyboardInterrupt
         raise Terminated
 
     previous = signal.signal(signal.SIGTERM, terminate)
+    previous_int = signal.getsignal(signal.SIGINT)
+    if previous_int is signal.default_int_handler:  # an ignored Ctrl-C stays ignored
+        signal.signal(signal.SIGINT, terminate)
     try:
         yield
     finally:
         for timer in retry:
             timer.cancel()
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
+
+
+# A process pool starting its manager thread: unwound from there, the pool
+# holds a thread that never reported it started, and its shutdown fails
+# ("RuntimeError: cannot join thread before it is started", exit 1, where
+# a signal means 143 or 130).
+_POOL_STARTING = frozenset({"_start_executor_manager_thread", "_adjust_process_count"})
 
 
 def _inside_multiprocessing(frame: types.FrameType | None) -> bool:
-    """Whether the stack from ``frame`` runs code of the ``multiprocessing`` package."""
+    """Whether the stack from ``frame`` runs code of the ``multiprocessing``
+    package, or a process pool starting (see :data:`_POOL_STARTING`)."""
     package = sys.modules.get("multiprocessing")
     if package is None or package.__file__ is None:
         return False  # not imported: no frame of it
     directory = os.path.join(os.path.dirname(package.__file__), "")
     while frame is not None:
-        if frame.f_code.co_filename.startswith(directory):
+        code = frame.f_code
+        if code.co_filename.startswith(directory):
+            return True
+        if code.co_name in _POOL_STARTING and code.co_filename.endswith(
+            os.path.join("concurrent", "futures", "process.py")
+        ):
             return True
         frame = frame.f_back
     return False
@@ -183,10 +207,10 @@ class CommandParser(argparse.ArgumentParser):
             # One dash: "--x" is more likely a mistyped option than a query.
             dashed = len(token) > 1 and token[0] == "-" and token[1] != "-"
             if dashed and not token[1].isdigit() and not any(o.startswith(name) for o in known):
+                example = f" ({self.prog} --project P -- {token})" if " " in self.prog else ""
                 return (
                     f"; {token!r} is taken for an option: put a query or path that "
-                    f"begins with '-' after '--', the options before it "
-                    f"({self.prog} --project P -- {token})"
+                    f"begins with '-' after '--', the options before it{example}"
                 )
         return ""
 
@@ -1254,6 +1278,7 @@ def _status(status: dict[str, Any]) -> str:
                 if r.get("interrupted")
                 else ""
             )
+            + ("  reindexing: a reindex is writing it now" if r.get("reindexing") else "")
         )
     sizes = "  ".join(f"{k}={v}" for k, v in status["bytes_on_disk"].items())
     lines.append(f"bytes on disk: {sizes}")

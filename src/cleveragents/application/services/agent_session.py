@@ -1180,11 +1180,19 @@ def _module_qualified(symbol: str) -> str | None:
         return None
     name = _REDEFINED.sub("", unquote(symbol.rsplit("sym=", 1)[-1]))
     directory, _, file_name = path.rpartition("/")
-    stem = file_name.split(".", 1)[0]
+    stem, _, extension = file_name.partition(".")
     parts = [p for p in directory.split("/") if p]
-    if stem not in ("__init__", "index", "mod"):
+    # Only in its own language (a Python module named index.py is a module).
+    if (stem, extension.rpartition(".")[2]) not in _PACKAGE_FILES:
         parts.append(stem)
     return ".".join([*parts, name])
+
+
+# The files that stand for their directory: (stem, extension).
+_PACKAGE_FILES = frozenset(
+    {("__init__", "py"), ("__init__", "pyi"), ("mod", "rs")}
+    | {("index", ext) for ext in ("js", "jsx", "mjs", "cjs", "ts", "tsx", "mts", "cts")}
+)
 
 
 def _places(

@@ -19,6 +19,7 @@ SIGTERM.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from types import TracebackType
@@ -47,9 +48,23 @@ def _quiet_if_the_writer_left(
     removed (its semaphore: ``FileNotFoundError``) or finds the pipe closed;
     the writer has said "acms: interrupted", and a traceback under it says
     nothing more.  Anything else is printed as usual."""
-    if isinstance(value, EOFError | ConnectionError | FileNotFoundError | KeyboardInterrupt):
-        return
+    gone = EOFError | ConnectionError | FileNotFoundError | KeyboardInterrupt
+    if isinstance(value, gone) and _only_multiprocessing(tb):
+        return  # a worker's own code never ran: its start failed, not the worker
     sys.__excepthook__(kind, value, tb)
+
+
+def _only_multiprocessing(tb: TracebackType | None) -> bool:
+    """Whether every frame of ``tb`` is ``multiprocessing``'s own code (a
+    worker's start), none the planner's: a worker that crashed is printed."""
+    import multiprocessing
+
+    directory = os.path.join(os.path.dirname(multiprocessing.__file__ or ""), "")
+    while tb is not None:
+        if not tb.tb_frame.f_code.co_filename.startswith(directory):
+            return False
+        tb = tb.tb_next
+    return True
 
 
 if _in_fork_server():
