@@ -97,3 +97,37 @@ def test_another_module_s_name_is_not_this_definition(session: AgentSession) -> 
 )
 def test_a_symbol_uri_qualified_by_its_module(uri: str, qualified: str | None) -> None:
     assert _module_qualified(uri) == qualified
+
+
+def test_a_caller_reached_by_the_name_alone_says_so(session: AgentSession) -> None:
+    """Found by a reviewer: ``callers JSONDecoder.decode`` listed every
+    ``.decode(...)`` with nothing to tell them from the calls of that
+    definition.  A call resolved to the definition (in its own file) is not
+    ``by_name``; one that only names it is."""
+    rows = {r["caller"]: r["by_name"] for r in session.callers("pkg.loads")["results"]}
+    assert rows == {"load": False, "main": True}
+
+
+def test_the_cli_marks_by_name_rows_of_a_qualified_target() -> None:
+    from cleveragents.cli.main import _session_text
+
+    rows = [
+        {
+            "uri": "uko://01JD5TD11B0000000000000000/a.py#sym=f",
+            "path": "a.py",
+            "caller": "f",
+            "lines": [3],
+            "by_name": False,
+        },
+        {
+            "uri": "uko://01JD5TD11B0000000000000000/b.py#sym=g",
+            "path": "b.py",
+            "caller": "g",
+            "lines": [7],
+            "by_name": True,
+        },
+    ]
+    qualified = _session_text({"tool": "callers", "target": "pkg.loads", "results": rows})
+    assert qualified.splitlines() == ["a.py:3  f", "b.py:7  g  (by name)"]
+    bare = _session_text({"tool": "callers", "target": "loads", "results": rows})
+    assert "(by name)" not in bare

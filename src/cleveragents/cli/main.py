@@ -1022,6 +1022,8 @@ def _session_text(answer: dict[str, Any]) -> str:
     # Rows of several resources (one path in each): each line names its
     # resource, or the same path of two resources reads as one file.
     several = tool in ("symbols", "callers") and len({resource_id_of(r["uri"]) for r in rows}) > 1
+    target = str(answer.get("target", ""))
+    qualified = "." in target.rsplit("sym=", 1)[-1]
     for r in rows:
         before = len(lines)
         if tool in ("search", "context"):
@@ -1042,7 +1044,9 @@ def _session_text(answer: dict[str, Any]) -> str:
         elif tool == "callers":
             at = ",".join(map(str, r["lines"])) or "?"
             who = r["caller"] or "(module level)"
-            lines.append(f"{printable(r['path'])}:{at}  {printable(who)}")
+            # Asked for Class.method, a call of x.method() may be another's.
+            maybe = "  (by name)" if r.get("by_name") and qualified else ""
+            lines.append(f"{printable(r['path'])}:{at}  {printable(who)}{maybe}")
         else:
             defs = ", ".join(printable(d) for d in r["definitions"]) or "(not defined in scope)"
             lines.append(f"{printable(r['name'])}  ->  {defs}")

@@ -841,7 +841,10 @@ class AgentSession:
         """Who calls ``target`` (a bare or qualified name, or a symbol URI):
         each calling symbol (or file, for module-level calls) with the lines
         of its calls.  Calls are resolved by name within the scope, so a call
-        of another function of the same name counts too (best effort).
+        of another function of the same name counts too (best effort): a
+        row's ``by_name`` is true when its calls name the target only by its
+        bare name (``x.decode()`` for ``JSONDecoder.decode``), false when
+        one resolves to the definition itself (in its own file).
         ``defined`` counts the target's definitions in scope: 0 with calls is
         a library or built-in name; 0 without, a name nothing in scope
         defines or calls (a typo, or a file indexed without its symbols)."""
@@ -850,11 +853,15 @@ class AgentSession:
         bare, targets = self._targets(view, target)
         calls = frozenset({PREDICATES["calls"]})
         found: dict[str, dict[str, Any]] = {}
+        by_name = name_uri(bare)
         for node in sorted(targets):
             for caller, _, _ in view.traverse(
                 node, depth=1, direction="in", predicates=calls
             ).triples:
-                found.setdefault(caller, self._call_row(view, caller, bare))
+                row = found.setdefault(caller, self._call_row(view, caller, bare))
+                # Reached through the name alone, or resolved to a definition
+                # (a call in the definition's own file) at least once.
+                row["by_name"] = row.get("by_name", True) and node == by_name
 
         items = sorted(found.values(), key=lambda r: (r["path"], r["lines"][:1], r["uri"]))
         # ``defined``: the in-scope definitions the target stands for, so an
