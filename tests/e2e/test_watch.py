@@ -289,3 +289,31 @@ def test_sigterm_mid_reindex_stops_the_watch_where_it_is_and_the_next_run_repair
         assert verified.returncode == 0, verified.stdout + verified.stderr
     finally:
         shutil.rmtree(short, ignore_errors=True)
+
+
+def test_a_registry_that_cannot_be_read_for_a_while_does_not_end_the_watch(
+    tmp_path: Path,
+) -> None:
+    """Found by a reviewer on a full disk: the registry's "disk I/O error"
+    ended the watch, exit 1, where a reindex failing for a while is retried.
+    Here the registry is a directory for a moment (no disk to fill in CI)."""
+    repo = tmp_path / "repo"
+    data = tmp_path / "data"
+    env = _indexed(repo, data)
+    registry = data / "registry.sqlite3"
+    log = tmp_path / "watch.log"
+    with _watcher(env, "0.5", log) as watcher:
+        time.sleep(1.5)  # let it start watching
+        registry.rename(data / "registry.away")
+        registry.mkdir()
+        try:
+            _wait(lambda: "acms.watch.registry_unavailable" in log.read_text())
+            time.sleep(1.0)
+            assert watcher.poll() is None, log.read_text()[-2000:]
+        finally:
+            registry.rmdir()
+            (data / "registry.away").rename(registry)
+        (repo / "later.py").write_text("def after_the_outage():\n    return 5\n")
+        _wait(lambda: _found(env, "after_the_outage"))
+        assert _stop(watcher) == 0
+    assert "Traceback" not in log.read_text()

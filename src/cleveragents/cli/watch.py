@@ -117,7 +117,9 @@ def run(
     failures = 0  # watcher errors in a row
     retry = _Retry(debounce)
     while not stop.is_set():
-        roots = _roots(ops)
+        roots = retry.roots(ops, stop)
+        if roots is None:
+            continue  # the registry could not be read: retried after a wait
         if not roots:
             stop.wait(rescan)
             continue
@@ -164,9 +166,10 @@ def run(
             touched |= retry.pending & set(roots)
             if touched:
                 retry.reindex(ops, touched, lock_timeout, stop)
-            if _roots(ops) != roots:
+            now = retry.roots(ops, None)
+            if now is not None and now != roots:
                 break  # resources added or removed: watch the new set
-    return retry.failures > 0
+    return retry.failures > 0 or retry.registry_failures > 0
 
 
 class _Retry:
@@ -195,6 +198,7 @@ class _Retry:
     def __init__(self, debounce: float) -> None:
         self.base = max(1.0, debounce)
         self.failures = 0
+        self.registry_failures = 0  # the registry unreadable, in a row
         self.pending: set[str] = set()
         self._busy_since: float | None = None
 
@@ -243,6 +247,44 @@ class _Retry:
         _log.info(
             "acms.watch.reindexed", resources=sorted(touched), seconds=round(report.seconds, 3)
         )
+
+    def roots(
+        self,
+        ops: Any,  # noqa: ANN401 - AcmsOperations
+        stop: threading.Event | None,
+    ) -> dict[str, str] | None:
+        """The registered resources' roots; ``None`` when the registry cannot
+        be read now (a full disk: "disk I/O error"), logged and, given
+        ``stop``, waited out as a failed reindex is.  The watch ended, exit
+        1, on the first such error (a reviewer found it on a full disk)."""
+        from cleveragents.domain.models.acms.errors import (
+            IndexUnavailableError,
+            RepairNeededError,
+        )
+
+        try:
+            found = _roots(ops)
+        except RepairNeededError:
+            raise
+        except IndexUnavailableError as exc:
+            if stop is None:  # between changes: the watch goes on as it is
+                _log.warning("acms.watch.registry_unavailable", error=str(exc)[:300])
+                return None
+            wait = min(60.0, self.base * 2**self.registry_failures)
+            self.registry_failures += 1
+            log = _log.error if self.registry_failures >= 3 else _log.warning
+            log(
+                "acms.watch.registry_unavailable",
+                error=str(exc)[:300],
+                failures=self.registry_failures,
+                retry_in=wait,
+            )
+            stop.wait(wait)
+            return None
+        if self.registry_failures and stop is not None:
+            _log.info("acms.watch.registry_recovered", failures=self.registry_failures)
+            self.registry_failures = 0
+        return found
 
     def _failed(self, resources: set[str], error: str, stop: threading.Event) -> None:
         self._busy_since = None
