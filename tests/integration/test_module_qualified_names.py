@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from cleveragents.application.services.agent_session import AgentSession, _module_qualified
-from cleveragents.bootstrap import bootstrap
+from session_repo import indexed_session
 
 FILES = {
     "pkg/__init__.py": (
@@ -39,17 +39,8 @@ FILES = {
 
 @pytest.fixture(scope="module")
 def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentSession]:
-    tmp = tmp_path_factory.mktemp("modq")
-    root = tmp / "repo"
-    for path, text in FILES.items():
-        (root / path).parent.mkdir(parents=True, exist_ok=True)
-        (root / path).write_text(text)
-    ops = bootstrap(tmp / "data", embedding_dimension=16)
-    ops.add_project("local/m")
-    ops.add_resource(str(root), "local/m")
-    ops.reindex()
-    yield ops.agent_session(projects=["local/m"])
-    ops._store().close()
+    with indexed_session(tmp_path_factory.mktemp("modq"), FILES, "local/m") as session:
+        yield session
 
 
 def callers_of(session: AgentSession, target: str) -> tuple[int, set[tuple[str, str]]]:

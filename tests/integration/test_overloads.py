@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from cleveragents.application.services.agent_session import AgentSession
-from cleveragents.bootstrap import bootstrap
+from session_repo import indexed_session
 
 SHAPES = (
     "class Shapes {\n"  # 1
@@ -44,20 +44,13 @@ MODEL = (
 
 @pytest.fixture(scope="module")
 def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentSession]:
-    tmp = tmp_path_factory.mktemp("overloads")
-    root = tmp / "repo"
-    root.mkdir()
-    (root / "Shapes.java").write_text(SHAPES)
-    (root / "model.py").write_text(MODEL)
-    (root / "g.kt").write_text(
-        "class Größe {\n    fun fläche(a: Int) = a\n    fun fläche(a: String) = b(a)\n}\n"
-    )
-    ops = bootstrap(tmp / "data", embedding_dimension=16)
-    ops.add_project("local/r")
-    ops.add_resource(str(root), "local/r")
-    ops.reindex()
-    yield ops.agent_session(projects=["local/r"])
-    ops._store().close()
+    files = {
+        "Shapes.java": SHAPES,
+        "model.py": MODEL,
+        "g.kt": "class Größe {\n    fun fläche(a: Int) = a\n    fun fläche(a: String) = b(a)\n}\n",
+    }
+    with indexed_session(tmp_path_factory.mktemp("overloads"), files) as session:
+        yield session
 
 
 def test_symbols_lists_every_overload_with_its_lines(session: AgentSession) -> None:

@@ -181,13 +181,14 @@ def check_rebuild_options(args: argparse.Namespace, profile: str = "local") -> N
 class CommandParser(argparse.ArgumentParser):
     """An argument parser whose errors are one line: :class:`UsageError`."""
 
-    _given: tuple[str, ...] = ()  # the arguments of the last top-level parse
+    # The arguments of the last parse (a subcommand's parser is called with
+    # what follows its name): what the '-' hint looks at.
+    _given: tuple[str, ...] = ()
 
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
     ) -> tuple[argparse.Namespace, list[str]]:
-        if namespace is None:  # a top-level parse (a subcommand's gets the namespace)
-            CommandParser._given = tuple(sys.argv[1:] if args is None else args)
+        CommandParser._given = tuple(sys.argv[1:] if args is None else args)
         return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> NoReturn:

@@ -270,16 +270,13 @@ class _Retry:
             if stop is None:  # between changes: the watch goes on as it is
                 _log.warning("acms.watch.registry_unavailable", error=str(exc)[:300])
                 return None
-            wait = min(60.0, self.base * 2**self.registry_failures)
             self.registry_failures += 1
-            log = _log.error if self.registry_failures >= 3 else _log.warning
-            log(
+            self._wait_out(
                 "acms.watch.registry_unavailable",
+                self.registry_failures,
+                stop,
                 error=str(exc)[:300],
-                failures=self.registry_failures,
-                retry_in=wait,
             )
-            stop.wait(wait)
             return None
         if self.registry_failures and stop is not None:
             _log.info("acms.watch.registry_recovered", failures=self.registry_failures)
@@ -288,17 +285,23 @@ class _Retry:
 
     def _failed(self, resources: set[str], error: str, stop: threading.Event) -> None:
         self._busy_since = None
-        wait = min(60.0, self.base * 2**self.failures)
         self.failures += 1
         self.pending = set(resources)
-        log = _log.error if self.failures >= 3 else _log.warning
-        log(
+        self._wait_out(
             "acms.watch.reindex_failed",
+            self.failures,
+            stop,
             resources=sorted(resources),
             error=error[:300],
-            failures=self.failures,
-            retry_in=wait,
         )
+
+    def _wait_out(self, event: str, failures: int, stop: threading.Event, **fields: object) -> None:
+        """Log the ``failures``-th failure in a row (an error from the third)
+        and wait before the next try: from the debounce (at least 1 s),
+        doubling with each failure, up to a minute."""
+        wait = min(60.0, self.base * 2 ** (failures - 1))
+        log = _log.error if failures >= 3 else _log.warning
+        log(event, **fields, failures=failures, retry_in=wait)
         stop.wait(wait)
 
 
@@ -385,6 +388,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{_PROG}: error: {one_line(exc)}", file=sys.stderr)
         return 2
     stop = threading.Event()
+    _Stopping.reindexing = _Stopping.raised = False  # a host may run the watch again
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _on_stop_signal(stop))
     try:
