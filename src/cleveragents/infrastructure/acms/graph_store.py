@@ -1255,6 +1255,23 @@ class GraphStore:
                 return True
         raise IndexUnavailableError(f"corrupt graph file {path}: no whole snapshot" + REBUILD_HINT)
 
+    def extent(self, rid: str) -> tuple[bytes, int] | None:
+        """The resource's graph file's name (its header's 16 random bytes) and
+        size, reading neither its records nor its graph; ``None`` without a
+        file.
+
+        Raises:
+            IndexUnavailableError: not a graph file, or it cannot be read.
+        """
+        try:
+            with _opened(self.path(rid)) as opened:
+                if opened is None:
+                    return None
+                _fd, st, header = opened
+                return header[len(_MAGIC) :], st.st_size
+        except OSError as exc:
+            raise IndexUnavailableError(f"cannot read graph store {self.root}: {exc}") from exc
+
     def _check_root(self) -> None:
         """On a resource's missing graph file: no graph, unless the store itself
         is gone (deleted, or moved away under a running process), which
@@ -1398,6 +1415,13 @@ class GraphStore:
         try:
             head = _read_small(self.index_path(rid), _INDEX_HEAD.size)
             found = None if head is None else _index_head(head, cursor.nonce, cursor.offset)
+            if found is not None and found[0] > start:
+                # It covers bytes this record replaced: the file was cut
+                # below it (damaged, or truncated by hand) and is growing
+                # again, where its offsets name other bytes now.
+                _log.warning("graph_store.stale_index_removed", resource=rid, covered=found[0])
+                self.index_path(rid).unlink(missing_ok=True)
+                found = None
             # A version 2 index counts as none: rebuilt (whole) by the first
             # append once the file is past the smallest tail allowed.
             covered = _HEADER if found is None or not found[2] else found[0]
@@ -2063,6 +2087,11 @@ class SubjectReader:
     def path(self) -> Path:
         """The graph file this reader reads."""
         return self._path
+
+    @property
+    def nonce(self) -> bytes:
+        """The 16 random bytes that name the graph file it reads."""
+        return self._nonce
 
     def is_open(self) -> bool:
         return self._closer.alive

@@ -185,6 +185,11 @@ def _stamp_key(rid: str) -> str:
     return f"catalog_written_ns:{rid}"
 
 
+def _extent_key(rid: str) -> str:
+    """The resource's graph file at its last commit: ``<name hex>:<end>``."""
+    return f"graph_extent:{rid}"
+
+
 # The directory of the planning marks, one file per resource being indexed
 # (see StoreTransaction.begin_planning), and how many quarantined contents a
 # resource keeps (the oldest are forgotten: a content that changed is never
@@ -457,7 +462,9 @@ class ManagedIndexStore:
             from cleveragents.infrastructure.acms.rdflib_graph import RdflibGraphBackend
 
             return RdflibGraphBackend(
-                where("graph"), expected=store.recorded_subjects if live else None
+                where("graph"),
+                expected=store.recorded_subjects if live else None,
+                extent=store.recorded_extent if live else None,
             )
 
         def catalog() -> Catalog:
@@ -753,7 +760,7 @@ class ManagedIndexStore:
             if name not in skipped:
                 cast("TextIndex | VectorIndex | GraphIndex", self._get(name)).delete(rid)
             checkpoint("resource.delete")
-        for key in (_identity_key(rid), _stamp_key(rid), _dirty_key(rid)):
+        for key in (_identity_key(rid), _stamp_key(rid), _extent_key(rid), _dirty_key(rid)):
             catalog.delete_meta(key)
         if self.planning_dir is not None:
             for suffix in ("", ".suspect", ".quarantine"):
@@ -944,6 +951,22 @@ class ManagedIndexStore:
             return 0
         return found if self._settled(rid) == before else 0
 
+    def recorded_extent(self, resource_id: str, settled: bool = True) -> tuple[bytes, int] | None:
+        """The resource's graph file as its last session left it: the file's
+        name (16 bytes) and the end of its last commit; ``None`` when nothing
+        is recorded or, with ``settled``, a write of it may be under way (see
+        :meth:`_settled`; a reader then asks nothing of the file)."""
+        rid = canonical_ulid(resource_id)
+        raw = self.catalog.get_meta(_extent_key(rid))
+        if raw is None or (settled and self._settled(rid) is None):
+            return None
+        name, _, end = raw.partition(":")
+        try:
+            return bytes.fromhex(name), int(end)
+        except ValueError:
+            _log.warning("index_store.graph_extent_unreadable", resource_id=rid, value=raw)
+            return None
+
     def _names_any(self, rid: str, column: str) -> bool:
         """Whether a catalog row of ``rid`` names any unit (``unit_uris``) or
         graph subject (``graph_subjects``): the catalog's indexed scan when it
@@ -987,7 +1010,10 @@ class ManagedIndexStore:
         if self._names_any(rid, "graph_subjects"):
             graph = self.graph
             holds = getattr(graph, "holds", None)
-            if not (holds(rid) if callable(holds) else bool(graph.subjects(rid))):
+            cut_short = getattr(graph, "cut_short", None)
+            if not (holds(rid) if callable(holds) else bool(graph.subjects(rid))) or (
+                callable(cut_short) and cut_short(rid)
+            ):
                 lost.append("graph")
         return lost
 
@@ -1171,6 +1197,13 @@ class StoreTransaction:
                 )
                 catalog.set_meta(_dirty_key(resource_id), "lost")
                 self._dirty_at_start = True
+                # What a graph file lost is not only its files' subjects:
+                # the resource node's edges to files whose subjects are
+                # intact (a file cut short) went too; every file writes them.
+                if "graph" in lost:
+                    self._full = True
+                    # Written whole again from here: no longer the file to check.
+                    catalog.delete_meta(_extent_key(resource_id))
         self._dirty = self._dirty_at_start
         self._suspects: frozenset[str] = frozenset()
         if self._dirty_at_start:
@@ -1607,6 +1640,11 @@ class StoreTransaction:
         if self._dirty_at_start:
             self._sweep()
             self._commit_text()
+        written = getattr(store.graph, "written_extent", None) if self.wrote else None
+        extent = written(rid) if callable(written) else None
+        if extent is not None:
+            # Readers check the file against it (a cut short file is an error).
+            self._catalog.set_meta(_extent_key(rid), f"{extent[0].hex()}:{extent[1]}")
         if self._dirty:
             self._catalog.delete_meta(_dirty_key(rid))
             checkpoint("index.clean")

@@ -256,6 +256,16 @@ class RdflibGraphBackend:
             resource whose graph file is missing while it counts subjects is
             an :class:`IndexUnavailableError` (the file was deleted, or a
             restore left it out), not an answer without that resource.
+        extent: ``extent(rid, settled)``: the graph file's name and the end
+            of its last commit as its owner recorded them (the index store's
+            catalog; ``None``: nothing recorded, or with ``settled`` a write
+            of the resource may be under way).  Given, a question over a
+            resource whose file ends its whole records before that (cut
+            short, or a damaged record in its log, which ends what a load
+            reads) is an :class:`IndexUnavailableError`, not an answer from
+            the part left; a write to such a file removes it (what it lost
+            cannot be told from what it holds) and raises the error, and the
+            owner's next session writes the graph again.
 
     Raises:
         TypeError / ValueError: an invalid ``union_cache_size``,
@@ -272,8 +282,10 @@ class RdflibGraphBackend:
         max_rows: int = 10_000,
         cache_triples: int = 500_000,
         expected: Callable[[str, Callable[[], bool]], int] | None = None,
+        extent: Callable[[str, bool], tuple[bytes, int] | None] | None = None,
     ) -> None:
         self._expected = expected
+        self._extent = extent
         self._union_cache_size = validate_positive_int(union_cache_size, "union_cache_size")
         self._query_timeout = _validate_timeout(query_timeout)
         self._max_rows = validate_positive_int(max_rows, "max_rows")
@@ -646,7 +658,10 @@ class RdflibGraphBackend:
                     if queried:
                         self._check_lost(store, rid)
                     continue
-                loaded, self._cursors[rid], changes = fresh
+                loaded, cursor, changes = fresh
+                if changes is None and queried:
+                    self._check_extent(store, rid, cursor.nonce, cursor.offset)
+                self._cursors[rid] = cursor
                 if changes is None:
                     self._drop_unions(rid)
                 elif changes:
@@ -672,6 +687,84 @@ class RdflibGraphBackend:
                 f"{rid}` writes it again (`acms reindex --rebuild`: every index)"
             )
 
+    def _cut_before(self, rid: str, nonce: bytes, end: int, *, settled: bool = True) -> int | None:
+        """The end of the last commit ``extent`` recorded of the file named
+        ``nonce`` if the file ends its whole records before it, at ``end``
+        (a file only grows between two commits: a torn append is past the
+        last one, a compaction is a new file); else ``None``."""
+        if self._extent is None:
+            return None
+        recorded = self._extent(rid, settled)
+        if recorded is None or recorded[0] != nonce or end >= recorded[1]:
+            return None
+        return recorded[1]
+
+    def _check_extent(self, store: GraphStore, rid: str, nonce: bytes, end: int) -> None:
+        """An error if the file named ``nonce`` ends its whole records at
+        ``end``, before its last commit (see :meth:`_cut_before`)."""
+        committed = self._cut_before(rid, nonce, end)
+        if committed is not None:
+            raise IndexUnavailableError(
+                f"the graph of resource {rid} ({store.path(rid)}) ends at byte {end}, before "
+                f"its last commit at byte {committed}: the file was cut short or damaged; "
+                f"`acms reindex --full --resource {rid}` writes it again "
+                "(`acms reindex --rebuild`: every index)"
+            )
+
+    def cut_short(self, resource_id: str) -> bool:
+        """Whether the resource's graph file is shorter than its last commit
+        as ``extent`` recorded it (one ``stat`` and its header: no record is
+        read, so a damaged record within the file is found by a load).
+
+        Raises:
+            ValueError: an invalid ULID.
+            IndexUnavailableError: the file cannot be read.
+        """
+        rid = canonical_ulid(resource_id)
+        with self._lock:
+            self._check_open()
+            store = self._store
+            if store is None or self._extent is None:
+                return False
+            found = store.extent(rid)
+            return found is not None and self._cut_before(rid, *found) is not None
+
+    def _refuse_damaged(self, store: GraphStore, rid: str, cursor: Cursor) -> None:
+        """Before a write appends to ``cursor``'s file: if it ends its whole
+        records before its last commit, the records past the damage would be
+        cut as a torn tail and the file go on without them.  It is removed
+        instead, and the write refused: its owner's session stays marked,
+        and the next one finds every file's subjects missing and writes
+        them."""
+        committed = self._cut_before(rid, cursor.nonce, cursor.offset, settled=False)
+        if committed is None:
+            return
+        _log.warning(
+            "rdflib_graph.damaged_graph_removed", resource=rid, end=cursor.offset, commit=committed
+        )
+        store.remove(rid)
+        self._forget(rid)
+        raise IndexUnavailableError(
+            f"the graph of resource {rid} ({store.path(rid)}) ended at byte {cursor.offset}, "
+            f"before its last commit at byte {committed}: the file was cut short or damaged, "
+            "and is removed; the next `acms reindex` writes it again"
+        )
+
+    def written_extent(self, resource_id: str) -> tuple[bytes, int] | None:
+        """The name of the resource's graph file and the end of its whole
+        records, as this process last wrote or read it (what a writer
+        records for :meth:`_check_extent`); ``None`` if it has not, or the
+        graph is in memory."""
+        rid = canonical_ulid(resource_id)
+        with self._lock:
+            # A read after a write holds the newer cursor (a write without
+            # the graph drops it; one with the graph drops the write state).
+            cursor = self._cursors.get(rid)
+            if cursor is None:
+                state = self._writes.get(rid)
+                cursor = None if state is None else state.cursor
+            return None if cursor is None else (cursor.nonce, cursor.offset)
+
     def holds(self, resource_id: str) -> bool:
         """Whether the resource has a graph (on disk: its file, whose head is
         checked; no graph is read).
@@ -694,15 +787,20 @@ class RdflibGraphBackend:
 
         Raises:
             ValueError: an invalid ULID.
-            IndexUnavailableError: the file is damaged, or missing while
-                ``expected`` counts subjects of it.
+            IndexUnavailableError: the file is damaged, missing while
+                ``expected`` counts subjects of it, or shorter than its last
+                commit as ``extent`` recorded it.
         """
         rid = canonical_ulid(resource_id)
         with self._lock:
             self._check_open()
             store = self._store
-            if store is not None and not store.check(rid):
+            if store is None:
+                return
+            if not store.check(rid):
                 self._check_lost(store, rid)
+            elif self._extent is not None and (found := store.extent(rid)) is not None:
+                self._check_extent(store, rid, *found)
 
     def _scope_rids(self, scope: frozenset[str] | None) -> Iterable[str]:
         if scope is not None:
@@ -777,6 +875,11 @@ class RdflibGraphBackend:
                 if reader is None:
                     load.append(rid)
                     continue
+                try:
+                    self._check_extent(store, rid, reader.nonce, reader.end)
+                except IndexUnavailableError:
+                    reader.close()
+                    raise
                 self._readers[rid] = reader
             self._readers.move_to_end(rid)
             found[rid] = reader
@@ -1010,6 +1113,7 @@ class RdflibGraphBackend:
         res = self._load([rid], queried=False).get(rid)
         cursor = self._cursors.get(rid)
         if store is not None and cursor is not None:
+            self._refuse_damaged(store, rid, cursor)
             store.cut_torn_tail(rid, cursor)
         ops: list[Op] = []
         if res is not None:
@@ -1090,6 +1194,7 @@ class RdflibGraphBackend:
                 return  # no graph to delete from
             state = store.create(rid, change)
         else:
+            self._refuse_damaged(store, rid, state.cursor)
             store.cut_torn_tail(rid, state.cursor)
             store.append_change(rid, state, change)
         self._writes[rid] = state
