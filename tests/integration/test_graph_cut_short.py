@@ -67,7 +67,7 @@ def everything(ops: AcmsOperations, project: str) -> set[tuple[str, str, str]]:
     all would pass the row cap)."""
     view = ops.view(ops.scope([project], []))
     subjects = view.sparql_query(
-        ("SELECT DISTINCT ?s ?t ?u WHERE { ?s ?p ?o BIND(?s AS ?t) BIND(?s AS ?u) }")
+        "SELECT DISTINCT ?s ?t ?u WHERE { ?s ?p ?o BIND(?s AS ?t) BIND(?s AS ?u) }"
     )
     found = {t for s, _p, _o in subjects.triples for t in view.get_triples(s).triples}
     assert found
@@ -157,9 +157,9 @@ def test_a_damaged_record_fails_a_load_and_a_write_removes_the_file_for_the_next
         byte = fh.read(1)
         fh.seek(-1, 1)
         fh.write(bytes([byte[0] ^ 0xFF]))
-    with opened(data) as ops:
-        with pytest.raises(IndexUnavailableError, match=rf"{rid}.*damaged.*--full --resource"):
-            ops.view(ops.scope(["local/hit"], [])).sparql_query(_EVERYTHING)
+    damaged = rf"{rid}.*damaged.*--full --resource"
+    with opened(data) as ops, pytest.raises(IndexUnavailableError, match=damaged):
+        ops.view(ops.scope(["local/hit"], [])).sparql_query(_EVERYTHING)
     (tree / "pkg" / "mod3.py").write_text("def changed():\n    return helper()\n")
     with opened(data) as ops:
         with pytest.raises(IndexUnavailableError, match="removed; the next `acms reindex`"):

@@ -426,6 +426,30 @@ def test_plan_hydration_and_the_seed_log_events(repo: Path, tmp_path: Path, cont
     assert done["total_bytes"] == sum(len(f.content.encode()) for f in tiers.fragments())
 
 
+def test_a_resource_of_two_of_the_plans_projects_is_hydrated_once(
+    repo: Path, tmp_path: Path, container: Any
+) -> None:
+    """Linked to two projects of the plan (and one project named twice): its
+    fragments were stored once per link, the same contents spending the
+    shared budget twice over."""
+    projects, resources = open_registry(tmp_path / "reg.sqlite3")
+    res = resources.register(repo, "git-checkout")
+    for name in ("local/a", "local/b"):
+        projects.add(name)
+        projects.link(name, res.resource_id)
+    tiers = ContextTierService()
+    n = hydrate_tiers_for_plan(
+        tiers,
+        ["local/a", "local/b", "local/a"],
+        projects,
+        resources,
+        indexer=container.indexer(),
+    )
+    paths = [f.metadata["path"] for f in tiers.fragments()]
+    assert n == len(paths) == len(EXPECTED_FRAGMENTS)
+    assert sorted(paths) == sorted(set(paths))
+
+
 def test_store_failure_is_logged_and_skipped(repo: Path) -> None:
     class Failing(ContextTierService):
         def store(self, fragment: Any) -> None:

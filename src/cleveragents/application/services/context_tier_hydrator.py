@@ -91,6 +91,10 @@ def hydrate_tiers_for_plan(
     """
     total = 0
     budget = _Budget()
+    # A resource linked to two of the plan's projects (or a project named
+    # twice) is hydrated once: its fragments would be the same, stored twice
+    # out of the one budget.
+    hydrated: set[str] = set()
     for name in project_names:
         project = project_repository.get(name)
         if project is None:
@@ -107,6 +111,14 @@ def hydrate_tiers_for_plan(
                     "context_hydrator.resource_not_found", project=name, resource_id=resource_id
                 )
                 continue
+            if resource.resource_id in hydrated:
+                _log.debug(
+                    "context_hydrator.resource_already_hydrated",
+                    project=name,
+                    resource_id=resource.resource_id,
+                )
+                continue
+            hydrated.add(resource.resource_id)
             try:
                 refuse_swapped_root(resource.location)  # registered resolved
             except ResourceListingError as exc:
