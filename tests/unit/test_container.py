@@ -140,3 +140,28 @@ def test_a_configured_data_directory_never_silently_means_the_stubs(
     monkeypatch.setenv("ACMS_PROFILE", "stub")  # an explicit choice still wins
     stub = build_container(data_dir=tmp_path / "d3")
     assert isinstance(stub.text_backend(), InMemoryTextBackend)
+
+
+def test_operations_over_a_query_only_backend_say_which_protocol_it_lacks(
+    tmp_path: Path,
+) -> None:
+    """A host's read-only text backend wired into a local container: the
+    refusal said the text index "is only wired in the 'local' profile",
+    which it was; it now names the backend and the Protocol it lacks."""
+    from cleveragents.application.services.operations import AcmsOperations
+    from cleveragents.domain.models.acms.errors import AcmsError
+
+    class QueryOnlyText:
+        def search(
+            self, query: str, *, scope: frozenset[str], max_results: int = 20
+        ) -> list[object]:
+            return []
+
+    c = build_container("local", tmp_path / "data", embedding_dimension=16)
+    c.text_backend.override(providers.Object(QueryOnlyText()))
+    ops = AcmsOperations.from_container(c)
+    try:
+        with pytest.raises(AcmsError, match=r"QueryOnlyText wired is not one.*TextIndex"):
+            ops.view(frozenset({"01JD5TD11B0000000000000000"})).search("parse")
+    finally:
+        ops.close()

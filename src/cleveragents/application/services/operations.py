@@ -880,6 +880,13 @@ def _writable(provider: Callable[[], object], kind: type, what: str) -> Callable
     def get() -> Any:  # noqa: ANN401 - checked against the Protocol at run time
         value = provider()
         if not isinstance(value, kind):
+            if value is not None and type(value).__module__.split(".")[0] != "cleveragents":
+                # A host's own backend (an override): say what it lacks.
+                raise AcmsError(
+                    f"{what} is needed, and the {type(value).__name__} wired is not one "
+                    f"(the {kind.__name__} Protocol: queries and writes); a backend that "
+                    "only answers queries serves them through ScopedView"
+                )
             raise AcmsError(f"{what} is only wired in the 'local' profile (ACMS_PROFILE=local)")
         return value
 
