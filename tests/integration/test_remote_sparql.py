@@ -88,6 +88,14 @@ def _hostile(url: str) -> list[str]:
         f"CONSTRUCT {{ ?s ?p ?o }} WHERE {{ SERVICE <{url}> {{ ?s ?p ?o }} }}",
         f"LOAD <{url}>",
         f"LOAD <{url}> INTO GRAPH <uko://{A}>",
+        # rdflib expands \u escapes across the whole text before parsing, as
+        # SPARQL says; Oxigraph only inside strings and IRIs.  Here rdflib
+        # reads SERVICE inside a string, Oxigraph as a pattern: the guard
+        # passed what the endpoint ran (a reviewer's leak of every graph).
+        'SELECT ?s ?p ?o WHERE { BIND("a\\u0022 AS ?x) BIND(" AS ?x) '
+        f'SERVICE <{url}> {{ ?s ?p ?o }} # " AS ?y)\n}}',
+        # An escape of an escape: left for the endpoint to expand again.
+        'SELECT ?s ?p ?o WHERE { BIND("a\\u005Cu0022" AS ?x) ?s ?p ?o }',
     ]
 
 
