@@ -397,8 +397,19 @@ def test_an_empty_answer_over_a_lost_graph_is_an_error(
                 call(everything)
             assert oxigraph_server.uri in str(caught.value)
             assert call(frozenset({B, C})).triples == []  # A out of scope: no error
-        # A non-empty answer is not checked (it would cost every query a question).
-        assert b.get_triples(resource_uri(B), scope=everything).triples
+        # A non-empty answer over more than one resource is checked too: B's
+        # rows, or a count over the scope, were an answer without A's graph.
+        rows = "SELECT ?s ?p ?o WHERE { ?s ?p ?o }"
+        count = "SELECT (COUNT(*) AS ?s) (0 AS ?p) (0 AS ?o) WHERE { ?x ?y ?z }"
+        for query in (rows, count):
+            assert b.sparql_query(query, scope=frozenset({B, C})).triples
+            with pytest.raises(IndexUnavailableError, match=rf"{A}.*`acms reindex`"):
+                b.sparql_query(query, scope=everything)
+        # Over one resource a non-empty answer asks nothing (it shows the graph is there).
+        read.clear()
+        assert b.get_triples(resource_uri(B), scope=frozenset({B})).triples
+        assert b.sparql_query(rows, scope=frozenset({B})).triples
+        assert read == []
     finally:
         emptied(b)
 

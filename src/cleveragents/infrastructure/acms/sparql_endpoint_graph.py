@@ -42,7 +42,10 @@ session that finds its resource's graph lost writes it again).
 Graphs found present (or rightly empty) are not asked about again for
 ``_CONFIRMED_FOR`` seconds, so the session calls that make many small
 lookups (``callers``: a walk per candidate) pay one round trip, not one
-per empty lookup; non-empty answers cost nothing.
+per empty lookup.  A non-empty answer is checked too when its scope holds
+more than one resource (the others may have given it alone: a count, or
+rows of one resource, answered without the lost one exit 0); over one
+resource it costs nothing.
 
 Literals are kept as the server returns them: Oxigraph stores typed literals
 by value, so ``"010"^^xsd:integer`` reads back as ``"10"`` (the rdflib
@@ -314,15 +317,13 @@ class SparqlEndpointGraphBackend:
         else:
             data = _load_json(answer.body)
             if "boolean" in data:
-                if not data["boolean"]:
-                    self._check_empty(canonical)
+                self._check_answer(canonical, empty=not data["boolean"])
                 boolean = str(bool(data["boolean"])).lower()
                 return GraphResult(metadata={"boolean": boolean, "rows": "0"})
             triples = self._rows(data, checked.projection)
             if not checked.ordered:
                 triples.sort()
-        if not triples:
-            self._check_empty(canonical)
+        self._check_answer(canonical, empty=not triples)
         kept = [t for t in triples if _in_scope(t, canonical)]
         metadata = {"rows": str(len(kept))}
         if len(kept) != len(triples):
@@ -347,8 +348,7 @@ class SparqlEndpointGraphBackend:
         triples = sorted({t for t, _ in self._edges([subject], canonical)})
         if canonical is not None:
             triples = [t for t in triples if _in_scope(t, canonical)]
-        if not triples:
-            self._check_empty(canonical)
+        self._check_answer(canonical, empty=not triples)
         return GraphResult(triples=triples, metadata={"rows": str(len(triples))})
 
     def traverse(
@@ -426,8 +426,7 @@ class SparqlEndpointGraphBackend:
             frontier = reached
         if canonical is not None:
             out = [t for t in out if _in_scope(t, canonical)]
-        if not out:
-            self._check_empty(canonical)
+        self._check_answer(canonical, empty=not out)
         return GraphResult(triples=out, metadata={"rows": str(len(out))})
 
     # ------------------------------------------------------------ write side
@@ -564,9 +563,17 @@ class SparqlEndpointGraphBackend:
         if self._closed:
             raise IndexUnavailableError("the SPARQL endpoint backend is closed")
 
+    def _check_answer(self, scope: frozenset[str] | None, *, empty: bool) -> None:
+        """After an answer over ``scope``: a resource in it whose graph the
+        endpoint lacks while ``expected`` counts subjects is an error.  An
+        empty answer is checked; so is any answer over more than one
+        resource, which the others may have given alone (a count, rows of
+        one resource: an answer without the lost one)."""
+        if empty or (scope is not None and len(scope) > 1):
+            self._check_empty(scope)
+
     def _check_empty(self, scope: frozenset[str] | None) -> None:
-        """An answer over ``scope`` was empty: a resource in it whose graph
-        the endpoint lacks while ``expected`` counts subjects is an error."""
+        """Whether a resource of ``scope`` lost its graph (see :meth:`_check_answer`)."""
         if self._expected is None or not scope:
             return
         now = time.monotonic()
