@@ -429,24 +429,31 @@ def test_a_lost_index_is_an_error_naming_the_rebuild_never_an_empty_one(
         assert [r.uko_uri for r in ops.view(ops.scope(["local/l"], [])).search("quokka_function")]
 
 
+@pytest.mark.parametrize("how", ["deleted", "emptied"])
 def test_a_lost_vector_database_is_an_error_naming_the_rebuild_never_an_empty_one(
-    tmp_path: Path, tree: Path
+    tmp_path: Path, tree: Path, how: str
 ) -> None:
-    """Found by a reviewer: ``vectors.sqlite3`` deleted (its directory kept)
-    opened as a new, empty database: ``status`` exit 0 with ``vector=0``,
-    vector search "no results", hybrid search text alone."""
+    """Found by reviewers: ``vectors.sqlite3`` deleted (its directory kept),
+    or cut to 0 bytes, opened as a new, empty database: ``status`` exit 0
+    with ``vector=0``, vector search "no results", hybrid search text alone."""
     data = tmp_path / "data"
     index_once(data, tree, "local/l")
     database = data / "vectors" / "vectors.sqlite3"
-    for path in data.glob("vectors/vectors.sqlite3*"):
+    for path in data.glob("vectors/vectors.sqlite3?*"):  # -wal, -shm
         path.unlink()
+    if how == "deleted":
+        database.unlink()
+    else:
+        database.write_bytes(b"")
+    gone = "is missing" if how == "deleted" else "is empty"
     with reopened(data) as ops:
         view = ops.view(ops.scope(["local/l"], []))
-        with pytest.raises(IndexUnavailableError, match=rf"{database} is missing.*--rebuild"):
+        with pytest.raises(IndexUnavailableError, match=rf"{database} {gone}.*--rebuild"):
             ops.status()
         with pytest.raises(IndexUnavailableError, match="--rebuild"):
             view.similarity_search(ops.embed_query("quokka_function"))
-    assert not database.exists()  # nothing made in its place
+    # Nothing made in its place.
+    assert not database.exists() if how == "deleted" else database.stat().st_size == 0
     with reopened(data) as ops:
         ops.rebuild()
     with reopened(data) as ops:

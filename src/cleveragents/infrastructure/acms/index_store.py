@@ -588,10 +588,10 @@ class ManagedIndexStore:
             where = where / VECTOR_DATABASE  # the database is what is gone
         rebuild = "`acms reindex --rebuild` builds every index again from the files"
         catalog = self.catalog
+        gone = "is empty (0 bytes)" if where.is_file() else "is missing"
         if catalog.get_meta(_LOCAL_META) == "1":
             raise RepairNeededError(
-                f"the {label} index {where} is missing while the catalog lists indexed "
-                f"files: {rebuild}"
+                f"the {label} index {where} {gone} while the catalog lists indexed files: {rebuild}"
             )
         remote = catalog.get_meta(_REMOTE_META) == "1"
         raise RepairNeededError(
@@ -618,9 +618,9 @@ class ManagedIndexStore:
         live = root / name
         if not (root / "catalog").exists():
             return False
-        # The vector index is one database: its directory without it opened
-        # as a new, empty one (found by a reviewer).
-        whole = name != "vectors" or (live / VECTOR_DATABASE).exists()
+        # The vector index is one database: its directory without it, or with
+        # it emptied to 0 bytes, opened as a new, empty one (found by reviewers).
+        whole = name != "vectors" or _has_bytes(live / VECTOR_DATABASE)
         if (live.exists() or live.is_symlink()) and whole:
             return False
         return bool(self.catalog.resource_ids())
@@ -1729,6 +1729,15 @@ def _stored_units(text: TextIndex, rid: str) -> Iterator[IndexUnit]:
     if not isinstance(text, StoredUnits):
         raise NotImplementedError(f"{type(text).__name__} does not read units back")
     return text.units(rid)
+
+
+def _has_bytes(path: Path) -> bool:
+    """Whether ``path`` is a file holding anything (SQLite opens a 0-byte file
+    as a new database)."""
+    try:
+        return os.stat(path).st_size > 0
+    except FileNotFoundError:
+        return False
 
 
 def _du(path: Path) -> int:
