@@ -634,3 +634,21 @@ def test_a_broken_dependency_injector_is_one_line_not_a_traceback(world: dict[st
     assert done.returncode == 1, done.stderr
     assert "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines()[-1].startswith("acms: internal error: AttributeError")
+
+
+def test_status_and_reindex_after_the_registry_is_lost(tmp_path: Path) -> None:
+    """A deleted registry: ``status`` warns that the indexes hold resources the
+    registry lacks, and ``reindex`` refuses (exit 1) instead of pruning them all."""
+    cli = Cli(tmp_path / "data")
+    src = write_project(tmp_path / "vole", "vole")
+    cli.run("project", "add", "local/vole")
+    cli.run("resource", "add", str(src), "--project", "local/vole")
+    assert cli.reindex().returncode == 0
+    for path in (tmp_path / "data").glob("registry.sqlite3*"):
+        path.unlink()
+    status = cli.run("status")
+    assert "the registry lists no resources while the indexes hold 1" in status.stderr
+    done = cli.run("reindex", ok=False)
+    assert done.returncode == 1, done.stderr
+    assert "restore it from a backup" in done.stderr and "Traceback" not in done.stderr
+    assert cli.json("status")["unregistered"]

@@ -21,6 +21,7 @@ import pytest
 from cleveragents.application.services.operations import AcmsOperations
 from cleveragents.bootstrap import bootstrap
 from cleveragents.domain.models.acms.errors import (
+    AcmsError,
     BusyError,
     ConflictError,
     IndexUnavailableError,
@@ -715,3 +716,36 @@ def test_a_resource_is_removed_while_an_index_only_a_rebuild_repairs_is_lost(
         assert ops.verify() == []
         assert [row["files"] for row in ops.status()["resources"]] == [1]
         assert ops.view(ops.scope(["local/k"], [])).search("wombat_function")
+
+
+@pytest.mark.parametrize("how", ["deleted", "emptied"])
+def test_a_lost_registry_never_makes_a_reindex_drop_every_index(
+    tmp_path: Path, tree: Path, how: str
+) -> None:
+    """Found by a reviewer: ``registry.sqlite3`` deleted or cut to 0 bytes
+    opened as a new registry, ``status`` said "projects: 0", exit 0, and the
+    next reindex pruned every resource's units.  Now ``status`` lists the
+    indexed resources the registry lacks, a reindex refuses to drop them
+    all, and registering again (the documented way to start over) prunes
+    the old units as before."""
+    data = tmp_path / "data"
+    rid = index_once(data, tree, "local/r")
+    registry = data / "registry.sqlite3"
+    for path in data.glob("registry.sqlite3?*"):  # -wal, -shm
+        path.unlink()
+    if how == "deleted":
+        registry.unlink()
+    else:
+        registry.write_bytes(b"")
+    with reopened(data) as ops:
+        status = ops.status()
+        assert status["resources"] == [] and status["unregistered"] == [rid]
+        with pytest.raises(AcmsError, match="lists no resources while the indexes hold 1"):
+            ops.reindex()
+        assert rid in ops._store().text.resource_ids()
+        ops.add_project("local/r")
+        again = ops.add_resource(str(tree), "local/r").resource_id
+        assert ops.reindex().pruned == [rid]
+        assert ops.status()["unregistered"] == []
+        assert ops.view(ops.scope(["local/r"], [])).search("quokka_function")
+        assert again != rid

@@ -896,6 +896,20 @@ def run(args: argparse.Namespace, out: Output) -> int:
                 f"by others (chmod go-rwx): {', '.join(loose[:5])}",
                 file=sys.stderr,
             )
+        unregistered = status.get("unregistered") or []
+        if unregistered and not status["resources"]:
+            print(
+                f"{_PROG}: warning: the registry lists no resources while the indexes hold "
+                f"{len(unregistered)}: if registry.sqlite3 was lost or replaced, restore it "
+                "from a backup (a reindex refuses to drop them all)",
+                file=sys.stderr,
+            )
+        elif unregistered:
+            print(
+                f"{_PROG}: warning: {len(unregistered)} indexed resource(s) are not in the "
+                f"registry (the next reindex drops their units): {', '.join(unregistered[:5])}",
+                file=sys.stderr,
+            )
         return EXIT_OK
     if command in _SESSION_COMMANDS or (command == "search" and args.kind == "hybrid"):
         return _session_command(ops, args, out)

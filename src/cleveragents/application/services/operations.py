@@ -668,10 +668,27 @@ class AcmsOperations:
                 report.resources[rid] = stats
                 self.resources.mark_indexed(rid, secrets_skipped=stats.skipped.get("secret", 0))
             if everything:
-                report.pruned = store.prune(r.resource_id for r in self.resources.list())
+                keep = [r.resource_id for r in self.resources.list()]
+                if not keep:
+                    self._refuse_pruning_all(store)
+                report.pruned = store.prune(keep)
         self._note_git_ignored(report)
         report.seconds = time.perf_counter() - t0
         return report
+
+    def _refuse_pruning_all(self, store: MaintainedStore) -> None:
+        """A registry that lists no resource while the indexes hold some was
+        lost or replaced (deleted, emptied, a fresh one made in its place):
+        pruning would delete every index, which only hours of reindexing
+        make again, where restoring the registry brings them back."""
+        held = list(store.iter_resource_ids())
+        if held:
+            raise AcmsError(
+                f"the registry ({self.data_dir / 'registry.sqlite3'}) lists no resources "
+                f"while the indexes hold {len(held)}: if it was lost or replaced, restore it "
+                "from a backup; to start over, register the projects and resources again "
+                "(the next reindex then drops the old ones' units) or remove the data directory"
+            )
 
     def rebuild(
         self,
@@ -768,10 +785,14 @@ class AcmsOperations:
             }
             for r in self.resources.list()
         ]
+        listed = {row["resource_id"] for row in rows}
         return {
             "data_dir": str(self.data_dir),
             "projects": len(self.list_projects()),
             "resources": rows,
+            # Indexed, not registered: a resource removed by a registry
+            # restored from an older backup, or every one if it was lost.
+            "unregistered": sorted(set(store.catalog.resource_ids()) - listed),
             "bytes_on_disk": store.bytes_on_disk(),
             "loose_modes": store.loose_modes(),
         }
