@@ -22,7 +22,13 @@ class HttpServer:
     """The server, started with ``args`` (scope, log level) and answering
     ``/api/status`` before the constructor returns."""
 
-    def __init__(self, env: dict[str, str], log: Path, *args: str) -> None:
+    def __init__(
+        self,
+        env: dict[str, str],
+        log: Path,
+        *args: str,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log = log
@@ -36,7 +42,8 @@ class HttpServer:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
-                if httpx.post(f"{self.base}/api/status", timeout=2).status_code == 200:
+                answer = httpx.post(f"{self.base}/api/status", headers=headers, timeout=2)
+                if answer.status_code == 200:
                     return
             except httpx.HTTPError:
                 time.sleep(0.2)

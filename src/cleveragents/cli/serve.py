@@ -34,8 +34,10 @@ restart.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import functools
+import hmac
 import inspect
 import json
 import logging
@@ -107,6 +109,21 @@ _T = TypeVar("_T")
 #: The most bytes a JSON API request body may carry (a SPARQL query is at most
 #: 128 KiB; arguments beyond that are not useful, and the body is buffered).
 MAX_REQUEST_BYTES = 1 << 20
+
+# A connection that has not sent a whole request head (its request line and
+# headers) this many seconds after connecting, or after its last answer, is
+# closed: uvicorn waits for a head forever once its first byte arrived, so
+# connections sending a header line every few seconds (slowloris) held a
+# descriptor each until the service could accept no one (a reviewer's run
+# reached the 20,000-descriptor limit).
+_HEAD_SECONDS = 10.0
+# The JSON API's limit on receiving a request's body.
+_BODY_SECONDS = 30.0
+# Connections the HTTP service holds at once; a request past it gets 503
+# (the descriptors left are the indexes' and the SPARQL workers').
+_MAX_CONNECTIONS = 256
+# Where an HTTP service may take its bearer token from.
+TOKEN_ENV = "ACMS_SERVE_TOKEN"
 
 #: A project name argument: a malformed one is bad input, refused with the
 #: arguments (a well-formed one outside the scope is the session's refusal).
@@ -663,23 +680,45 @@ def make_mcp_server(session: AgentSession, tools: Mapping[str, ServiceTool] | No
     from mcp.server import MCPServer
     from mcp.server.mcpserver.tools import Tool
     from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
+    from mcp_types import ToolAnnotations
 
+    # Every tool only reads, and asks nothing outside the served scope: a
+    # host may run them without asking its user each time.
+    read_only = ToolAnnotations(
+        read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+    )
     registered = []
     for tool in (service_tools(session) if tools is None else tools).values():
         made = Tool.from_function(
-            _as_text(tool), name=tool.name, description=tool.fn.__doc__, structured_output=False
+            _as_text(tool),
+            name=tool.name,
+            description=inspect.cleandoc(tool.fn.__doc__ or ""),
+            annotations=read_only,
+            structured_output=False,
         )
         schema = tool.arguments.arg_model.model_json_schema(by_alias=True)
         as_sent = FuncMetadata(arg_model=_as_sent_model())
         registered.append(made.model_copy(update={"fn_metadata": as_sent, "parameters": schema}))
     return MCPServer(
         "acms",
+        version=_package_version(),
         instructions=(
             "Search and read one code base's files and its code graph. Answers are JSON "
             "within the budget (characters) you pass; 'truncated' says how many were left out."
         ),
         tools=registered,
     )
+
+
+@functools.cache
+def _package_version() -> str:
+    """This package's version, as installed (``""`` when it is not)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("cleveragents-acms")
+    except PackageNotFoundError:
+        return ""
 
 
 @functools.cache
@@ -799,10 +838,13 @@ def _http_app(
     tools: Mapping[str, ServiceTool],
     server: Any,  # noqa: ANN401 - mcp.server.MCPServer
     allowed: HostAllowList | None = None,
-) -> Any:  # noqa: ANN401 - Starlette
+    token: str | None = None,
+) -> Any:  # noqa: ANN401 - an ASGI app
     """The service's Starlette app: MCP at ``/mcp``, the JSON API at
     ``/api/<tool>``, both behind the same Host/Origin allow-list (see
-    :class:`HostAllowList`; default: loopback names only)."""
+    :class:`HostAllowList`; default: loopback names only) and, with a
+    ``token``, behind :class:`_BearerToken`."""
+    import anyio
     from mcp.server.transport_security import TransportSecuritySettings
     from starlette.requests import ClientDisconnect
 
@@ -826,10 +868,15 @@ def _http_app(
             return _json({"error": f"{what}: POST to /api/<tool>, one of {known}"}, 404)
         body = bytearray()
         try:
-            async for chunk in request.stream():  # read at most the cap, whatever is sent
-                body += chunk
-                if len(body) > MAX_REQUEST_BYTES:
-                    return _json({"error": f"request body over {MAX_REQUEST_BYTES} bytes"}, 413)
+            with anyio.fail_after(_BODY_SECONDS):
+                async for chunk in request.stream():  # read at most the cap, whatever is sent
+                    body += chunk
+                    if len(body) > MAX_REQUEST_BYTES:
+                        return _json({"error": f"request body over {MAX_REQUEST_BYTES} bytes"}, 413)
+        except TimeoutError:
+            return _json(
+                {"error": f"the request body did not arrive within {_BODY_SECONDS:g} s"}, 408
+            )
         except ClientDisconnect:
             # The client hung up before its body arrived whole (a call
             # cancelled, an agent closed): normal, and no one is left to
@@ -840,8 +887,13 @@ def _http_app(
             return Response(status_code=499)  # nginx's "client closed request", for access logs
         try:
             args = json.loads(body) if body.strip() else {}
-        except (ValueError, RecursionError) as exc:  # "[[[[..." nests past the parser
-            return _json({"error": f"bad request: {str(exc)[:200]}"}, 400)
+        except RecursionError:  # "[[[[..." nests past the parser
+            return _json({"error": "bad request: the JSON body nests too deeply"}, 400)
+        except ValueError as exc:
+            why = str(exc)[:200]
+            if "integer string conversion" in why:  # a 5,000-digit number
+                why = "a number in the JSON body has too many digits"
+            return _json({"error": f"bad request: {why}"}, 400)
         if not isinstance(args, dict):
             return _json({"error": "bad request: the body must be a JSON object"}, 400)
         try:
@@ -872,13 +924,115 @@ def _http_app(
     # /api/, /api/search/x) is its JSON 404, not Starlette's plain text.
     for path in ("/api", "/api/{tool:path}"):
         server.custom_route(path, methods=list(_HTTP_METHODS))(api)
-    return server.streamable_http_app(
+    app = server.streamable_http_app(
         transport_security=TransportSecuritySettings(
             enable_dns_rebinding_protection=True,
             allowed_hosts=allowed.hosts,
             allowed_origins=allowed.origins,
         )
     )
+    return app if token is None else _BearerToken(app, token)
+
+
+class _BearerToken:
+    """ASGI middleware: an HTTP request without ``Authorization: Bearer
+    <token>`` (compared in constant time) gets 401 and a JSON error, on
+    ``/mcp`` and ``/api`` alike; anything else (the lifespan) passes."""
+
+    def __init__(self, app: Any, token: str) -> None:  # noqa: ANN401 - an ASGI app
+        self._app = app
+        self._token = token.encode()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:  # noqa: ANN401
+        if scope["type"] == "http":
+            given = b""
+            for name, value in scope["headers"]:
+                if name == b"authorization":
+                    given = value
+            kind, _, credential = given.partition(b" ")
+            if not (
+                kind.lower() == b"bearer" and hmac.compare_digest(credential.strip(), self._token)
+            ):
+                refusal = _json(
+                    {"error": "this service needs its token: Authorization: Bearer <token>"},
+                    401,
+                    headers={"WWW-Authenticate": 'Bearer realm="acms"'},
+                )
+                await refusal(scope, receive, send)
+                return
+        await self._app(scope, receive, send)
+
+
+def read_token(path: str | None) -> str | None:
+    """The HTTP service's bearer token: the first line of ``path`` (``--token-file``),
+    else ``$ACMS_SERVE_TOKEN``, else ``None`` (no token).
+
+    Raises:
+        ValueError: the file cannot be read, or the token is empty or holds
+            a character a header cannot carry (space, control, non-ASCII).
+    """
+    if path is not None:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                token = fh.readline().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"cannot read the token file {path}: {exc}") from None
+        source = f"the token file {path}"
+    else:
+        env = os.environ.get(TOKEN_ENV)
+        if env is None or not env.strip():
+            return None
+        token, source = env.strip(), TOKEN_ENV
+    if not token or not all("!" <= c <= "~" for c in token):
+        raise ValueError(f"{source} holds no token (printable ASCII, no spaces)")
+    return token
+
+
+def _head_deadline_protocol() -> type:
+    """uvicorn's HTTP/1.1 protocol, closing a connection that does not send a
+    whole request head within :data:`_HEAD_SECONDS` of connecting or of its
+    last answer (uvicorn's own keep-alive timer stops at the first byte)."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeadDeadline(H11Protocol):
+        _head_timer: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm_head_deadline()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm_head_deadline()
+            super().connection_lost(exc)
+
+        def handle_events(self) -> None:
+            super().handle_events()
+            if self._serving():
+                self._disarm_head_deadline()  # a request's head arrived whole
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self._serving() and not self.transport.is_closing():
+                self._arm_head_deadline()  # the next request's head
+
+        def _serving(self) -> bool:
+            return self.cycle is not None and not self.cycle.response_complete
+
+        def _arm_head_deadline(self) -> None:
+            self._disarm_head_deadline()
+            self._head_timer = self.loop.call_later(_HEAD_SECONDS, self._head_late)
+
+        def _disarm_head_deadline(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+
+        def _head_late(self) -> None:
+            self._head_timer = None
+            if not self._serving() and not self.transport.is_closing():
+                self.transport.close()
+
+    return HeadDeadline
 
 
 _LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
@@ -1095,6 +1249,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="NAME[:PORT]",
         help="also answer requests for this Host (repeatable; loopback names always)",
     )
+    parser.add_argument(
+        "--token-file",
+        metavar="PATH",
+        help=f"HTTP: answer only requests carrying 'Authorization: Bearer <the file's first "
+        f"line>' (default: ${TOKEN_ENV}, else no token)",
+    )
     try:
         args = parser.parse_args(argv)
     except UsageError as exc:
@@ -1145,11 +1305,25 @@ def _serve(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, _end_stdio)
         signal.signal(signal.SIGINT, _end_stdio)
         _log_scope(session.scope, chosen=chosen)
-        server.run("stdio")
+        try:
+            server.run("stdio")
+        except BaseExceptionGroup as group:
+            # The host closed its end of stdout: the SDK's writer task failed
+            # inside its task group.  As a vanished reader of any command's
+            # output (quiet, 141), not "internal error: ExceptionGroup".
+            _broken, rest = group.split(BrokenPipeError)
+            if rest is not None:
+                raise
+            raise BrokenPipeError("the MCP host closed stdout") from None
         return 0
     host, _, port = str(args.http).rpartition(":")
     if not host or not (port.isascii() and port.isdigit() and int(port) <= 65535):
         print("acms serve: --http needs HOST:PORT, e.g. 127.0.0.1:8765", file=sys.stderr)
+        return 2
+    try:
+        token = read_token(args.token_file)
+    except ValueError as exc:
+        print(f"acms serve: {one_line(exc)}", file=sys.stderr)
         return 2
     try:
         # Bound here, so a port in use is one line of ours, not uvicorn's.
@@ -1158,6 +1332,12 @@ def _serve(args: argparse.Namespace) -> int:
         where, why = one_line(f"{host}:{port}"), one_line(exc.strerror or exc)
         print(f"acms serve: cannot listen on {where}: {why}", file=sys.stderr)
         return 1
+    if token is None and host.strip("[]") not in ("127.0.0.1", "localhost", "::1"):
+        print(
+            f"acms serve: warning: serving {one_line(host)}:{port} without a token: whoever "
+            f"can reach it reads the served scope (set {TOKEN_ENV} or --token-file)",
+            file=sys.stderr,
+        )
     _log_scope(session.scope, chosen=chosen)
     import uvicorn
 
@@ -1166,7 +1346,11 @@ def _serve(args: argparse.Namespace) -> int:
     allowed = HostAllowList.for_bind(host, args.allow_host)
     logging.getLogger("mcp.server.streamable_http").addFilter(_ClientGone())
     config = uvicorn.Config(
-        _http_app(tools, server, allowed), log_level=args.log_level, log_config=None
+        _http_app(tools, server, allowed, token),
+        log_level=args.log_level,
+        log_config=None,
+        http=_head_deadline_protocol(),
+        limit_concurrency=_MAX_CONNECTIONS,
     )
 
     class Server(uvicorn.Server):
