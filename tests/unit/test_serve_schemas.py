@@ -221,3 +221,24 @@ def test_every_argument_that_takes_a_file_path_says_it_may_be_relative_or_absolu
     for name, argument in PATH_ARGUMENTS.items():
         description = schemas[name]["properties"][argument]["description"]
         assert "relative" in description and "absolute" in description, (name, description)
+
+
+def test_a_query_or_task_past_its_length_is_refused_as_an_argument() -> None:
+    """A 3.9 MB query spent seconds splitting terms (and embedding them, for
+    ``search``) before anything refused it; the argument model now refuses
+    it first, naming the argument, and the schema states the bound."""
+    from cleveragents.cli.serve import MAX_QUERY_CHARS
+
+    tools = service_tools(_session())
+    schemas = _schemas()
+    for name, argument in (
+        ("search", "query"),
+        ("search_text", "query"),
+        ("search_vector", "query"),
+        ("context", "task"),
+    ):
+        assert _choices(schemas[name]["properties"][argument])["maxLength"] == MAX_QUERY_CHARS
+        tools[name].validate({**CALLS[name], argument: "x" * MAX_QUERY_CHARS})
+        with pytest.raises(BadArguments) as refused:
+            tools[name].validate({**CALLS[name], argument: "word " * MAX_QUERY_CHARS})
+        assert f"'{argument}'" in str(refused.value) and "\n" not in str(refused.value)

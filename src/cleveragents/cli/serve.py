@@ -122,6 +122,10 @@ _BODY_SECONDS = 30.0
 # Connections the HTTP service holds at once; a request past it gets 503
 # (the descriptors left are the indexes' and the SPARQL workers').
 _MAX_CONNECTIONS = 256
+#: The longest query or task a tool takes: what the text engine reads of a
+#: plain query.  Checked first, as an argument: a 3.9 MB query took seconds
+#: of term splitting before any refusal.
+MAX_QUERY_CHARS = 10_000
 # Where an HTTP service may take its bearer token from.
 TOKEN_ENV = "ACMS_SERVE_TOKEN"
 
@@ -205,7 +209,11 @@ def tool_functions(session: AgentSession) -> dict[str, Callable[..., dict[str, A
 
     def search(
         query: Annotated[
-            str, Field(description="What to look for: plain words or identifiers (no syntax).")
+            str,
+            Field(
+                description="What to look for: plain words or identifiers (no syntax).",
+                max_length=MAX_QUERY_CHARS,
+            ),
         ],
         max_results: MaxResults = 10,
         budget: Budget = DEFAULT_BUDGET,
@@ -233,7 +241,10 @@ def tool_functions(session: AgentSession) -> dict[str, Callable[..., dict[str, A
     def search_text(
         query: Annotated[
             str,
-            Field(description="What to find: words or identifiers, or a query in the syntax."),
+            Field(
+                description="What to find: words or identifiers, or a query in the syntax.",
+                max_length=MAX_QUERY_CHARS,
+            ),
         ],
         max_results: MaxResults = 10,
         budget: Budget = DEFAULT_BUDGET,
@@ -263,7 +274,11 @@ def tool_functions(session: AgentSession) -> dict[str, Callable[..., dict[str, A
 
     def search_vector(
         query: Annotated[
-            str, Field(description="Text whose meaning to match (a sentence, or code).")
+            str,
+            Field(
+                description="Text whose meaning to match (a sentence, or code).",
+                max_length=MAX_QUERY_CHARS,
+            ),
         ],
         max_results: MaxResults = 10,
         budget: Budget = DEFAULT_BUDGET,
@@ -380,7 +395,10 @@ def tool_functions(session: AgentSession) -> dict[str, Callable[..., dict[str, A
     def context(
         task: Annotated[
             str,
-            Field(description="The task, in plain words ('add a retry to the HTTP client')."),
+            Field(
+                description="The task, in plain words ('add a retry to the HTTP client').",
+                max_length=MAX_QUERY_CHARS,
+            ),
         ],
         budget: Budget = DEFAULT_BUDGET,
         projects: Projects = None,
