@@ -50,6 +50,7 @@ import json
 import math
 import os
 import queue
+import re
 import threading
 import time
 from collections import OrderedDict
@@ -256,6 +257,10 @@ def _document(
     doc.add_bytes("body", content.encode("utf-8", "surrogatepass"))
     doc.add_bytes("metadata", json.dumps(dict(metadata), sort_keys=True).encode("ascii"))
     return doc
+
+
+# What Tantivy's errors say when a segment's bytes cannot be read or decoded.
+_READ_FAILED = re.compile(r"IO ?error|IoError|end of buffer|corrupt|checksum", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -954,7 +959,7 @@ class TantivyTextBackend:
         fetched: list[tuple[_Shard, tantivy.Query, list[tuple[Any, tantivy.DocAddress]], int]] = []
         for shard, query in plan:
             limit = min(k, shard.num_docs)
-            fetched.append((shard, query, self._run(shard.searcher, query, limit), limit))
+            fetched.append((shard, query, self._run(shard, query, limit), limit))
         scores = sorted((score for _, _, hits, _ in fetched for score, _ in hits), reverse=True)
         if not scores:
             return []
@@ -965,7 +970,7 @@ class TantivyTextBackend:
             # cutoff: they compete by URI, so fetch until past the cutoff.
             while len(hits) == limit < shard.num_docs and hits[-1][0] >= cutoff:
                 limit = min(limit * 2, shard.num_docs)
-                hits = self._run(shard.searcher, query, limit)
+                hits = self._run(shard, query, limit)
             found.extend(self._read_hits(shard, hits, cutoff))
         found.sort(key=lambda hit: (-hit[0], hit[1]))
         return found[:k]
@@ -993,16 +998,29 @@ class TantivyTextBackend:
 
     @staticmethod
     def _run(
-        searcher: tantivy.Searcher, query: tantivy.Query, limit: int
+        shard: _Shard, query: tantivy.Query, limit: int
     ) -> list[tuple[Any, tantivy.DocAddress]]:
         try:
-            return searcher.search(query, limit, count=False).hits
+            return shard.searcher.search(query, limit, count=False).hits
         except ValueError as exc:
+            if _READ_FAILED.search(str(exc)):
+                # Bytes of a segment that do not decode (damaged on disk): not
+                # the query's fault, which "invalid query" (exit 2) said.
+                raise IndexUnavailableError(
+                    f"cannot read the text index of resource {shard.rid}: "
+                    f"{str(exc)[:300]}" + REBUILD_HINT
+                ) from exc
             # Some queries parse but fail here, e.g. ``content:*`` (needs a fast field).
             raise QueryError(f"invalid query: {exc}") from exc
         except BaseException as exc:  # PyO3 PanicException derives from BaseException
             reraise_fatal(exc)
-            raise QueryError(f"the query engine failed on this query: {exc}") from exc
+            # A query that parsed and passed the shape limits, failing inside
+            # the engine: a damaged segment ("index out of bounds", "mid > len")
+            # as reviewers found, or an engine bug; either way not the caller's.
+            why = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+            raise IndexUnavailableError(
+                f"the text index of resource {shard.rid} failed on this query: {why}" + REBUILD_HINT
+            ) from exc
 
     def unit_uris(self, resource_id: str) -> set[str]:
         """URIs of the units indexed for a resource.
