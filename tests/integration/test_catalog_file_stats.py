@@ -126,3 +126,25 @@ def test_matches_a_fresh_connection_after_any_writes(
     finally:
         other.close()
         cat.close()
+
+
+def test_a_row_that_does_not_decode_is_an_error_naming_the_repair_not_the_row(
+    tmp_path: Path,
+) -> None:
+    """Bytes of a row damaged in place: SQLite's error quoted the row's text
+    (the file's units and subjects, cut mid-string) and named no repair."""
+    from cleveragents.domain.models.acms.errors import IndexUnavailableError
+
+    db = tmp_path / "c.db"
+    cat = SqliteCatalog(db)
+    cat.put(RID, [_rec("a.py", 1)])
+    raw = sqlite3.connect(db)
+    raw.execute("UPDATE files SET graph_subjects = CAST(X'5B22FFFE225D' AS TEXT)")
+    raw.commit()
+    raw.close()
+    with pytest.raises(IndexUnavailableError) as failed:
+        cat.records(RID)
+    message = str(failed.value)
+    assert "with text" not in message and "\\xff" not in message
+    assert "--rebuild" in message and str(db) in message
+    cat.close()

@@ -560,13 +560,17 @@ def lose(data: Path, rid: str, what: str) -> None:
             fh.truncate(100)
     elif what == "graph file":
         graph.unlink()
+    elif what == "graph directory":  # said "Is a directory", naming neither file nor repair
+        graph.unlink()
+        graph.mkdir()
     else:  # "graph snapshot": cut inside the first record
         with graph.open("r+b") as fh:
             fh.truncate(60)
 
 
 @pytest.mark.parametrize(
-    "what", ["text shard", "text segment", "text store", "graph file", "graph snapshot"]
+    "what",
+    ["text shard", "text segment", "text store", "graph file", "graph directory", "graph snapshot"],
 )
 def test_one_resources_lost_or_damaged_files_fail_status_and_its_queries(
     tmp_path: Path, tree: Path, what: str

@@ -850,6 +850,14 @@ def _racy(st: os.stat_result) -> bool:
     return st.st_mtime_ns + _RACY_NS > time.time_ns()
 
 
+def _unreadable(path: Path, exc: OSError) -> IndexUnavailableError:
+    """The error for a resource's graph file that cannot be read (a directory
+    in its place, permissions, EIO): naming the file and the repair."""
+    return IndexUnavailableError(
+        f"cannot read the graph file {path}: {exc.strerror or exc}" + REBUILD_HINT
+    )
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -1227,7 +1235,7 @@ class GraphStore:
                     return None
             return self._read(rid, path, graph, cursor)
         except OSError as exc:
-            raise IndexUnavailableError(f"cannot read graph store {self.root}: {exc}") from exc
+            raise _unreadable(self.path(rid), exc) from exc
 
     def check(self, rid: str) -> bool:
         """Whether the resource has a graph file, checking what a load reads
@@ -1248,7 +1256,7 @@ class GraphStore:
                 fd, st, _header = opened
                 head = _pread_all(fd, _RECORD.size, _HEADER)
         except OSError as exc:
-            raise IndexUnavailableError(f"cannot read graph store {self.root}: {exc}") from exc
+            raise _unreadable(self.path(rid), exc) from exc
         if len(head) == _RECORD.size:
             kind, length, _crc = _RECORD.unpack(head)
             if kind == _SNAPSHOT and _HEADER + _RECORD.size + length <= st.st_size:
@@ -1270,7 +1278,7 @@ class GraphStore:
                 _fd, st, header = opened
                 return header[len(_MAGIC) :], st.st_size
         except OSError as exc:
-            raise IndexUnavailableError(f"cannot read graph store {self.root}: {exc}") from exc
+            raise _unreadable(self.path(rid), exc) from exc
 
     def _check_root(self) -> None:
         """On a resource's missing graph file: no graph, unless the store itself
@@ -1547,7 +1555,7 @@ class GraphStore:
             with _opened(path) as opened:
                 yield None if opened is None else (path, *opened)
         except OSError as exc:
-            raise IndexUnavailableError(f"cannot read graph store {self.root}: {exc}") from exc
+            raise _unreadable(self.path(rid), exc) from exc
 
     def _count_records(self, fd: int, state: WriteState, path: Path, *, snapshot: bool) -> None:
         cursor = state.cursor

@@ -146,7 +146,7 @@ class SqliteCatalog:
             try:
                 yield self._conn
             except sqlite3.Error as exc:
-                raise IndexUnavailableError(f"catalog {self._path}: {exc}") from exc
+                raise IndexUnavailableError(_catalog_error(self._path, exc)) from exc
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -292,3 +292,16 @@ class SqliteCatalog:
         """Close the database connection."""
         with self._lock:
             self._db.close()
+
+
+# SQLite's words for bytes of the database that are not what it wrote.
+_DAMAGED = ("decode", "malformed", "not a database", "disk image")
+
+
+def _catalog_error(path: object, exc: sqlite3.Error) -> str:
+    """One line for a failed catalog operation: SQLite's reason without the
+    row text it may quote ("Could not decode to UTF-8 column 'graph_subjects'
+    with text '[...'"), and the repair when the database is damaged."""
+    reason = str(exc).split(" with text ", 1)[0][:200]
+    damaged = any(word in reason.lower() for word in _DAMAGED)
+    return f"catalog {path}: {reason}" + (REBUILD_HINT if damaged else "")
