@@ -647,7 +647,7 @@ def test_status_and_reindex_after_the_registry_is_lost(tmp_path: Path) -> None:
     for path in (tmp_path / "data").glob("registry.sqlite3*"):
         path.unlink()
     status = cli.run("status")
-    assert "the registry lists no resources while the indexes hold 1" in status.stderr
+    assert "the registry lists no projects while the indexes hold 1" in status.stderr
     done = cli.run("reindex", ok=False)
     assert done.returncode == 1, done.stderr
     assert "restore it from a backup" in done.stderr and "Traceback" not in done.stderr

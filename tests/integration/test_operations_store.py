@@ -744,7 +744,7 @@ def test_a_lost_registry_never_makes_a_reindex_drop_every_index(
     with reopened(data) as ops:
         status = ops.status()
         assert status["resources"] == [] and status["unregistered"] == [rid]
-        with pytest.raises(AcmsError, match="lists no resources while the indexes hold 1"):
+        with pytest.raises(AcmsError, match="lists no projects while the indexes hold 1"):
             ops.reindex()
         assert rid in ops._store().text.resource_ids()
         ops.add_project("local/r")
@@ -753,3 +753,26 @@ def test_a_lost_registry_never_makes_a_reindex_drop_every_index(
         assert ops.status()["unregistered"] == []
         assert ops.view(ops.scope(["local/r"], [])).search("quokka_function")
         assert again != rid
+
+
+def test_a_vector_index_that_lost_one_resources_rows_fails_status_until_a_reindex(
+    tmp_path: Path, tree: Path
+) -> None:
+    """Every row of one resource gone from the vector index (a Milvus
+    collection restored from an older snapshot, in a reviewer's run): status
+    said ``vector=0`` and exit 0.  Now it names the resource and the repair,
+    and a plain reindex writes the rows again."""
+    data = tmp_path / "data"
+    rid = index_once(data, tree, "local/u")
+    with reopened(data) as ops:
+        vector = ops._store().vector
+        vector.delete(rid, vector.unit_uris(rid))
+        assert vector.unit_uris(rid) == set()
+    with reopened(data) as ops:
+        lost = rf"vector index holds no unit of resource {rid}"
+        with pytest.raises(IndexUnavailableError, match=lost):
+            ops.status()
+        ops.reindex()
+        (row,) = ops.status()["resources"]
+        assert row["vector_units"] == row["text_units"] > 0
+        assert ops.verify() == []

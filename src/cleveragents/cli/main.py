@@ -897,9 +897,9 @@ def run(args: argparse.Namespace, out: Output) -> int:
                 file=sys.stderr,
             )
         unregistered = status.get("unregistered") or []
-        if unregistered and not status["resources"]:
+        if unregistered and not status["resources"] and not status["projects"]:
             print(
-                f"{_PROG}: warning: the registry lists no resources while the indexes hold "
+                f"{_PROG}: warning: the registry lists no projects while the indexes hold "
                 f"{len(unregistered)}: if registry.sqlite3 was lost or replaced, restore it "
                 "from a backup (a reindex refuses to drop them all)",
                 file=sys.stderr,

@@ -669,7 +669,7 @@ class AcmsOperations:
                 self.resources.mark_indexed(rid, secrets_skipped=stats.skipped.get("secret", 0))
             if everything:
                 keep = [r.resource_id for r in self.resources.list()]
-                if not keep:
+                if not keep and not self.list_projects():
                     self._refuse_pruning_all(store)
                 report.pruned = store.prune(keep)
         self._note_git_ignored(report)
@@ -677,14 +677,17 @@ class AcmsOperations:
         return report
 
     def _refuse_pruning_all(self, store: MaintainedStore) -> None:
-        """A registry that lists no resource while the indexes hold some was
-        lost or replaced (deleted, emptied, a fresh one made in its place):
-        pruning would delete every index, which only hours of reindexing
-        make again, where restoring the registry brings them back."""
+        """A registry that lists no project and no resource while the
+        indexes hold some was lost or replaced (deleted, emptied, a fresh one
+        made in its place): pruning would delete every index, which only
+        hours of reindexing make again, where restoring the registry brings
+        them back.  (One that lists projects but no resource was left so on
+        purpose, or restored from an older backup: its units go, as
+        ``--verify`` says.)"""
         held = list(store.iter_resource_ids())
         if held:
             raise AcmsError(
-                f"the registry ({self.data_dir / 'registry.sqlite3'}) lists no resources "
+                f"the registry ({self.data_dir / 'registry.sqlite3'}) lists no projects "
                 f"while the indexes hold {len(held)}: if it was lost or replaced, restore it "
                 "from a backup; to start over, register the projects and resources again "
                 "(the next reindex then drops the old ones' units) or remove the data directory"
