@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cleveragents.application.container import build_container
+from cleveragents.application.services import fusion
 from cleveragents.application.services.fusion import (
     DEFAULT_CONFIDENT,
     DEFAULT_K,
@@ -274,7 +275,10 @@ def _recording_view(corpus: Corpus, calls: list[tuple[str, Any]]) -> ScopedView:
 
 
 @pytest.mark.parametrize("query", ["open_connection", "Order the items from largest to smallest"])
-def test_other_sources_are_asked_only_below_the_confidence(corpus: Corpus, query: str) -> None:
+def test_other_sources_are_asked_only_below_the_confidence(
+    corpus: Corpus, query: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(fusion, "PROSE_CONFIDENT", 0.0)  # the gate alone (prose: below)
     calls: list[tuple[str, Any]] = []
     view = _recording_view(corpus, calls)
     text = view.search(query, max_results=50)
@@ -294,6 +298,24 @@ def test_other_sources_are_asked_only_below_the_confidence(corpus: Corpus, query
     calls.clear()
     hybrid_search(view, corpus.embedder, query, confident=None)
     assert [name for name, _ in calls] == ["similarity_search"]
+
+
+def test_a_question_in_words_is_fused_up_to_the_prose_confidence(
+    corpus: Corpus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Text's normalised score grows with the number of query terms, so a
+    question in words can reach the gate without ranking well: it skips the
+    vector source only from PROSE_CONFIDENT; an identifier keeps the gate."""
+    calls: list[tuple[str, Any]] = []
+    view = _recording_view(corpus, calls)
+    prose, code = "Order the items from largest to smallest", "open_connection"
+    assert fusion.reads_as_prose(prose) and not fusion.reads_as_prose(code)
+    tops = {q: max(r.score for r in view.search(q, max_results=50)) for q in (prose, code)}
+    monkeypatch.setattr(fusion, "PROSE_CONFIDENT", min(1.0, max(tops.values()) + 1e-6))
+    hybrid_search(view, corpus.embedder, code, max_results=50, confident=tops[code])
+    assert calls == []  # an identifier: sure at the gate
+    hybrid_search(view, corpus.embedder, prose, max_results=50, confident=tops[prose])
+    assert [name for name, _ in calls] == ["similarity_search"]  # prose: asked
 
 
 def test_a_query_text_cannot_answer_is_answered_by_the_vector_source(corpus: Corpus) -> None:

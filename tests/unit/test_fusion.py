@@ -14,6 +14,7 @@ from cleveragents.application.services.fusion import (
     DEFAULT_K,
     definition_query,
     query_identifiers,
+    reads_as_prose,
     reciprocal_rank_fusion,
 )
 
@@ -168,3 +169,23 @@ def test_definition_query_refuses_non_identifiers() -> None:
         definition_query(['x" } . ?s ?p ?o . { "'])
     with pytest.raises(ValueError):
         definition_query([])
+
+
+@pytest.mark.parametrize(
+    ("query", "prose"),
+    [
+        ("where are HTTP redirects followed", True),
+        ("strip ANSI color codes from output", True),
+        ("TimeoutError handling in the transport", True),
+        ("Order the items from largest to smallest.", True),
+        ("parse_config", False),
+        ("HTTPServer", False),
+        ("open a file", True),
+        ("read file", False),  # two words: too short to tell
+        ("if not isinstance(value, str): raise TypeError", False),
+        ("foo_bar baz_qux quux_corge", False),
+        ("self._send(request) follow_redirects=True timeout", False),
+    ],
+)
+def test_a_question_in_words_is_told_from_code(query: str, prose: bool) -> None:
+    assert reads_as_prose(query) is prose
