@@ -80,6 +80,10 @@ READ_FILE_BYTES = 1024 * 1024
 """``read`` serves files up to this size: the indexer's (every indexed file)."""
 _MAX_LINE_CHARS = 200
 _MAX_LINES_PER_HIT = 8
+# ``context``: the first hits keep _MAX_LINES_PER_HIT lines, the later ones
+# fewer, so a budget holds more of the ranking (the right chunk is often 6th-9th).
+_CONTEXT_FULL_HITS = 3
+_CONTEXT_LINES_AFTER = 3
 _MAX_READ_LINES = 2_000
 # The most "#" positions a node argument is split at to find a file path.
 _MAX_HASH_SPLITS = 8
@@ -530,6 +534,34 @@ class AgentSession:
         takes none of them (a :class:`QueryError` says so rather than
         silently ignoring them).
         """
+        return self._search(
+            query,
+            mode=mode,
+            max_results=max_results,
+            budget=budget,
+            projects=projects,
+            resources=resources,
+            syntax=syntax,
+            path=path,
+            lang=lang,
+        )
+
+    def _search(
+        self,
+        query: str,
+        *,
+        line_cap: Callable[[int], int] | None = None,
+        mode: str = "hybrid",
+        max_results: int = 10,
+        budget: int | None = None,
+        projects: Sequence[str] | None = None,
+        resources: Sequence[str] | None = None,
+        syntax: str = "plain",
+        path: str | None = None,
+        lang: str | None = None,
+    ) -> dict[str, Any]:
+        """:meth:`search`, each hit's matching lines capped at ``line_cap(rank)``
+        (default :data:`_MAX_LINES_PER_HIT`)."""
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {', '.join(_MODES)}")
         if not isinstance(query, str) or not query.strip():
@@ -570,9 +602,10 @@ class AgentSession:
                 path=options.path,
                 lang=options.lang,
             )
-            for hit in fused[:limit]:
+            for rank, hit in enumerate(fused[:limit]):
+                cap = _MAX_LINES_PER_HIT if line_cap is None else line_cap(rank)
                 items.append(
-                    _hit(hit.uko_uri, hit.content, hit.metadata, hit.score, terms)
+                    _hit(hit.uko_uri, hit.content, hit.metadata, hit.score, terms, cap)
                     | {"ranks": dict(hit.ranks)}
                 )
         elif mode == "text":
@@ -1156,8 +1189,11 @@ class AgentSession:
         if not isinstance(task, str) or not task.strip():
             raise ValueError("task must be a non-empty string")
         chars = check_budget(budget)
-        response = self.search(
+        response = self._search(
             task,
+            line_cap=lambda rank: (
+                _MAX_LINES_PER_HIT if rank < _CONTEXT_FULL_HITS else _CONTEXT_LINES_AFTER
+            ),
             mode="hybrid",
             max_results=MAX_RESULTS,  # as many as the budget holds; the rest counted
             budget=chars,
@@ -1310,7 +1346,12 @@ def _echo_to_fit(envelope: dict[str, Any], room: int) -> dict[str, Any]:
 
 
 def _hit(
-    uri: str, content: str, metadata: Mapping[str, str], score: float, terms: set[str]
+    uri: str,
+    content: str,
+    metadata: Mapping[str, str],
+    score: float,
+    terms: set[str],
+    max_lines: int = _MAX_LINES_PER_HIT,
 ) -> dict[str, Any]:
     start = _int(metadata.get("start_line"), 1)
     end = _int(metadata.get("end_line"), start + max(0, content.count("\n")))
@@ -1320,7 +1361,7 @@ def _hit(
         "start_line": start,
         "end_line": end,
         "score": round(float(score), 4),
-        "lines": matching_lines(content, start, terms) if content else [],
+        "lines": matching_lines(content, start, terms, max_lines=max_lines) if content else [],
     }
 
 
