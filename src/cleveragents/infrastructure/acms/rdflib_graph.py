@@ -659,8 +659,9 @@ class RdflibGraphBackend:
                         self._check_lost(store, rid)
                     continue
                 loaded, cursor, changes = fresh
-                if changes is None and queried:
-                    self._check_extent(store, rid, cursor.nonce, cursor.offset)
+                short = changes is None and queried
+                if short and self._cut_before(rid, cursor.nonce, cursor.offset) is not None:
+                    loaded, cursor = self._load_confirmed(store, rid, loaded, cursor)
                 self._cursors[rid] = cursor
                 if changes is None:
                     self._drop_unions(rid)
@@ -699,17 +700,72 @@ class RdflibGraphBackend:
             return None
         return recorded[1]
 
-    def _check_extent(self, store: GraphStore, rid: str, nonce: bytes, end: int) -> None:
-        """An error if the file named ``nonce`` ends its whole records at
-        ``end``, before its last commit (see :meth:`_cut_before`)."""
-        committed = self._cut_before(rid, nonce, end)
-        if committed is not None:
-            raise IndexUnavailableError(
-                f"the graph of resource {rid} ({store.path(rid)}) ends at byte {end}, before "
-                f"its last commit at byte {committed}: the file was cut short or damaged; "
-                f"`acms reindex --full --resource {rid}` writes it again "
-                "(`acms reindex --rebuild`: every index)"
-            )
+    # A file found ending before the recorded commit may only have been read
+    # before another process appended and recorded a commit (a reviewer saw
+    # one query in 55 fail so beside `acms watch`): the file only grows
+    # between two commits, so the record is read first and the file again
+    # after, and only a file shorter than a commit recorded before it was
+    # read is damaged.  These run only on such a mismatch: a healthy read
+    # costs one catalog question, on a fresh load or a new subject reader.
+
+    def _recorded_first(self, rid: str) -> tuple[bytes, int] | None:
+        return None if self._extent is None else self._extent(rid, True)
+
+    @staticmethod
+    def _short_of(recorded: tuple[bytes, int] | None, nonce: bytes, end: int) -> bool:
+        return recorded is not None and recorded[0] == nonce and end < recorded[1]
+
+    def _load_confirmed(
+        self, store: GraphStore, rid: str, loaded: ResourceGraph, cursor: Cursor
+    ) -> tuple[ResourceGraph, Cursor]:
+        """A fresh load of ``rid`` ended before its recorded last commit:
+        load it again after reading the record (see above)."""
+        recorded = self._recorded_first(rid)
+        again = store.refresh(rid, None, None)
+        if again is None:
+            return loaded, cursor  # gone meanwhile: the next read says so
+        graph, fresh, _ = again
+        if self._short_of(recorded, fresh.nonce, fresh.offset):
+            assert recorded is not None
+            raise self._cut_error(store, rid, fresh.offset, recorded[1])
+        return graph, fresh
+
+    def _reader_confirmed(
+        self, store: GraphStore, rid: str, reader: SubjectReader
+    ) -> SubjectReader | None:
+        """A new subject reader of ``rid`` ended before its recorded last
+        commit: open another after reading the record (see above)."""
+        reader.close()
+        recorded = self._recorded_first(rid)
+        again = store.subject_reader(rid, None)
+        if again is not None and self._short_of(recorded, again.nonce, again.end):
+            assert recorded is not None
+            end = again.end
+            again.close()
+            raise self._cut_error(store, rid, end, recorded[1])
+        return again
+
+    @staticmethod
+    def _cut_error(store: GraphStore, rid: str, end: int, committed: int) -> IndexUnavailableError:
+        return IndexUnavailableError(
+            f"the graph of resource {rid} ({store.path(rid)}) ends at byte {end}, before "
+            f"its last commit at byte {committed}: the file was cut short or damaged; "
+            f"`acms reindex --full --resource {rid}` writes it again "
+            "(`acms reindex --rebuild`: every index)"
+        )
+
+    def _file_short(self, store: GraphStore, rid: str) -> tuple[int, int] | None:
+        """``(size, committed)`` when ``rid``'s graph file is shorter than its
+        recorded last commit, confirmed as above; else ``None``."""
+        found = store.extent(rid)
+        if found is None or self._cut_before(rid, *found) is None:
+            return None
+        recorded = self._recorded_first(rid)
+        found = store.extent(rid)
+        if found is None or not self._short_of(recorded, *found):
+            return None
+        assert recorded is not None
+        return found[1], recorded[1]
 
     def cut_short(self, resource_id: str) -> bool:
         """Whether the resource's graph file is shorter than its last commit
@@ -726,8 +782,7 @@ class RdflibGraphBackend:
             store = self._store
             if store is None or self._extent is None:
                 return False
-            found = store.extent(rid)
-            return found is not None and self._cut_before(rid, *found) is not None
+            return self._file_short(store, rid) is not None
 
     def _refuse_damaged(self, store: GraphStore, rid: str, cursor: Cursor) -> None:
         """Before a write appends to ``cursor``'s file: if it ends its whole
@@ -753,7 +808,7 @@ class RdflibGraphBackend:
     def written_extent(self, resource_id: str) -> tuple[bytes, int] | None:
         """The name of the resource's graph file and the end of its whole
         records, as this process last wrote or read it (what a writer
-        records for :meth:`_check_extent`); ``None`` if it has not, or the
+        records for :meth:`_cut_before`); ``None`` if it has not, or the
         graph is in memory."""
         rid = canonical_ulid(resource_id)
         with self._lock:
@@ -799,8 +854,8 @@ class RdflibGraphBackend:
                 return
             if not store.check(rid):
                 self._check_lost(store, rid)
-            elif self._extent is not None and (found := store.extent(rid)) is not None:
-                self._check_extent(store, rid, *found)
+            elif self._extent is not None and (short := self._file_short(store, rid)) is not None:
+                raise self._cut_error(store, rid, *short)
 
     def _scope_rids(self, scope: frozenset[str] | None) -> Iterable[str]:
         if scope is not None:
@@ -875,11 +930,11 @@ class RdflibGraphBackend:
                 if reader is None:
                     load.append(rid)
                     continue
-                try:
-                    self._check_extent(store, rid, reader.nonce, reader.end)
-                except IndexUnavailableError:
-                    reader.close()
-                    raise
+                if self._cut_before(rid, reader.nonce, reader.end) is not None:
+                    reader = self._reader_confirmed(store, rid, reader)
+                    if reader is None:
+                        load.append(rid)  # the load confirms it in turn
+                        continue
                 self._readers[rid] = reader
             self._readers.move_to_end(rid)
             found[rid] = reader
