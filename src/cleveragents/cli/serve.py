@@ -117,11 +117,26 @@ MAX_REQUEST_BYTES = 1 << 20
 # descriptor each until the service could accept no one (a reviewer's run
 # reached the 20,000-descriptor limit).
 _HEAD_SECONDS = 10.0
-# The JSON API's limit on receiving a request's body.
+# The limit on receiving a request's body whole, on /mcp as on /api (a body
+# sent a byte a second held its connection for good).
 _BODY_SECONDS = 30.0
-# Connections the HTTP service holds at once; a request past it gets 503
-# (the descriptors left are the indexes' and the SPARQL workers').
-_MAX_CONNECTIONS = 256
+# The largest body /mcp takes (the MCP SDK's own limit, checked here first).
+_MCP_BODY_BYTES = 4 << 20
+
+
+def connection_cap() -> int:
+    """Connections the HTTP service holds at once; a request past it gets 503.
+    Half the process's descriptor limit (the rest are the indexes' and the
+    SPARQL workers'), between 64 and 4,096: a fixed 256 let 256 idle
+    connections, reopened every 10 s, lock every client out (a read-back)."""
+    import resource
+
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 4096
+    return max(64, min(4096, soft // 2))
+
+
 #: The longest query or task a tool takes: what the text engine reads of a
 #: plain query.  Checked first, as an argument: a 3.9 MB query took seconds
 #: of term splitting before any refusal.
@@ -949,7 +964,60 @@ def _http_app(
             allowed_origins=allowed.origins,
         )
     )
+    app = _BodyDeadline(app)
     return app if token is None else _BearerToken(app, token)
+
+
+class _BodyDeadline:
+    """ASGI middleware: a request's body is read here, whole, within
+    :data:`_BODY_SECONDS` (else 408) and at most the path's limit (else 413;
+    :data:`MAX_REQUEST_BYTES` under ``/api``, :data:`_MCP_BODY_BYTES`
+    elsewhere), then handed to the app as one message.  A client that
+    leaves first is passed on as its disconnect."""
+
+    def __init__(self, app: Any) -> None:  # noqa: ANN401 - an ASGI app
+        self._app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:  # noqa: ANN401
+        import anyio
+
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+            await self._app(scope, receive, send)
+            return
+        path = str(scope.get("path", ""))
+        limit = MAX_REQUEST_BYTES if path == "/api" or path.startswith("/api/") else _MCP_BODY_BYTES
+        chunks: list[bytes] = []
+        size, more, first = 0, True, None
+        try:
+            with anyio.fail_after(_BODY_SECONDS):
+                while more:
+                    message = await receive()
+                    if message["type"] != "http.request":
+                        first = message  # the client left
+                        break
+                    body = message.get("body", b"")
+                    size += len(body)
+                    if size > limit:
+                        refusal = _json({"error": f"request body over {limit} bytes"}, 413)
+                        await refusal(scope, receive, send)
+                        return
+                    chunks.append(body)
+                    more = message.get("more_body", False)
+        except TimeoutError:
+            late = f"the request body did not arrive within {_BODY_SECONDS:g} s"
+            await _json({"error": late}, 408)(scope, receive, send)
+            return
+        whole = first or {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+        given = False
+
+        async def replay() -> Any:  # noqa: ANN401 - an ASGI message
+            nonlocal given
+            if not given:
+                given = True
+                return whole
+            return await receive()
+
+        await self._app(scope, replay, send)
 
 
 class _BearerToken:
@@ -1368,7 +1436,7 @@ def _serve(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         log_config=None,
         http=_head_deadline_protocol(),
-        limit_concurrency=_MAX_CONNECTIONS,
+        limit_concurrency=connection_cap(),
     )
 
     class Server(uvicorn.Server):

@@ -521,9 +521,11 @@ def _unique(uris: Iterable[str]) -> list[str]:
 
 def reads_as_prose(query: str) -> bool:
     """Whether ``query`` reads as a question in words: at least three words,
-    three in four of them plain (letters, lower case after the first, at
-    most a trailing punctuation mark), so no identifier (``parse_config``,
-    ``HTTPServer``), call or code line."""
+    three in four of them plain (ASCII letters, lower case after the first,
+    at most a trailing punctuation mark).  An identifier, call or code line
+    alone is not one; a question naming one identifier among its words
+    ("where is parse_config defined") is; text in other scripts is not (it
+    keeps the plain gate)."""
     words = query.split()
     if len(words) < 3:
         return False
