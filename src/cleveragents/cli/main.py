@@ -932,7 +932,8 @@ def run(args: argparse.Namespace, out: Output) -> int:
         )
         out.emit(results, lambda: _hits(results, args.query))
     elif command == "search":
-        results = view.similarity_search(ops.embed_query(args.text), top_k=args.max_results)
+        embedding = ops.embed_query(args.text, view.scope)
+        results = view.similarity_search(embedding, top_k=args.max_results)
         out.emit(results, lambda: _hits(results, args.text))
     else:
         if command == "sparql" and args.results:

@@ -15,13 +15,14 @@ facade, so all four give the same answers.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import unquote
 
 from cleveragents.application.services.chunking import check_language, split_lines
@@ -35,7 +36,12 @@ from cleveragents.domain.models.acms.backends import (
     walk_limit_error,
 )
 from cleveragents.domain.models.acms.embedding import Embedder
-from cleveragents.domain.models.acms.errors import QueryError, ScopeError, WalkLimitError
+from cleveragents.domain.models.acms.errors import (
+    IndexUnavailableError,
+    QueryError,
+    ScopeError,
+    WalkLimitError,
+)
 from cleveragents.domain.models.acms.scope import ScopedView
 from cleveragents.domain.models.acms.text_query import text_options
 from cleveragents.domain.models.acms.uko import (
@@ -48,6 +54,10 @@ from cleveragents.domain.models.acms.uko import (
     unit_uri,
 )
 from cleveragents.domain.models.acms.ulids import canonical_ulid
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 
 __all__ = [
     "DEFAULT_BUDGET",
@@ -62,6 +72,7 @@ __all__ = [
     "FileText",
     "SessionScope",
     "check_budget",
+    "check_embedded_by",
     "matching_lines",
     "query_terms",
     "render",
@@ -124,6 +135,8 @@ FileReader = Callable[[str, str, int], FileText | None]
 IndexedCheck = Callable[[str, str], bool]
 #: The registered resources' locations (their root directories): resource id -> path.
 Locations = Callable[[], Mapping[str, str]]
+#: The embedder (``name:dimension``) that made each given resource's vectors.
+EmbeddedBy = Callable[[frozenset[str]], Mapping[str, str]]
 
 
 def render(response: Mapping[str, Any]) -> str:
@@ -466,8 +479,10 @@ class AgentSession:
         closer: Callable[[], None] | None = None,
         registered: Callable[[], frozenset[str]] | None = None,
         locations: Locations | None = None,
+        embedded_by: EmbeddedBy | None = None,
     ) -> None:
         self._closer = closer
+        self._embedded_by = embedded_by
         self._locations = locations
         self._registered = registered
         self._text = text
@@ -595,7 +610,7 @@ class AgentSession:
             depth = max(DEFAULT_DEPTH, limit)
             fused = hybrid_search(
                 view,
-                self._embedder,
+                _Checked(self._embedder, functools.partial(self._check_embedder, view.scope)),
                 query,
                 max_results=limit,
                 depth=depth,
@@ -618,11 +633,20 @@ class AgentSession:
             ):
                 items.append(_hit(t.uko_uri, t.content, t.metadata, t.score, terms))
         else:
+            self._check_embedder(view.scope)
             embedding = self._embedder.embed([query])[0].tolist()
             for v in view.similarity_search(embedding, top_k=limit):
                 items.append(_hit(v.uko_uri, v.content, v.metadata, v.score, terms))
         envelope = {"tool": "search", "mode": mode, **_echo(query)}
         return fit(envelope, items, chars)
+
+    def _check_embedder(self, scope: frozenset[str]) -> None:
+        """Before a query is embedded: every in-scope resource's vectors were
+        made by this session's embedder.  Another one of the same dimension
+        (``ACMS_EMBEDDER`` changed since the reindex) compared vectors of two
+        models: every score 0.000, exit 0, no word of why."""
+        if self._embedded_by is not None:
+            check_embedded_by(self._embedder, self._embedded_by(scope))
 
     # ------------------------------------------------------------ graph
 
@@ -1370,3 +1394,43 @@ def _int(value: object, default: int) -> int:
         return int(str(value))
     except (TypeError, ValueError):
         return default
+
+
+def check_embedded_by(embedder: Embedder, recorded: Mapping[str, str]) -> None:
+    """Raise unless every resource of ``recorded`` (its vectors' embedder,
+    ``name:dimension``, by ULID) was embedded by ``embedder``.
+
+    Raises:
+        IndexUnavailableError: one was made by another embedder.
+    """
+    mine = f"{embedder.name}:{embedder.dimension}"
+    for rid, theirs in sorted(recorded.items()):
+        if theirs != mine:
+            raise IndexUnavailableError(
+                f"the vectors of resource {rid} were made by {theirs}, and this process "
+                f"embeds queries with {mine} (ACMS_EMBEDDER): their scores would mean "
+                f"nothing; `acms reindex` re-embeds it with {mine}, or set ACMS_EMBEDDER "
+                "to the embedder it was indexed with"
+            )
+
+
+class _Checked:
+    """An embedder that runs ``check`` before each embedding: hybrid search
+    embeds a query only when it asks the vector source, and only then do
+    the vectors' makers matter."""
+
+    def __init__(self, inner: Embedder, check: Callable[[], None]) -> None:
+        self._inner = inner
+        self._check = check
+
+    @property
+    def name(self) -> str:
+        return self._inner.name
+
+    @property
+    def dimension(self) -> int:
+        return self._inner.dimension
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        self._check()
+        return self._inner.embed(texts)

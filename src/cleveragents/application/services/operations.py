@@ -20,7 +20,7 @@ import stat
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -541,7 +541,14 @@ class AcmsOperations:
             closer=self.close if owned else None,
             registered=lambda: frozenset(r.resource_id for r in registry.list()),
             locations=lambda: {r.resource_id: r.location for r in registry.list()},
+            embedded_by=self._embedded_by,
         )
+
+    def _embedded_by(self, scope: frozenset[str]) -> Mapping[str, str]:
+        """The embedder that made each in-scope resource's vectors (the index
+        store's record; none from a store that keeps no record)."""
+        recorded = getattr(self._store(), "recorded_embedders", None)
+        return recorded(scope) if callable(recorded) else {}
 
     def sparql_results(self, query: str, scope: frozenset[str]) -> dict[str, Any]:
         """A sandboxed query's answer in the SPARQL 1.1 JSON results form (any
@@ -577,11 +584,17 @@ class AcmsOperations:
             scope,
         )
 
-    def embed_query(self, text: str) -> list[float]:
-        """Embed a query text with the configured embedder."""
+    def embed_query(self, text: str, scope: frozenset[str] | None = None) -> list[float]:
+        """Embed a query text with the configured embedder; with ``scope``,
+        for a search of it: an error if its vectors were made by another
+        embedder (see ``agent_session.check_embedded_by``)."""
         if not text.strip():
             raise ValueError("the text to embed must not be empty")
         embedder = self._embedder()
+        if scope is not None:
+            from cleveragents.application.services.agent_session import check_embedded_by
+
+            check_embedded_by(embedder, self._embedded_by(scope))
         row: list[float] = embedder.embed([text])[0].tolist()
         return row
 

@@ -407,6 +407,10 @@ class ManagedIndexStore:
         # One lock per index: a first use from several threads at once opens
         # the index once (the graph factory opens the catalog: another lock).
         self._opening = {name: threading.Lock() for name in self._factories}
+        # recorded_embedders' answers while the catalog is unchanged.
+        self._embedders: dict[str, str | None] = {}
+        self._embedders_token: object = None
+        self._embedders_lock = threading.Lock()
         self._live = False  # the live indexes of data_dir (their links)
         self._local = False  # the indexes are files of data_dir (_at)
         self._writing = 0  # depth of writing() blocks held by this process
@@ -973,6 +977,29 @@ class ManagedIndexStore:
         if not found or not still_missing():
             return 0
         return found if self._settled(rid) == before else 0
+
+    def recorded_embedders(self, resource_ids: Iterable[str]) -> dict[str, str]:
+        """The embedder (``name:dimension``) that made each resource's vectors,
+        as its last session recorded it; resources without a record left out.
+        Asked by every vector query: answered from memory while the catalog
+        is unchanged (one ``PRAGMA data_version``)."""
+        catalog = self.catalog
+        version = getattr(catalog, "version", None)
+        token = version() if callable(version) else None
+        with self._embedders_lock:
+            if token is None or token != self._embedders_token:
+                self._embedders = {}
+                self._embedders_token = token
+            known = self._embedders
+            found: dict[str, str] = {}
+            for rid in resource_ids:
+                if rid not in known:
+                    raw = catalog.get_meta(_identity_key(rid)) or catalog.get_meta("embedder")
+                    known[rid] = None if raw is None else split_identity(raw).embedder
+                embedder = known[rid]
+                if embedder is not None:
+                    found[rid] = embedder
+            return found
 
     def recorded_extent(self, resource_id: str, settled: bool = True) -> tuple[bytes, int] | None:
         """The resource's graph file as its last session left it: the file's

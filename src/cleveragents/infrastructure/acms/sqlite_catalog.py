@@ -272,6 +272,17 @@ class SqliteCatalog:
             rows = conn.execute(_RESOURCE_IDS).fetchall()
         return {r[0] for r in rows}
 
+    def version(self) -> tuple[int, int, int] | None:
+        """A token that changes whenever the database may have: a write through
+        this connection (``total_changes``), another connection's commit
+        (``PRAGMA data_version``) or another database swapped in (the
+        connection); ``None`` inside a transaction."""
+        with self._locked() as conn:
+            if conn.in_transaction:
+                return None
+            changed = conn.execute("PRAGMA data_version").fetchone()[0]
+            return id(conn), conn.total_changes, int(changed)
+
     def get_meta(self, key: str) -> str | None:
         """A catalog-wide setting (e.g. the embedder that filled the vector index)."""
         with self._locked() as conn:
