@@ -87,8 +87,13 @@ def test_a_killed_re_embed_is_finished_by_the_next_reindex(indexed: tuple[Cli, P
     cli, data = indexed
     text, graph = snapshot(data / "text"), snapshot(data / "graph")
     probe = FILES["pkg/mod7.py"]
-    # Hashing vectors do not answer a MiniLM query with the unit itself.
-    assert top_score(cli, probe, ACMS_EMBEDDER="minilm")[1] < 0.99
+    # Before the re-embed, a MiniLM query over hashing vectors is refused,
+    # naming both embedders (it answered near-zero scores with exit 0).
+    refused = cli.run(
+        "search", "vector", probe, "--top-k", "1", "--project", "local/e", ACMS_EMBEDDER="minilm"
+    )
+    assert refused.returncode == 1, refused.stderr
+    assert MINILM in refused.stderr and "acms reindex" in refused.stderr
 
     killed = cli.run("reindex", ACMS_EMBEDDER="minilm", ACMS_FAULT_AT="reembed.vector:1")
     assert killed.returncode == -signal.SIGKILL, killed.stderr
