@@ -537,6 +537,7 @@ class AgentSession:
         syntax: str = "plain",
         path: str | None = None,
         lang: str | None = None,
+        line_cap: Callable[[int], int] | None = None,
     ) -> dict[str, Any]:
         """Hits for ``query``: ``hybrid`` (text and vector fused), ``text`` or ``vector``.
 
@@ -547,36 +548,9 @@ class AgentSession:
         ``TextBackend.search``).  Hybrid search takes ``path`` and ``lang``
         (every source is filtered) but only the plain syntax; vector search
         takes none of them (a :class:`QueryError` says so rather than
-        silently ignoring them).
+        silently ignoring them).  ``line_cap(rank)``: the most matching lines
+        the hybrid hit of that rank shows (default 8; ``context`` packs).
         """
-        return self._search(
-            query,
-            mode=mode,
-            max_results=max_results,
-            budget=budget,
-            projects=projects,
-            resources=resources,
-            syntax=syntax,
-            path=path,
-            lang=lang,
-        )
-
-    def _search(
-        self,
-        query: str,
-        *,
-        line_cap: Callable[[int], int] | None = None,
-        mode: str = "hybrid",
-        max_results: int = 10,
-        budget: int | None = None,
-        projects: Sequence[str] | None = None,
-        resources: Sequence[str] | None = None,
-        syntax: str = "plain",
-        path: str | None = None,
-        lang: str | None = None,
-    ) -> dict[str, Any]:
-        """:meth:`search`, each hit's matching lines capped at ``line_cap(rank)``
-        (default :data:`_MAX_LINES_PER_HIT`)."""
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {', '.join(_MODES)}")
         if not isinstance(query, str) or not query.strip():
@@ -1213,7 +1187,7 @@ class AgentSession:
         if not isinstance(task, str) or not task.strip():
             raise ValueError("task must be a non-empty string")
         chars = check_budget(budget)
-        response = self._search(
+        response = self.search(
             task,
             line_cap=lambda rank: (
                 _MAX_LINES_PER_HIT if rank < _CONTEXT_FULL_HITS else _CONTEXT_LINES_AFTER
