@@ -26,8 +26,14 @@ class App:
 
 
 def _run(
-    path: str, method: str, chunks: list[bytes], pause: float = 0.0
+    path: str,
+    method: str,
+    chunks: list[bytes],
+    pause: float = 0.0,
+    gates: list[Any] | None = None,
 ) -> tuple[App, dict[str, Any]]:
+    """The middleware over a recording app, fed ``chunks`` (``pause`` apart);
+    the middleware is appended to ``gates`` when given."""
     app = App()
     sent: list[dict[str, Any]] = []
     pending = list(chunks)
@@ -43,7 +49,10 @@ def _run(
         sent.append(message)
 
     scope = {"type": "http", "method": method, "path": path, "headers": []}
-    anyio.run(serve._BodyDeadline(app), scope, receive, send)
+    gate = serve._BodyDeadline(app)
+    if gates is not None:
+        gates.append(gate)
+    anyio.run(gate, scope, receive, send)
     start = next(m for m in sent if m["type"] == "http.response.start")
     body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
     return app, {"status": start["status"], "body": body}
@@ -86,3 +95,17 @@ def test_the_connection_cap_follows_the_descriptor_limit(monkeypatch: pytest.Mon
     for soft, cap in ((1024, 512), (20_000, 4096), (100, 64)):
         monkeypatch.setattr(resource, "getrlimit", lambda _which, soft=soft: (soft, soft))
         assert serve.connection_cap() == cap
+
+
+def test_bodies_past_the_shared_budget_are_503_and_the_budget_is_given_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """All requests being read hold at most _BODY_BUDGET bytes: thousands of
+    connections each sending 4 MiB took the service's memory."""
+    monkeypatch.setattr(serve, "_BODY_BUDGET", 100)
+    gates: list[Any] = []
+    app, answer = _run("/mcp", "POST", [b"x" * 60, b"x" * 60], gates=gates)
+    assert answer["status"] == 503 and app.messages == []
+    assert gates[0].held == 0  # a refused body's bytes are given back
+    _, fits = _run("/mcp", "POST", [b"x" * 90], gates=gates)
+    assert fits["status"] == 200 and gates[1].held == 0

@@ -122,6 +122,10 @@ _HEAD_SECONDS = 10.0
 _BODY_SECONDS = 30.0
 # The largest body /mcp takes (the MCP SDK's own limit, checked here first).
 _MCP_BODY_BYTES = 4 << 20
+# The most body bytes all requests being read hold at once: past it a new
+# byte is refused (503), so thousands of connections each sending 4 MiB
+# cannot take the service's memory (a read-back).
+_BODY_BUDGET = 256 << 20
 
 
 def connection_cap() -> int:
@@ -877,7 +881,6 @@ def _http_app(
     ``/api/<tool>``, both behind the same Host/Origin allow-list (see
     :class:`HostAllowList`; default: loopback names only) and, with a
     ``token``, behind :class:`_BearerToken`."""
-    import anyio
     from mcp.server.transport_security import TransportSecuritySettings
     from starlette.requests import ClientDisconnect
 
@@ -899,23 +902,15 @@ def _http_app(
             what = f"unknown tool {name[:80]!r}" if name else "no tool named"
             known = ", ".join(sorted(tools))
             return _json({"error": f"{what}: POST to /api/<tool>, one of {known}"}, 404)
-        body = bytearray()
         try:
-            with anyio.fail_after(_BODY_SECONDS):
-                async for chunk in request.stream():  # read at most the cap, whatever is sent
-                    body += chunk
-                    if len(body) > MAX_REQUEST_BYTES:
-                        return _json({"error": f"request body over {MAX_REQUEST_BYTES} bytes"}, 413)
-        except TimeoutError:
-            return _json(
-                {"error": f"the request body did not arrive within {_BODY_SECONDS:g} s"}, 408
-            )
+            # Whole, within its time and size limits: _BodyDeadline read it.
+            body = await request.body()
         except ClientDisconnect:
             # The client hung up before its body arrived whole (a call
             # cancelled, an agent closed): normal, and no one is left to
             # answer.  Uncaught, it was an error-level traceback.
             structlog.get_logger("cleveragents.acms.serve").info(
-                "acms.serve.client_disconnected", path=request.url.path, received=len(body)
+                "acms.serve.client_disconnected", path=request.url.path
             )
             return Response(status_code=499)  # nginx's "client closed request", for access logs
         try:
@@ -977,6 +972,7 @@ class _BodyDeadline:
 
     def __init__(self, app: Any) -> None:  # noqa: ANN401 - an ASGI app
         self._app = app
+        self.held = 0  # body bytes buffered now, across requests (one event loop)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:  # noqa: ANN401
         import anyio
@@ -997,8 +993,17 @@ class _BodyDeadline:
                         break
                     body = message.get("body", b"")
                     size += len(body)
-                    if size > limit:
-                        refusal = _json({"error": f"request body over {limit} bytes"}, 413)
+                    self.held += len(body)
+                    if size > limit or self.held > _BODY_BUDGET:
+                        refusal = (
+                            _json({"error": f"request body over {limit} bytes"}, 413)
+                            if size > limit
+                            else _json(
+                                {"error": "too many request bodies in flight; try again"},
+                                503,
+                                headers={"Retry-After": "5"},
+                            )
+                        )
                         await refusal(scope, receive, send)
                         return
                     chunks.append(body)
@@ -1007,6 +1012,8 @@ class _BodyDeadline:
             late = f"the request body did not arrive within {_BODY_SECONDS:g} s"
             await _json({"error": late}, 408)(scope, receive, send)
             return
+        finally:
+            self.held -= size
         whole = first or {"type": "http.request", "body": b"".join(chunks), "more_body": False}
         given = False
 
